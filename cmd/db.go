@@ -1,0 +1,47 @@
+package cmd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/fleet-go/fleet/config"
+)
+
+// errNoDatabase explains what to do when database.url is missing.
+var errNoDatabase = errors.New("database.url is not set: set it in config/app.toml or APP_DATABASE__URL (or run 'app demo', which starts a private database)")
+
+// databaseURL returns the configured URL or a clear error.
+func databaseURL(cfg *config.Config) (string, error) {
+	if cfg.Database.URL == "" {
+		return "", errNoDatabase
+	}
+	return cfg.Database.URL, nil
+}
+
+// openPool connects to url and checks the connection, so an unreachable
+// database is one clear error up front. The URL's password never appears.
+func openPool(ctx context.Context, url string, maxConns int) (*pgxpool.Pool, error) {
+	pc, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("database.url %s is not a valid connection string", config.RedactURL(url))
+	}
+	if maxConns > 0 {
+		pc.MaxConns = int32(maxConns)
+	}
+	pc.MinConns = 0
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return nil, fmt.Errorf("open database %s: %w", config.RedactURL(url), err)
+	}
+	pingCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := pool.Ping(pingCtx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("cannot reach database %s: %w", config.RedactURL(url), err)
+	}
+	return pool, nil
+}

@@ -1,0 +1,116 @@
+package cmd
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/fleet-go/fleet/migrations"
+)
+
+func (r *runner) migrateCommand() *cobra.Command {
+	c := &cobra.Command{
+		Use:   "migrate",
+		Short: "Apply the queue and fleet migration sets (idempotent)",
+		Args:  cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			url, err := r.migrationURL(c.Context())
+			if err != nil {
+				return err
+			}
+			n, err := migrations.Up(c.Context(), url)
+			if err != nil {
+				return err
+			}
+			statuses, err := migrations.Status(c.Context(), url)
+			if err != nil {
+				return err
+			}
+			if n == 0 {
+				fmt.Fprintln(c.OutOrStdout(), "nothing to migrate: the database is up to date")
+			} else {
+				fmt.Fprintf(c.OutOrStdout(), "applied %d migration(s)\n", n)
+			}
+			printMigrationStatus(c, statuses)
+			return nil
+		},
+	}
+	status := &cobra.Command{
+		Use:   "status",
+		Short: "Print each migration set's version and whether it is dirty",
+		Args:  cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			url, err := r.migrationURL(c.Context())
+			if err != nil {
+				return err
+			}
+			statuses, err := migrations.Status(c.Context(), url)
+			if err != nil {
+				return err
+			}
+			printMigrationStatus(c, statuses)
+			return nil
+		},
+	}
+	var set string
+	var steps int
+	down := &cobra.Command{
+		Use:   "down --set NAME --steps N",
+		Short: "Roll back the last N migrations of one set",
+		Args:  cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			url, err := r.migrationURL(c.Context())
+			if err != nil {
+				return err
+			}
+			if err := migrations.Down(c.Context(), url, set, steps); err != nil {
+				return err
+			}
+			statuses, err := migrations.Status(c.Context(), url)
+			if err != nil {
+				return err
+			}
+			printMigrationStatus(c, statuses)
+			return nil
+		},
+	}
+	down.Flags().StringVar(&set, "set", "", "migration set to roll back: queue or fleet (required)")
+	down.Flags().IntVar(&steps, "steps", 1, "how many migrations to roll back")
+	_ = down.MarkFlagRequired("set")
+	c.AddCommand(status, down)
+	return c
+}
+
+// migrationURL returns the configured database URL after checking that the
+// database answers, so an unreachable one is a single clear line.
+func (r *runner) migrationURL(ctx context.Context) (string, error) {
+	cfg, err := r.loadConfig()
+	if err != nil {
+		return "", err
+	}
+	url, err := databaseURL(cfg)
+	if err != nil {
+		return "", err
+	}
+	pool, err := openPool(ctx, url, 1)
+	if err != nil {
+		return "", err
+	}
+	pool.Close()
+	return url, nil
+}
+
+func printMigrationStatus(c *cobra.Command, statuses []migrations.SetStatus) {
+	for _, s := range statuses {
+		state := "clean"
+		if s.Dirty {
+			state = "DIRTY (a migration failed half-way: fix it, then force the version)"
+		}
+		pending := ""
+		if s.Version < s.Latest {
+			pending = fmt.Sprintf(", %d pending", s.Latest-s.Version)
+		}
+		fmt.Fprintf(c.OutOrStdout(), "%-6s version %d of %d, %s%s\n", s.Set, s.Version, s.Latest, state, pending)
+	}
+}

@@ -1,0 +1,133 @@
+// Package cmd holds the application's commands (cobra) and the glue that
+// turns configuration into running parts. It is the only package that knows
+// cobra; an app's main calls Execute.
+package cmd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/fleet-go/fleet/config"
+	"github.com/fleet-go/fleet/queue"
+)
+
+// App is what an application hands to Execute.
+type App struct {
+	// Jobs holds the application's job handlers.
+	Jobs *queue.Registry
+	// Version is reported by masters and workers; default "dev".
+	Version string
+	// Stdout and Stderr default to the process's own.
+	Stdout, Stderr io.Writer
+	// Args default to os.Args[1:].
+	Args []string
+	// Environ defaults to os.Environ().
+	Environ []string
+	// Dir is the working directory; default the process's own.
+	Dir string
+}
+
+// exitError carries a specific exit status out of a command.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+// Execute runs the command line and returns the process exit status. Errors
+// are printed as one line on stderr, never with a stack trace.
+func Execute(app App) int {
+	return ExecuteContext(context.Background(), app)
+}
+
+// ExecuteContext is Execute with a context.
+func ExecuteContext(ctx context.Context, app App) int {
+	if app.Jobs == nil {
+		app.Jobs = queue.NewRegistry()
+	}
+	if app.Version == "" {
+		app.Version = "dev"
+	}
+	if app.Stdout == nil {
+		app.Stdout = os.Stdout
+	}
+	if app.Stderr == nil {
+		app.Stderr = os.Stderr
+	}
+	if app.Args == nil {
+		app.Args = os.Args[1:]
+	}
+	if app.Environ == nil {
+		app.Environ = os.Environ()
+	}
+	r := &runner{app: app}
+	root := r.rootCommand()
+	root.SetArgs(app.Args)
+	root.SetOut(app.Stdout)
+	root.SetErr(app.Stderr)
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return 0
+	}
+	fmt.Fprintf(app.Stderr, "error: %s\n", oneLine(err.Error()))
+	var ee *exitError
+	if errors.As(err, &ee) {
+		return ee.code
+	}
+	return 1
+}
+
+func oneLine(s string) string {
+	return strings.Join(strings.Fields(strings.ReplaceAll(s, "\n", " ")), " ")
+}
+
+// runner carries the app and the flags every command shares.
+type runner struct {
+	app        App
+	configPath string
+}
+
+func (r *runner) rootCommand() *cobra.Command {
+	root := &cobra.Command{
+		Use:           "app",
+		Short:         "Queue workers on PostgreSQL, supervised by a fleet master",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.PersistentFlags().StringVar(&r.configPath, "config", "", "config file (default config/app.toml, or $APP_CONFIG)")
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		return fmt.Errorf("%w (see '%s --help')", err, c.CommandPath())
+	})
+	root.AddCommand(
+		r.migrateCommand(),
+		r.dispatchCommand(),
+		r.workCommand(),
+		r.demoCommand(),
+	)
+	return root
+}
+
+// loadConfig reads the configuration the way every command does.
+func (r *runner) loadConfig() (*config.Config, error) {
+	return config.Load(config.Options{Path: r.configPath, Dir: r.app.Dir, Environ: r.app.Environ})
+}
+
+// logger builds the process's logger from the log section.
+func (r *runner) logger(cfg *config.Config) *slog.Logger {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(cfg.Log.Level))
+	opts := &slog.HandlerOptions{Level: level}
+	if cfg.Log.Format == "json" {
+		return slog.New(slog.NewJSONHandler(r.app.Stderr, opts))
+	}
+	return slog.New(slog.NewTextHandler(r.app.Stderr, opts))
+}

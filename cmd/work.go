@@ -1,0 +1,161 @@
+package cmd
+
+import (
+	"errors"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/fleet-go/fleet/config"
+	"github.com/fleet-go/fleet/spawner"
+	"github.com/fleet-go/fleet/store"
+	"github.com/fleet-go/fleet/worker"
+)
+
+// ExitJobTimedOut is the exit status of a worker that gave up on a job that
+// ignored its timeout.
+const ExitJobTimedOut = 2
+
+type workFlags struct {
+	queues        string
+	supervisor    string
+	master        string
+	concurrency   int
+	maxJobs       int
+	maxTimeSecs   int
+	maxMemoryMB   int
+	stopWhenEmpty bool
+}
+
+func (r *runner) workCommand() *cobra.Command {
+	var f workFlags
+	c := &cobra.Command{
+		Use:   "fleet:work [--queue a,b] [--concurrency N]",
+		Short: "Run a worker: claim and run jobs from the given queues",
+		Long: "Run up to --concurrency jobs at once from the listed queues, in priority order. " +
+			"At a limit, on SIGTERM/SIGINT, or with --stop-when-empty once idle, it takes no new jobs, " +
+			"finishes the running ones and exits 0. A fleet master starts these itself.",
+		Args: cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error { return r.work(c, f) },
+	}
+	fl := c.Flags()
+	fl.StringVar(&f.queues, "queue", "", "queues in priority order, comma-separated (default queue.queues)")
+	fl.IntVar(&f.concurrency, "concurrency", 0, "jobs run at once (default queue.workers)")
+	fl.IntVar(&f.maxJobs, "max-jobs", 0, "exit after starting N jobs (0: never)")
+	fl.IntVar(&f.maxTimeSecs, "max-time", 0, "exit after SECS seconds (0: never)")
+	fl.IntVar(&f.maxMemoryMB, "max-memory-mb", 0, "exit when resident memory exceeds MB (0: never)")
+	fl.BoolVar(&f.stopWhenEmpty, "stop-when-empty", false, "exit once nothing is running and no job is ready")
+	fl.StringVar(&f.supervisor, "supervisor", "", "supervisor this worker belongs to (set by the master)")
+	fl.StringVar(&f.master, "master", "", "master this worker belongs to (set by the master)")
+	return c
+}
+
+func (r *runner) work(c *cobra.Command, f workFlags) error {
+	cfg, err := r.loadConfig()
+	if err != nil {
+		return err
+	}
+	wcfg, err := workerConfig(cfg, f)
+	if err != nil {
+		return err
+	}
+	url, err := databaseURL(cfg)
+	if err != nil {
+		return err
+	}
+	log := r.logger(cfg)
+	if f.supervisor != "" {
+		log = log.With("supervisor", f.supervisor)
+	}
+	wcfg.Logger = log
+	if !isTerminal(r.app.Stdout) {
+		wcfg.Reports = reportWriter(r.app.Stdout)
+	}
+
+	ctx, stop := signal.NotifyContext(c.Context(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	go func() {
+		// After the first signal a second one gets the default behaviour:
+		// the process dies at once.
+		<-ctx.Done()
+		stop()
+	}()
+
+	pool, err := openPool(ctx, url, max(cfg.Database.MaxConns, 4))
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	w, err := worker.New(store.New(pool), r.app.Jobs, wcfg)
+	if err != nil {
+		return err
+	}
+	_, err = w.Run(ctx)
+	if errors.Is(err, worker.ErrJobTimedOut) {
+		return &exitError{code: ExitJobTimedOut, err: err}
+	}
+	return err
+}
+
+// workerConfig merges the command's flags over the queue section.
+func workerConfig(cfg *config.Config, f workFlags) (worker.Config, error) {
+	queues := cfg.Queue.Queues
+	if strings.TrimSpace(f.queues) != "" {
+		queues = nil
+		for _, q := range strings.Split(f.queues, ",") {
+			q = strings.TrimSpace(q)
+			if q == "" {
+				return worker.Config{}, errors.New("--queue: queue names must not be empty (e.g. --queue default,mail)")
+			}
+			queues = append(queues, q)
+		}
+	}
+	switch {
+	case f.concurrency < 0:
+		return worker.Config{}, errors.New("--concurrency must be at least 1")
+	case f.maxJobs < 0, f.maxTimeSecs < 0, f.maxMemoryMB < 0:
+		return worker.Config{}, errors.New("--max-jobs, --max-time and --max-memory-mb must not be negative")
+	}
+	concurrency := f.concurrency
+	if concurrency == 0 {
+		concurrency = cfg.Queue.Workers
+	}
+	return worker.Config{
+		Queues:         queues,
+		Concurrency:    concurrency,
+		MaxJobs:        f.maxJobs,
+		MaxTime:        time.Duration(f.maxTimeSecs) * time.Second,
+		MaxMemoryMB:    f.maxMemoryMB,
+		StopWhenEmpty:  f.stopWhenEmpty,
+		PollInterval:   time.Duration(cfg.Queue.PollIntervalMs) * time.Millisecond,
+		DefaultTimeout: time.Duration(cfg.Queue.TimeoutSecs) * time.Second,
+		TimeoutGrace:   time.Duration(cfg.Queue.TimeoutGraceSecs) * time.Second,
+		Master:         f.master,
+	}, nil
+}
+
+// reportWriter writes @fleet report lines to w, one whole line per write.
+func reportWriter(w io.Writer) func(spawner.Report) {
+	var mu sync.Mutex
+	return func(rep spawner.Report) {
+		mu.Lock()
+		defer mu.Unlock()
+		_, _ = w.Write(spawner.FormatReport(rep))
+	}
+}
+
+// isTerminal reports whether w is a character device such as a terminal.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}

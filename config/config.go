@@ -1,0 +1,146 @@
+// Package config loads the application's configuration: defaults, then the
+// TOML file (config/app.toml by default), then a .env file in the working
+// directory, then APP_* environment variables. Every error names the file,
+// line or variable and the key at fault.
+package config
+
+// Config is the whole application configuration.
+type Config struct {
+	Database DatabaseConfig `toml:"database"`
+	Queue    QueueConfig    `toml:"queue"`
+	Log      LogConfig      `toml:"log"`
+	Fleet    FleetConfig    `toml:"fleet"`
+}
+
+// DatabaseConfig names the PostgreSQL database.
+type DatabaseConfig struct {
+	// URL is a postgres:// connection string. Empty means "not configured":
+	// the demo command then starts a private server.
+	URL string `toml:"url"`
+	// MaxConns bounds the connection pool of each process (0: pgx default).
+	MaxConns int `toml:"max_conns"`
+}
+
+// QueueConfig holds the queue's defaults.
+type QueueConfig struct {
+	// Driver is "database" (PostgreSQL) or "memory" (unit tests only).
+	Driver string `toml:"driver"`
+	// DefaultQueue is the queue a job goes to when it names none.
+	DefaultQueue string `toml:"default_queue"`
+	// Queues is the list a worker works when no supervisor is configured.
+	Queues []string `toml:"queues"`
+	// Workers is the default number of jobs one worker process runs at once.
+	Workers int `toml:"workers"`
+	// Tries is the default maximum number of attempts of a job.
+	Tries int `toml:"tries"`
+	// Backoff is the default delay before each retry, in seconds; the last
+	// value repeats.
+	Backoff []int `toml:"backoff"`
+	// TimeoutSecs is the default time a job may run before its context is
+	// cancelled.
+	TimeoutSecs int `toml:"timeout_secs"`
+	// TimeoutGraceSecs is how long a worker waits after cancelling a timed-out
+	// job before it gives up on it and exits.
+	TimeoutGraceSecs int `toml:"timeout_grace_secs"`
+	// PollIntervalMs is the polling fallback when no notification arrives.
+	PollIntervalMs int `toml:"poll_interval_ms"`
+}
+
+// LogConfig shapes the process's logs.
+type LogConfig struct {
+	// Level is debug, info, warn or error.
+	Level string `toml:"level"`
+	// Format is text or json.
+	Format string `toml:"format"`
+	// Redact lists fragments of payload field names whose values are hidden.
+	Redact []string `toml:"redact"`
+}
+
+// FleetConfig is the fleet master's section.
+type FleetConfig struct {
+	// Only restricts this host's master to the named supervisors.
+	Only []string `toml:"only"`
+	// Supervisors maps a supervisor's name to its options.
+	Supervisors map[string]SupervisorConfig `toml:"supervisors"`
+	// BalanceCooldownSecs is the time between two rebalancing steps.
+	BalanceCooldownSecs int `toml:"balance_cooldown_secs"`
+	// BalanceMaxShift is how far one queue's process count moves per step.
+	BalanceMaxShift int `toml:"balance_max_shift"`
+	// MasterTTLSecs is how long a master's row lives after its last beat.
+	MasterTTLSecs int `toml:"master_ttl_secs"`
+	// LongWait maps a queue to the wait, in seconds, that raises an alert.
+	LongWait map[string]int `toml:"long_wait"`
+	// LongWaitCooldownMinutes is the least time between two alerts of a queue.
+	LongWaitCooldownMinutes int `toml:"long_wait_cooldown_minutes"`
+	// LongWaitWebhook, when set, receives each long-wait alert as JSON.
+	LongWaitWebhook string `toml:"long_wait_webhook"`
+	// Trim says how long history is kept.
+	Trim TrimConfig `toml:"trim"`
+	// HTTP is the master's listener for /metrics and the dashboard.
+	HTTP HTTPConfig `toml:"http"`
+	// Path is where the dashboard is served.
+	Path string `toml:"path"`
+	// Dashboard turns the dashboard on or off.
+	Dashboard bool `toml:"dashboard"`
+}
+
+// SupervisorConfig is one [fleet.supervisors.NAME] table. Pointer fields are
+// nil when the key is absent, so resolution can tell "unset" from zero.
+type SupervisorConfig struct {
+	Queues       []string `toml:"queues"`
+	Balance      string   `toml:"balance"`
+	MinProcesses *int     `toml:"min_processes"`
+	MaxProcesses *int     `toml:"max_processes"`
+	Concurrency  *int     `toml:"concurrency"`
+	MaxJobs      int      `toml:"max_jobs"`
+	MaxMemoryMB  int      `toml:"max_memory_mb"`
+	MaxTimeSecs  int      `toml:"max_time_secs"`
+	Tries        *int     `toml:"tries"`
+	Backoff      []int    `toml:"backoff"`
+	TimeoutSecs  *int     `toml:"timeout_secs"`
+}
+
+// TrimConfig says how long job history and metrics are kept.
+type TrimConfig struct {
+	CompletedHours int `toml:"completed_hours"`
+	FailedDays     int `toml:"failed_days"`
+	MetricsDays    int `toml:"metrics_days"`
+}
+
+// HTTPConfig is the master's HTTP listener.
+type HTTPConfig struct {
+	// Addr is host:port; empty turns the listener off.
+	Addr string `toml:"addr"`
+}
+
+// Default returns the configuration used when nothing overrides it.
+func Default() Config {
+	return Config{
+		Queue: QueueConfig{
+			Driver:           "database",
+			DefaultQueue:     "default",
+			Queues:           []string{"default"},
+			Workers:          4,
+			Tries:            3,
+			Backoff:          []int{1, 5, 30},
+			TimeoutSecs:      60,
+			TimeoutGraceSecs: 5,
+			PollIntervalMs:   1000,
+		},
+		Log: LogConfig{
+			Level:  "info",
+			Format: "text",
+			Redact: []string{"password", "secret", "token", "authorization", "api_key"},
+		},
+		Fleet: FleetConfig{
+			BalanceCooldownSecs:     3,
+			BalanceMaxShift:         1,
+			MasterTTLSecs:           10,
+			LongWaitCooldownMinutes: 15,
+			Trim:                    TrimConfig{CompletedHours: 24, FailedDays: 7, MetricsDays: 30},
+			HTTP:                    HTTPConfig{Addr: "127.0.0.1:9465"},
+			Path:                    "/_fleet",
+			Dashboard:               true,
+		},
+	}
+}

@@ -1,0 +1,199 @@
+// Package migrations holds the embedded SQL of fleet's two migration sets,
+// "queue" then "fleet", and applies them with golang-migrate. Each set keeps
+// its version in a table of its own, so the sets move independently.
+package migrations
+
+import (
+	"context"
+	"crypto/sha256"
+	"database/sql"
+	"embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+
+	"github.com/golang-migrate/migrate/v4"
+	pgxmigrate "github.com/golang-migrate/migrate/v4/database/pgx/v5"
+	"github.com/golang-migrate/migrate/v4/source/iofs"
+	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx" for golang-migrate
+)
+
+//go:embed queue/*.sql fleet/*.sql
+var files embed.FS
+
+// Set is one migration set: a folder of numbered SQL files and the table that
+// records how far it has been applied.
+type Set struct {
+	Name  string
+	Table string
+}
+
+// Sets returns the migration sets in the order they are applied.
+func Sets() []Set {
+	return []Set{
+		{Name: "queue", Table: "queue_schema_migrations"},
+		{Name: "fleet", Table: "fleet_schema_migrations"},
+	}
+}
+
+// SetStatus is how far one set has been applied.
+type SetStatus struct {
+	Set     string `json:"set"`
+	Version uint   `json:"version"`
+	Latest  uint   `json:"latest"`
+	Dirty   bool   `json:"dirty"`
+	Applied bool   `json:"applied"`
+}
+
+// Up applies every pending migration of every set, in order. Running it again
+// changes nothing. It reports how many migrations it applied.
+func Up(ctx context.Context, databaseURL string) (int, error) {
+	applied := 0
+	for _, set := range Sets() {
+		n, err := withMigrate(ctx, databaseURL, set, func(m *migrate.Migrate) (int, error) {
+			before, _, err := version(m)
+			if err != nil {
+				return 0, err
+			}
+			if err := m.Up(); err != nil && !errors.Is(err, migrate.ErrNoChange) {
+				return 0, err
+			}
+			after, _, err := version(m)
+			return int(after - before), err
+		})
+		if err != nil {
+			return applied, fmt.Errorf("migrate set %q up: %w", set.Name, err)
+		}
+		applied += n
+	}
+	return applied, nil
+}
+
+// Down rolls back the last steps migrations of the named set.
+func Down(ctx context.Context, databaseURL, setName string, steps int) error {
+	if steps < 1 {
+		return fmt.Errorf("--steps must be at least 1, got %d", steps)
+	}
+	set, ok := findSet(setName)
+	if !ok {
+		return fmt.Errorf("unknown migration set %q (sets: queue, fleet)", setName)
+	}
+	_, err := withMigrate(ctx, databaseURL, set, func(m *migrate.Migrate) (int, error) {
+		err := m.Steps(-steps)
+		if errors.Is(err, migrate.ErrNoChange) {
+			return 0, nil
+		}
+		return 0, err
+	})
+	if err != nil {
+		return fmt.Errorf("migrate set %q down %d: %w", setName, steps, err)
+	}
+	return nil
+}
+
+// Status reports each set's applied version and whether it is dirty.
+func Status(ctx context.Context, databaseURL string) ([]SetStatus, error) {
+	var out []SetStatus
+	for _, set := range Sets() {
+		latest, err := latestVersion(set)
+		if err != nil {
+			return nil, err
+		}
+		st := SetStatus{Set: set.Name, Latest: latest}
+		_, err = withMigrate(ctx, databaseURL, set, func(m *migrate.Migrate) (int, error) {
+			v, dirty, err := version(m)
+			st.Version, st.Dirty, st.Applied = v, dirty, v > 0
+			return 0, err
+		})
+		if err != nil {
+			return nil, fmt.Errorf("migration status of set %q: %w", set.Name, err)
+		}
+		out = append(out, st)
+	}
+	return out, nil
+}
+
+func findSet(name string) (Set, bool) {
+	for _, s := range Sets() {
+		if s.Name == name {
+			return s, true
+		}
+	}
+	return Set{}, false
+}
+
+func latestVersion(set Set) (uint, error) {
+	entries, err := fs.ReadDir(files, set.Name)
+	if err != nil {
+		return 0, fmt.Errorf("read embedded set %q: %w", set.Name, err)
+	}
+	var latest uint
+	for _, e := range entries {
+		var v uint
+		if _, err := fmt.Sscanf(e.Name(), "%d_", &v); err == nil && v > latest {
+			latest = v
+		}
+	}
+	return latest, nil
+}
+
+func version(m *migrate.Migrate) (uint, bool, error) {
+	v, dirty, err := m.Version()
+	if errors.Is(err, migrate.ErrNilVersion) {
+		return 0, false, nil
+	}
+	return v, dirty, err
+}
+
+// withMigrate opens a connection for one set and runs fn with a migrator
+// bound to that set's table. golang-migrate takes no context, so ctx only
+// bounds opening the connection.
+func withMigrate(ctx context.Context, databaseURL string, set Set, fn func(*migrate.Migrate) (int, error)) (int, error) {
+	db, err := sql.Open("pgx", databaseURL)
+	if err != nil {
+		return 0, fmt.Errorf("open database: %w", err)
+	}
+	defer db.Close()
+	if err := db.PingContext(ctx); err != nil {
+		return 0, fmt.Errorf("connect to database: %w", err)
+	}
+	driver, err := pgxmigrate.WithInstance(db, &pgxmigrate.Config{MigrationsTable: set.Table})
+	if err != nil {
+		return 0, fmt.Errorf("prepare migrations table %s: %w", set.Table, err)
+	}
+	sub, err := fs.Sub(files, set.Name)
+	if err != nil {
+		return 0, fmt.Errorf("embedded set %q: %w", set.Name, err)
+	}
+	src, err := iofs.New(sub, ".")
+	if err != nil {
+		return 0, fmt.Errorf("embedded set %q: %w", set.Name, err)
+	}
+	m, err := migrate.NewWithInstance("iofs", src, "pgx5", driver)
+	if err != nil {
+		return 0, fmt.Errorf("set %q: %w", set.Name, err)
+	}
+	defer m.Close()
+	return fn(m)
+}
+
+// Fingerprint is a short hash of every embedded migration file. Test
+// harnesses name template databases after it so a changed migration never
+// reuses a stale template.
+func Fingerprint() string {
+	h := sha256.New()
+	_ = fs.WalkDir(files, ".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := files.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(h, "%s\x00%d\x00", path, len(b))
+		h.Write(b)
+		return nil
+	})
+	return hex.EncodeToString(h.Sum(nil))[:12]
+}

@@ -1,0 +1,4 @@
+DROP TABLE IF EXISTS queue_failed_jobs;
+DROP TRIGGER IF EXISTS queue_jobs_notify_insert ON queue_jobs;
+DROP TABLE IF EXISTS queue_jobs;
+DROP FUNCTION IF EXISTS queue_jobs_notify();

@@ -1,0 +1,139 @@
+package queue
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/fleet-go/fleet/store"
+)
+
+// Defaults are applied to jobs that do not set their own values.
+type Defaults struct {
+	Queue   string        // default "default"
+	Tries   int           // default 3
+	Backoff []int         // seconds; nil: none
+	Timeout time.Duration // default 60 s
+}
+
+// Default values used when Defaults leaves a field zero.
+const (
+	DefaultQueue   = "default"
+	DefaultTries   = 3
+	DefaultTimeout = 60 * time.Second
+)
+
+// Client dispatches jobs.
+type Client struct {
+	store    *store.Store
+	defaults Defaults
+}
+
+// NewClient returns a client dispatching on pool.
+func NewClient(pool *pgxpool.Pool, d Defaults) *Client {
+	d.Queue = cmp.Or(d.Queue, DefaultQueue)
+	d.Tries = cmp.Or(d.Tries, DefaultTries)
+	d.Timeout = cmp.Or(d.Timeout, DefaultTimeout)
+	return &Client{store: store.New(pool), defaults: d}
+}
+
+// Dispatch inserts job and returns its id. Idle workers of its queue wake
+// within milliseconds.
+func (c *Client) Dispatch(ctx context.Context, job *Job) (int64, error) {
+	ids, err := c.DispatchMany(ctx, []*Job{job})
+	if err != nil {
+		return 0, err
+	}
+	return ids[0], nil
+}
+
+// DispatchTx inserts job inside tx: the job exists only if tx commits, and
+// workers are notified at commit.
+func (c *Client) DispatchTx(ctx context.Context, tx pgx.Tx, job *Job) (int64, error) {
+	ids, err := c.DispatchManyTx(ctx, tx, []*Job{job})
+	if err != nil {
+		return 0, err
+	}
+	return ids[0], nil
+}
+
+// DispatchMany inserts jobs in one round trip, all or none, and returns
+// their ids in order.
+func (c *Client) DispatchMany(ctx context.Context, jobs []*Job) ([]int64, error) {
+	return c.insert(ctx, c.store.Pool(), jobs)
+}
+
+// DispatchManyTx is DispatchMany inside the caller's transaction.
+func (c *Client) DispatchManyTx(ctx context.Context, tx pgx.Tx, jobs []*Job) ([]int64, error) {
+	return c.insert(ctx, tx, jobs)
+}
+
+func (c *Client) insert(ctx context.Context, db store.DBTX, jobs []*Job) ([]int64, error) {
+	params := make([]store.JobInsertParams, len(jobs))
+	for i, j := range jobs {
+		p, err := c.params(j)
+		if err != nil {
+			return nil, err
+		}
+		params[i] = p
+	}
+	ids, err := c.store.JobInsertMany(ctx, db, params)
+	if err != nil {
+		return nil, fmt.Errorf("dispatch: %w", err)
+	}
+	for i, j := range jobs {
+		j.ID = ids[i]
+	}
+	return ids, nil
+}
+
+// ErrInvalidJob is wrapped by every error about a job that cannot be
+// dispatched as it is.
+var ErrInvalidJob = errors.New("invalid job")
+
+func (c *Client) params(j *Job) (store.JobInsertParams, error) {
+	if j == nil {
+		return store.JobInsertParams{}, fmt.Errorf("%w: nil job", ErrInvalidJob)
+	}
+	if j.payloadErr != nil {
+		return store.JobInsertParams{}, fmt.Errorf("%w: %w", ErrInvalidJob, j.payloadErr)
+	}
+	if j.Name == "" {
+		return store.JobInsertParams{}, fmt.Errorf("%w: a job needs a name", ErrInvalidJob)
+	}
+	p := store.JobInsertParams{
+		Queue:       cmp.Or(j.Queue, c.defaults.Queue),
+		Name:        j.Name,
+		Payload:     j.Payload,
+		MaxTries:    cmp.Or(j.MaxTries, c.defaults.Tries),
+		BackoffSecs: j.backoff,
+		Timeout:     cmp.Or(j.timeout, c.defaults.Timeout),
+		Delay:       j.delay,
+		RetryOf:     j.retryOf,
+	}
+	if j.backoff == nil {
+		p.BackoffSecs = c.defaults.Backoff
+	}
+	switch {
+	case p.MaxTries < 1:
+		return p, fmt.Errorf("%w: job %q: tries must be at least 1, got %d", ErrInvalidJob, j.Name, p.MaxTries)
+	case p.Delay < 0:
+		return p, fmt.Errorf("%w: job %q: delay must not be negative, got %s", ErrInvalidJob, j.Name, p.Delay)
+	case p.Timeout < time.Millisecond:
+		return p, fmt.Errorf("%w: job %q: timeout must be at least 1ms, got %s", ErrInvalidJob, j.Name, p.Timeout)
+	}
+	for _, b := range p.BackoffSecs {
+		if b < 0 {
+			return p, fmt.Errorf("%w: job %q: backoff must not be negative, got %d", ErrInvalidJob, j.Name, b)
+		}
+	}
+	if len(p.Payload) == 0 {
+		p.Payload = []byte(`{}`)
+	}
+	return p, nil
+}

@@ -1,0 +1,519 @@
+// Package worker runs jobs: it claims them from PostgreSQL in batches, runs
+// up to Concurrency at once from its queues in priority order, writes their
+// outcomes in batches, and stops at its limits. `app fleet:work` runs one
+// Worker per process; the master's in-process spawner runs several.
+package worker
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"runtime/debug"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fleet-go/fleet/queue"
+	"github.com/fleet-go/fleet/spawner"
+	"github.com/fleet-go/fleet/store"
+)
+
+// Defaults for Config fields left zero.
+const (
+	DefaultConcurrency       = 4
+	DefaultPollInterval      = time.Second
+	DefaultTimeout           = 60 * time.Second
+	DefaultTimeoutGrace      = 5 * time.Second
+	DefaultHeartbeatInterval = time.Second
+	// DrainTimeout bounds how long a stopping worker keeps trying to write
+	// the outcomes of its last jobs.
+	DrainTimeout = 30 * time.Second
+)
+
+// ErrJobTimedOut is returned by Run when a job kept running past its timeout
+// plus the grace period: the worker recorded the attempt as timed out,
+// released its other jobs and gave up, and its process should exit non-zero
+// so that its supervisor replaces it.
+var ErrJobTimedOut = errors.New("a job ignored its timeout")
+
+// Config shapes a worker.
+type Config struct {
+	// Queues are worked in priority order: a queue is only claimed from when
+	// the ones before it have nothing ready.
+	Queues []string
+	// Concurrency is how many jobs run at once.
+	Concurrency int
+	// MaxJobs stops the worker after it has started this many jobs (0: never).
+	MaxJobs int
+	// MaxTime stops the worker after it has run this long (0: never).
+	MaxTime time.Duration
+	// MaxMemoryMB stops the worker when its resident memory exceeds it (0: never).
+	MaxMemoryMB int
+	// StopWhenEmpty stops the worker once nothing is running or unwritten and
+	// no job is ready on its queues.
+	StopWhenEmpty bool
+	// Paused starts the worker taking no jobs until Continue.
+	Paused bool
+	// PollInterval is the fallback when no notification arrives.
+	PollInterval time.Duration
+	// DefaultTimeout applies to jobs stored without a timeout.
+	DefaultTimeout time.Duration
+	// TimeoutGrace is how long a job may run after its context is cancelled
+	// for its timeout before the worker gives up on it.
+	TimeoutGrace time.Duration
+	// HeartbeatInterval is how often Reports receives a heartbeat.
+	HeartbeatInterval time.Duration
+	// Name is the lease holder's name; default host:pid:random.
+	Name string
+	// Master names the master this worker belongs to, so another master can
+	// release its jobs if both die.
+	Master string
+	// Logger receives the worker's logs; default slog.Default().
+	Logger *slog.Logger
+	// Reports receives ready, heartbeat and exiting reports; may be nil.
+	Reports func(spawner.Report)
+	// MemoryMB measures the worker's memory; default the process's resident
+	// set size.
+	MemoryMB func() float64
+}
+
+// Result says how a worker stopped.
+type Result struct {
+	Reason spawner.ExitReason
+	// Jobs is the number of attempts the worker finished.
+	Jobs int64
+}
+
+// Worker claims and runs jobs. Build it with New and call Run once.
+type Worker struct {
+	cfg    Config
+	st     *store.Store
+	jobs   *queue.Registry
+	log    *slog.Logger
+	writer *writer
+
+	wake     chan struct{}
+	done     chan finished
+	paused   atomic.Bool
+	stopOnce sync.Once
+	stop     chan struct{}
+}
+
+// New returns a worker running jobs from st with the handlers in jobs.
+func New(st *store.Store, jobs *queue.Registry, cfg Config) (*Worker, error) {
+	if len(cfg.Queues) == 0 {
+		return nil, errors.New("worker needs at least one queue")
+	}
+	for _, q := range cfg.Queues {
+		if q == "" {
+			return nil, errors.New("worker queue names must not be empty")
+		}
+	}
+	if cfg.Concurrency < 0 || cfg.MaxJobs < 0 || cfg.MaxTime < 0 || cfg.MaxMemoryMB < 0 {
+		return nil, errors.New("worker concurrency and limits must not be negative")
+	}
+	cfg.Concurrency = cmp.Or(cfg.Concurrency, DefaultConcurrency)
+	cfg.PollInterval = cmp.Or(cfg.PollInterval, DefaultPollInterval)
+	cfg.DefaultTimeout = cmp.Or(cfg.DefaultTimeout, DefaultTimeout)
+	cfg.TimeoutGrace = cmp.Or(cfg.TimeoutGrace, DefaultTimeoutGrace)
+	cfg.HeartbeatInterval = cmp.Or(cfg.HeartbeatInterval, DefaultHeartbeatInterval)
+	if cfg.Name == "" {
+		cfg.Name = DefaultName()
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.MemoryMB == nil {
+		cfg.MemoryMB = ResidentMemoryMB
+	}
+	log := cfg.Logger.With("worker", cfg.Name)
+	w := &Worker{
+		cfg:    cfg,
+		st:     st,
+		jobs:   jobs,
+		log:    log,
+		writer: newWriter(st, cfg.Name, log),
+		wake:   make(chan struct{}, 1),
+		done:   make(chan finished, cfg.Concurrency),
+		stop:   make(chan struct{}),
+	}
+	w.paused.Store(cfg.Paused)
+	return w, nil
+}
+
+// DefaultName returns host:pid:random, unique per process.
+func DefaultName() string {
+	host, _ := os.Hostname()
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return fmt.Sprintf("%s:%d:%s", cmp.Or(host, "localhost"), os.Getpid(), hex.EncodeToString(b))
+}
+
+// Name is the worker's lease-holder name.
+func (w *Worker) Name() string { return w.cfg.Name }
+
+// Pause stops the worker from taking new jobs; running jobs go on.
+func (w *Worker) Pause() { w.paused.Store(true); w.poke() }
+
+// Continue lets a paused worker take jobs again.
+func (w *Worker) Continue() { w.paused.Store(false); w.poke() }
+
+// Stop asks the worker to stop as if its context ended: it takes no new
+// jobs, lets running ones finish, writes their outcomes and returns.
+func (w *Worker) Stop() { w.stopOnce.Do(func() { close(w.stop) }) }
+
+func (w *Worker) poke() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+type running struct {
+	job      store.ClaimedJob
+	started  time.Time
+	deadline time.Time
+	cancel   context.CancelFunc
+}
+
+type finished struct {
+	job     store.ClaimedJob
+	err     error
+	timeout time.Duration
+	expired bool // the job's context ran out before it returned
+}
+
+// Run works until ctx ends (or Stop), a limit is reached, or, with
+// StopWhenEmpty, there is nothing left to do. A stopping worker takes no new
+// jobs, lets running ones finish within their timeout, writes every outcome
+// and returns a nil error. Jobs run on a context that ctx's cancellation does
+// not reach: only their own timeout cancels them.
+func (w *Worker) Run(ctx context.Context) (Result, error) {
+	bg, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
+	var wg sync.WaitGroup
+	wg.Go(func() { w.writer.run(bg) })
+	wg.Go(func() { w.listen(bg) })
+	defer func() {
+		stopBackground()
+		wg.Wait()
+	}()
+	return w.loop(ctx, context.WithoutCancel(ctx))
+}
+
+type loopState struct {
+	running  map[int64]*running
+	started  int64 // jobs claimed and started
+	finished int64 // attempts finished
+	stopping bool
+	reason   spawner.ExitReason
+}
+
+func (w *Worker) loop(ctx, jobBase context.Context) (Result, error) {
+	s := &loopState{running: map[int64]*running{}}
+	w.report(spawner.Report{Type: spawner.ReportReady, PID: os.Getpid(), Worker: w.cfg.Name,
+		Queues: w.cfg.Queues, Concurrency: w.cfg.Concurrency})
+	w.log.Info("worker started", "queues", w.cfg.Queues, "concurrency", w.cfg.Concurrency)
+
+	heartbeat := time.NewTicker(w.cfg.HeartbeatInterval)
+	defer heartbeat.Stop()
+	watchdog := time.NewTicker(min(200*time.Millisecond, w.cfg.TimeoutGrace))
+	defer watchdog.Stop()
+	poll := time.NewTimer(w.cfg.PollInterval)
+	defer poll.Stop()
+	var maxTime <-chan time.Time
+	if w.cfg.MaxTime > 0 {
+		t := time.NewTimer(w.cfg.MaxTime)
+		defer t.Stop()
+		maxTime = t.C
+	}
+	ctxDone, stop := ctx.Done(), w.stop
+	needClaim := true
+	for {
+		if s.stopping && len(s.running) == 0 {
+			break
+		}
+		if needClaim && !s.stopping && !w.paused.Load() && len(s.running) < w.cfg.Concurrency {
+			needClaim = w.claim(ctx, jobBase, s, poll)
+		}
+		if s.stopping && len(s.running) == 0 {
+			break
+		}
+		select {
+		case <-ctxDone:
+			ctxDone = nil
+			w.beginStop(s, spawner.ExitStopped)
+		case <-stop:
+			stop = nil
+			w.beginStop(s, spawner.ExitStopped)
+		case f := <-w.done:
+			w.finish(s, f)
+			for more := true; more; {
+				select {
+				case f := <-w.done:
+					w.finish(s, f)
+				default:
+					more = false
+				}
+			}
+			needClaim = true
+		case <-w.wake:
+			needClaim = true
+		case <-poll.C:
+			poll.Reset(w.cfg.PollInterval)
+			needClaim = true
+		case <-maxTime:
+			w.beginStop(s, spawner.ExitMaxTime)
+		case <-heartbeat.C:
+			mem := w.cfg.MemoryMB()
+			w.report(spawner.Report{Type: spawner.ReportHeartbeat, Jobs: s.finished,
+				Running: len(s.running), MemoryMB: mem, Paused: w.paused.Load()})
+			if w.cfg.MaxMemoryMB > 0 && mem > float64(w.cfg.MaxMemoryMB) {
+				w.log.Info("memory limit reached", "memory_mb", mem, "max_memory_mb", w.cfg.MaxMemoryMB)
+				w.beginStop(s, spawner.ExitMaxMemory)
+			}
+		case now := <-watchdog.C:
+			if r := w.overdue(s, now); r != nil {
+				return w.abandon(s, r)
+			}
+		}
+	}
+	return w.exit(s, nil)
+}
+
+func (w *Worker) beginStop(s *loopState, reason spawner.ExitReason) {
+	if s.stopping {
+		return
+	}
+	s.stopping, s.reason = true, reason
+	w.log.Info("worker stopping: finishing running jobs", "reason", string(reason), "running", len(s.running))
+}
+
+// claim fills free slots from the queues in priority order. It reports
+// whether another claim may find more right away.
+func (w *Worker) claim(ctx, jobBase context.Context, s *loopState, poll *time.Timer) bool {
+	limit := w.cfg.Concurrency - len(s.running)
+	if w.cfg.MaxJobs > 0 {
+		limit = min(limit, w.cfg.MaxJobs-int(s.started))
+	}
+	// The claim must not be cut off half-way by a stop signal: a claim whose
+	// answer is lost would leave jobs reserved until a master releases them.
+	claimCtx, cancel := context.WithTimeout(jobBase, 30*time.Second)
+	defer cancel()
+	for _, q := range w.cfg.Queues {
+		if limit <= 0 {
+			break
+		}
+		jobs, err := w.st.JobClaim(claimCtx, store.JobClaimParams{Queue: q, Limit: limit, Worker: w.cfg.Name, Master: w.cfg.Master})
+		if err != nil {
+			w.log.Warn("claim failed; retrying at the next poll", "queue", q, "err", err)
+			return false
+		}
+		if ctx.Err() != nil || w.paused.Load() {
+			// Stopped or paused while claiming: these jobs never start.
+			w.release(jobs, "")
+			return false
+		}
+		for _, j := range jobs {
+			w.start(jobBase, s, j)
+		}
+		limit -= len(jobs)
+	}
+	if w.cfg.MaxJobs > 0 && s.started >= int64(w.cfg.MaxJobs) {
+		w.beginStop(s, spawner.ExitMaxJobs)
+		return false
+	}
+	if limit <= 0 {
+		return true // every slot filled: more may be waiting
+	}
+	// The queues ran dry.
+	if w.cfg.StopWhenEmpty && len(s.running) == 0 && w.empty(claimCtx) {
+		w.beginStop(s, spawner.ExitEmpty)
+		return false
+	}
+	if next, ok, err := w.st.JobNextAvailable(claimCtx, w.cfg.Queues); err == nil && ok && next < w.cfg.PollInterval {
+		poll.Reset(next + 5*time.Millisecond)
+	}
+	return false
+}
+
+// empty reports, once every outcome is written (a written retry may be
+// ready at once), whether no job is ready on the worker's queues.
+func (w *Worker) empty(ctx context.Context) bool {
+	if err := w.writer.drain(ctx); err != nil {
+		return false
+	}
+	ready, err := w.st.JobReadyExists(ctx, w.cfg.Queues)
+	return err == nil && !ready
+}
+
+func (w *Worker) start(jobBase context.Context, s *loopState, j store.ClaimedJob) {
+	timeout := cmp.Or(j.Timeout, w.cfg.DefaultTimeout)
+	jctx, cancel := context.WithTimeout(jobBase, timeout)
+	now := time.Now()
+	s.running[j.ID] = &running{job: j, started: now, deadline: now.Add(timeout), cancel: cancel}
+	s.started++
+	go func() {
+		err := w.execute(jctx, j)
+		w.done <- finished{job: j, err: err, timeout: timeout, expired: jctx.Err() != nil}
+	}()
+}
+
+// execute runs one attempt; a panic is a failed attempt carrying the panic
+// value and stack.
+func (w *Worker) execute(ctx context.Context, j store.ClaimedJob) (err error) {
+	h, ok := w.jobs.Lookup(j.Name)
+	if !ok {
+		return fmt.Errorf("no handler registered for %q", j.Name)
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("panic: %v\n%s", r, debug.Stack())
+		}
+	}()
+	return h(ctx, &queue.Job{
+		ID: j.ID, Name: j.Name, Queue: j.Queue, Payload: j.Payload,
+		Attempt: j.Attempt, MaxTries: j.MaxTries, CreatedAt: j.CreatedAt,
+	})
+}
+
+func (w *Worker) finish(s *loopState, f finished) {
+	r, ok := s.running[f.job.ID]
+	if !ok || r.job.Attempt != f.job.Attempt {
+		return // abandoned after a timeout
+	}
+	r.cancel()
+	delete(s.running, f.job.ID)
+	s.finished++
+	lease := store.Lease{ID: f.job.ID, Attempt: f.job.Attempt}
+	if f.err == nil {
+		w.writer.add(outcome{completed: &lease})
+		return
+	}
+	msg := f.err.Error()
+	if f.expired {
+		msg = fmt.Sprintf("timed out after %s: %s", f.timeout, msg)
+	}
+	w.recordFailure(f.job, msg)
+}
+
+// recordFailure writes a failed attempt: retried after its backoff while
+// tries remain, moved to failed jobs otherwise.
+func (w *Worker) recordFailure(j store.ClaimedJob, msg string) {
+	lease := store.Lease{ID: j.ID, Attempt: j.Attempt}
+	if j.Attempt >= j.MaxTries {
+		w.log.Warn("job failed for good", "job_id", j.ID, "job", j.Name, "queue", j.Queue,
+			"attempt", j.Attempt, "tries", j.MaxTries, "err", msg)
+		w.writer.add(outcome{failed: &store.JobFail{Lease: lease, Error: msg}})
+		return
+	}
+	delay := queue.RetryDelay(j.BackoffSecs, j.Attempt)
+	w.log.Info("job attempt failed; will retry", "job_id", j.ID, "job", j.Name, "queue", j.Queue,
+		"attempt", j.Attempt, "tries", j.MaxTries, "retry_in", delay, "err", msg)
+	w.writer.add(outcome{retried: &store.JobRetry{Lease: lease, Delay: delay, Error: msg}})
+}
+
+// overdue returns a job that outlived its timeout plus the grace period.
+func (w *Worker) overdue(s *loopState, now time.Time) *running {
+	for _, r := range s.running {
+		if now.After(r.deadline.Add(w.cfg.TimeoutGrace)) {
+			return r
+		}
+	}
+	return nil
+}
+
+// abandon gives up on a job that ignores its cancellation: its attempt is
+// recorded as timed out, the worker's other jobs are released for another
+// worker (their attempt not counted), and Run returns ErrJobTimedOut.
+func (w *Worker) abandon(s *loopState, r *running) (Result, error) {
+	w.log.Error("job ignored its timeout; giving up on it and exiting so a fresh worker takes over",
+		"job_id", r.job.ID, "job", r.job.Name, "timeout", r.deadline.Sub(r.started), "grace", w.cfg.TimeoutGrace)
+	delete(s.running, r.job.ID)
+	s.finished++
+	w.recordFailure(r.job, fmt.Sprintf("timed out after %s and did not stop within %s", r.deadline.Sub(r.started), w.cfg.TimeoutGrace))
+	others := make([]store.ClaimedJob, 0, len(s.running))
+	for _, o := range s.running {
+		o.cancel()
+		others = append(others, o.job)
+	}
+	clear(s.running)
+	w.release(others, "released: its worker exited after another job timed out")
+	s.reason = spawner.ExitTimeout
+	return w.exit(s, ErrJobTimedOut)
+}
+
+func (w *Worker) release(jobs []store.ClaimedJob, reason string) {
+	if len(jobs) == 0 {
+		return
+	}
+	leases := make([]store.Lease, len(jobs))
+	for i, j := range jobs {
+		leases[i] = store.Lease{ID: j.ID, Attempt: j.Attempt}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), DrainTimeout)
+	defer cancel()
+	n, err := w.st.JobRelease(ctx, store.JobReleaseParams{Worker: w.cfg.Name, Leases: leases, Uncount: true, Error: reason})
+	if err != nil {
+		w.log.Error("release jobs failed: they stay reserved until a master releases them", "jobs", len(jobs), "err", err)
+		return
+	}
+	w.log.Info("released jobs that had not started", "jobs", n)
+}
+
+func (w *Worker) exit(s *loopState, runErr error) (Result, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), DrainTimeout)
+	defer cancel()
+	if err := w.writer.drain(ctx); err != nil {
+		w.log.Error("could not write every finished job before exiting: their jobs stay reserved until a master releases them",
+			"unsaved", w.writer.Unsaved(), "err", err)
+		runErr = errors.Join(runErr, fmt.Errorf("write finished jobs: %w", err))
+	}
+	if s.reason == "" {
+		s.reason = spawner.ExitStopped
+	}
+	w.report(spawner.Report{Type: spawner.ReportExiting, Reason: s.reason, Jobs: s.finished,
+		Running: len(s.running), MemoryMB: w.cfg.MemoryMB()})
+	w.log.Info("worker exiting", "reason", string(s.reason), "jobs", s.finished)
+	return Result{Reason: s.reason, Jobs: s.finished}, runErr
+}
+
+func (w *Worker) report(r spawner.Report) {
+	if w.cfg.Reports != nil {
+		w.cfg.Reports(r)
+	}
+}
+
+// listen wakes the worker when a job is dispatched to one of its queues.
+// When the connection drops it reconnects with backoff; polling covers the
+// gap.
+func (w *Worker) listen(ctx context.Context) {
+	backoff := 100 * time.Millisecond
+	for {
+		err := w.st.Listen(ctx, func() {
+			backoff = 100 * time.Millisecond
+			w.poke() // catch up with anything dispatched while not listening
+		}, func(q string) {
+			if slices.Contains(w.cfg.Queues, q) {
+				w.poke()
+			}
+		})
+		if ctx.Err() != nil {
+			return
+		}
+		w.log.Debug("notification connection lost; polling until it is back", "err", err, "retry_in", backoff)
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		backoff = min(backoff*2, 10*time.Second)
+	}
+}
