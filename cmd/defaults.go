@@ -1,18 +1,13 @@
 package cmd
 
 import (
-	"time"
-
 	"github.com/fleet-go/fleet/config"
 	"github.com/fleet-go/fleet/queue"
 )
 
-// clientDefaults turns the queue section into dispatch defaults.
+// clientDefaults turns the queue section into dispatch defaults. Tries,
+// backoff and timeout are left to the worker that runs a job, so a
+// supervisor's defaults apply to jobs that set none.
 func clientDefaults(cfg *config.Config) queue.Defaults {
-	return queue.Defaults{
-		Queue:   cfg.Queue.DefaultQueue,
-		Tries:   cfg.Queue.Tries,
-		Backoff: cfg.Queue.Backoff,
-		Timeout: time.Duration(cfg.Queue.TimeoutSecs) * time.Second,
-	}
+	return queue.Defaults{Queue: cfg.Queue.DefaultQueue}
 }

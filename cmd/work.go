@@ -134,6 +134,8 @@ func workerConfig(cfg *config.Config, f workFlags) (worker.Config, error) {
 		MaxMemoryMB:    f.maxMemoryMB,
 		StopWhenEmpty:  f.stopWhenEmpty,
 		PollInterval:   time.Duration(cfg.Queue.PollIntervalMs) * time.Millisecond,
+		Tries:          cfg.Queue.Tries,
+		Backoff:        cfg.Queue.Backoff,
 		DefaultTimeout: time.Duration(cfg.Queue.TimeoutSecs) * time.Second,
 		TimeoutGrace:   time.Duration(cfg.Queue.TimeoutGraceSecs) * time.Second,
 		Master:         f.master,

@@ -13,20 +13,20 @@ import (
 	"github.com/fleet-go/fleet/store"
 )
 
-// Defaults are applied to jobs that do not set their own values.
+// Defaults are applied to jobs that do not set their own values. Leave
+// Tries, Backoff and Timeout unset to let the worker that runs a job apply
+// its supervisor's defaults (and then the queue section's): a job stores only
+// what was set for it.
 type Defaults struct {
 	Queue   string        // default "default"
-	Tries   int           // default 3
-	Backoff []int         // seconds; nil: none
-	Timeout time.Duration // default 60 s
+	Tries   int           // 0: the worker's default
+	Backoff []int         // nil: the worker's default
+	Timeout time.Duration // 0: the worker's default
 }
 
-// Default values used when Defaults leaves a field zero.
-const (
-	DefaultQueue   = "default"
-	DefaultTries   = 3
-	DefaultTimeout = 60 * time.Second
-)
+// DefaultQueue is the queue of a job that names none, when Defaults does
+// not say otherwise.
+const DefaultQueue = "default"
 
 // Client dispatches jobs.
 type Client struct {
@@ -37,8 +37,6 @@ type Client struct {
 // NewClient returns a client dispatching on pool.
 func NewClient(pool *pgxpool.Pool, d Defaults) *Client {
 	d.Queue = cmp.Or(d.Queue, DefaultQueue)
-	d.Tries = cmp.Or(d.Tries, DefaultTries)
-	d.Timeout = cmp.Or(d.Timeout, DefaultTimeout)
 	return &Client{store: store.New(pool), defaults: d}
 }
 
@@ -120,11 +118,11 @@ func (c *Client) params(j *Job) (store.JobInsertParams, error) {
 		p.BackoffSecs = c.defaults.Backoff
 	}
 	switch {
-	case p.MaxTries < 1:
+	case p.MaxTries < 0:
 		return p, fmt.Errorf("%w: job %q: tries must be at least 1, got %d", ErrInvalidJob, j.Name, p.MaxTries)
 	case p.Delay < 0:
 		return p, fmt.Errorf("%w: job %q: delay must not be negative, got %s", ErrInvalidJob, j.Name, p.Delay)
-	case p.Timeout < time.Millisecond:
+	case p.Timeout < 0 || (p.Timeout > 0 && p.Timeout < time.Millisecond):
 		return p, fmt.Errorf("%w: job %q: timeout must be at least 1ms, got %s", ErrInvalidJob, j.Name, p.Timeout)
 	}
 	for _, b := range p.BackoffSecs {

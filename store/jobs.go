@@ -15,10 +15,10 @@ import (
 type JobInsertParams struct {
 	Queue       string
 	Name        string
-	Payload     []byte // valid JSON
-	MaxTries    int
-	BackoffSecs []int
-	Timeout     time.Duration
+	Payload     []byte        // valid JSON
+	MaxTries    int           // 0: the worker's default
+	BackoffSecs []int         // nil: the worker's default
+	Timeout     time.Duration // 0: the worker's default
 	Delay       time.Duration
 	RetryOf     int64 // 0: none
 }
@@ -30,19 +30,22 @@ func (s *Store) JobInsertMany(ctx context.Context, db DBTX, jobs []JobInsertPara
 		return nil, nil
 	}
 	n := len(jobs)
-	queues, names, payloads, backoffs := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	queues, names, payloads, backoffs := make([]string, n), make([]string, n), make([]string, n), make([]*string, n)
 	tries, timeouts, delays, retryOf := make([]int32, n), make([]int64, n), make([]int64, n), make([]int64, n)
 	for i, j := range jobs {
 		queues[i], names[i], payloads[i] = j.Queue, j.Name, string(j.Payload)
 		tries[i] = int32(j.MaxTries)
-		backoffs[i] = intArrayLiteral(j.BackoffSecs)
+		if j.BackoffSecs != nil {
+			lit := intArrayLiteral(j.BackoffSecs)
+			backoffs[i] = &lit
+		}
 		timeouts[i] = j.Timeout.Milliseconds()
 		delays[i] = j.Delay.Milliseconds()
 		retryOf[i] = j.RetryOf
 	}
 	rows, err := db.Query(ctx, `
 		INSERT INTO queue_jobs (queue, name, payload, max_tries, backoff_secs, timeout_ms, available_at, retry_of)
-		SELECT u.q, u.n, u.p::jsonb, u.t, u.b::integer[], u.tm,
+		SELECT u.q, u.n, u.p::jsonb, NULLIF(u.t, 0), u.b::integer[], NULLIF(u.tm, 0),
 		       now() + u.d * interval '1 millisecond', NULLIF(u.r, 0)
 		FROM unnest($1::text[], $2::text[], $3::text[], $4::integer[], $5::text[], $6::bigint[], $7::bigint[], $8::bigint[])
 		     WITH ORDINALITY AS u(q, n, p, t, b, tm, d, r, ord)
@@ -75,9 +78,9 @@ type ClaimedJob struct {
 	Name        string
 	Payload     []byte
 	Attempt     int
-	MaxTries    int
-	BackoffSecs []int
-	Timeout     time.Duration
+	MaxTries    int           // 0: not set by the job
+	BackoffSecs []int         // nil: not set by the job
+	Timeout     time.Duration // 0: not set by the job
 	CreatedAt   time.Time
 	ReservedAt  time.Time
 }
@@ -115,14 +118,22 @@ func (s *Store) JobClaim(ctx context.Context, p JobClaimParams) ([]ClaimedJob, e
 	jobs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (ClaimedJob, error) {
 		var j ClaimedJob
 		var backoff []int32
-		var timeoutMs int64
-		err := row.Scan(&j.ID, &j.Queue, &j.Name, &j.Payload, &j.Attempt, &j.MaxTries,
+		var maxTries *int32
+		var timeoutMs *int64
+		err := row.Scan(&j.ID, &j.Queue, &j.Name, &j.Payload, &j.Attempt, &maxTries,
 			&backoff, &timeoutMs, &j.CreatedAt, &j.ReservedAt)
-		j.BackoffSecs = make([]int, len(backoff))
-		for i, b := range backoff {
-			j.BackoffSecs[i] = int(b)
+		if backoff != nil {
+			j.BackoffSecs = make([]int, len(backoff))
+			for i, b := range backoff {
+				j.BackoffSecs[i] = int(b)
+			}
 		}
-		j.Timeout = time.Duration(timeoutMs) * time.Millisecond
+		if maxTries != nil {
+			j.MaxTries = int(*maxTries)
+		}
+		if timeoutMs != nil {
+			j.Timeout = time.Duration(*timeoutMs) * time.Millisecond
+		}
 		return j, err
 	})
 	if err != nil {
@@ -148,6 +159,8 @@ type JobRetry struct {
 type JobFail struct {
 	Lease
 	Error string
+	// MaxTries is the number of tries that applied to the job.
+	MaxTries int
 }
 
 // JobFinishParams is a batch of finished attempts of one worker.
@@ -219,22 +232,23 @@ func (s *Store) JobFinishMany(ctx context.Context, p JobFinishParams) (JobFinish
 	if len(p.Failed) > 0 {
 		leases := make([]Lease, len(p.Failed))
 		errs := make([]string, len(p.Failed))
+		tries := make([]int32, len(p.Failed))
 		for i, f := range p.Failed {
-			leases[i], errs[i] = f.Lease, f.Error
+			leases[i], errs[i], tries[i] = f.Lease, f.Error, int32(f.MaxTries)
 		}
 		ids, attempts := leaseArrays(leases)
 		add(leases, `
 			WITH moved AS (
 				DELETE FROM queue_jobs j
-				USING unnest($1::bigint[], $2::integer[], $3::text[]) AS d(id, attempt, err)
+				USING unnest($1::bigint[], $2::integer[], $3::text[], $5::integer[]) AS d(id, attempt, err, tries)
 				WHERE j.id = d.id AND j.attempts = d.attempt AND j.reserved_by = $4
-				RETURNING j.id, j.queue, j.name, j.payload, j.attempts, j.max_tries,
+				RETURNING j.id, j.queue, j.name, j.payload, j.attempts, COALESCE(j.max_tries, d.tries),
 				          j.backoff_secs, j.timeout_ms, d.err, j.created_at, j.retry_of
 			)
 			INSERT INTO queue_failed_jobs (job_id, queue, name, payload, attempts, max_tries,
 			                               backoff_secs, timeout_ms, error, created_at, retry_of)
 			SELECT * FROM moved
-			RETURNING job_id`, ids, attempts, errs, p.Worker)
+			RETURNING job_id`, ids, attempts, errs, p.Worker, tries)
 	}
 	if len(steps) == 0 {
 		return res, nil

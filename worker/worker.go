@@ -27,6 +27,7 @@ import (
 // Defaults for Config fields left zero.
 const (
 	DefaultConcurrency       = 4
+	DefaultTries             = 3
 	DefaultPollInterval      = time.Second
 	DefaultTimeout           = 60 * time.Second
 	DefaultTimeoutGrace      = 5 * time.Second
@@ -62,7 +63,12 @@ type Config struct {
 	Paused bool
 	// PollInterval is the fallback when no notification arrives.
 	PollInterval time.Duration
-	// DefaultTimeout applies to jobs stored without a timeout.
+	// Tries applies to jobs dispatched without their own (default 3).
+	Tries int
+	// Backoff applies to jobs dispatched without their own, in seconds
+	// before each retry (nil: retry at once).
+	Backoff []int
+	// DefaultTimeout applies to jobs dispatched without a timeout.
 	DefaultTimeout time.Duration
 	// TimeoutGrace is how long a job may run after its context is cancelled
 	// for its timeout before the worker gives up on it.
@@ -115,10 +121,11 @@ func New(st *store.Store, jobs *queue.Registry, cfg Config) (*Worker, error) {
 			return nil, errors.New("worker queue names must not be empty")
 		}
 	}
-	if cfg.Concurrency < 0 || cfg.MaxJobs < 0 || cfg.MaxTime < 0 || cfg.MaxMemoryMB < 0 {
+	if cfg.Concurrency < 0 || cfg.MaxJobs < 0 || cfg.MaxTime < 0 || cfg.MaxMemoryMB < 0 || cfg.Tries < 0 {
 		return nil, errors.New("worker concurrency and limits must not be negative")
 	}
 	cfg.Concurrency = cmp.Or(cfg.Concurrency, DefaultConcurrency)
+	cfg.Tries = cmp.Or(cfg.Tries, DefaultTries)
 	cfg.PollInterval = cmp.Or(cfg.PollInterval, DefaultPollInterval)
 	cfg.DefaultTimeout = cmp.Or(cfg.DefaultTimeout, DefaultTimeout)
 	cfg.TimeoutGrace = cmp.Or(cfg.TimeoutGrace, DefaultTimeoutGrace)
@@ -353,7 +360,13 @@ func (w *Worker) empty(ctx context.Context) bool {
 }
 
 func (w *Worker) start(jobBase context.Context, s *loopState, j store.ClaimedJob) {
-	timeout := cmp.Or(j.Timeout, w.cfg.DefaultTimeout)
+	// What the job did not set itself, the worker's defaults decide.
+	j.MaxTries = cmp.Or(j.MaxTries, w.cfg.Tries)
+	if j.BackoffSecs == nil {
+		j.BackoffSecs = w.cfg.Backoff
+	}
+	j.Timeout = cmp.Or(j.Timeout, w.cfg.DefaultTimeout)
+	timeout := j.Timeout
 	jctx, cancel := context.WithTimeout(jobBase, timeout)
 	now := time.Now()
 	s.running[j.ID] = &running{job: j, started: now, deadline: now.Add(timeout), cancel: cancel}
@@ -409,7 +422,7 @@ func (w *Worker) recordFailure(j store.ClaimedJob, msg string) {
 	if j.Attempt >= j.MaxTries {
 		w.log.Warn("job failed for good", "job_id", j.ID, "job", j.Name, "queue", j.Queue,
 			"attempt", j.Attempt, "tries", j.MaxTries, "err", msg)
-		w.writer.add(outcome{failed: &store.JobFail{Lease: lease, Error: msg}})
+		w.writer.add(outcome{failed: &store.JobFail{Lease: lease, Error: msg, MaxTries: j.MaxTries}})
 		return
 	}
 	delay := queue.RetryDelay(j.BackoffSecs, j.Attempt)

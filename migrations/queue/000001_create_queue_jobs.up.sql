@@ -9,9 +9,11 @@ CREATE TABLE queue_jobs (
     -- attempts counts the attempts started so far; together with reserved_by it
     -- is the lease a worker holds while it runs the job.
     attempts        integer     NOT NULL DEFAULT 0,
-    max_tries       integer     NOT NULL CHECK (max_tries >= 1),
-    backoff_secs    integer[]   NOT NULL DEFAULT '{}',
-    timeout_ms      bigint      NOT NULL DEFAULT 0,
+    -- max_tries, backoff_secs and timeout_ms are NULL when the job did not
+    -- set them: the worker running it applies its supervisor's defaults.
+    max_tries       integer     CHECK (max_tries >= 1),
+    backoff_secs    integer[],
+    timeout_ms      bigint      CHECK (timeout_ms >= 1),
     available_at    timestamptz NOT NULL DEFAULT now(),
     created_at      timestamptz NOT NULL DEFAULT now(),
     reserved_at     timestamptz,
@@ -56,8 +58,8 @@ CREATE TABLE queue_failed_jobs (
     payload   jsonb       NOT NULL,
     attempts  integer     NOT NULL,
     max_tries integer     NOT NULL,
-    backoff_secs integer[] NOT NULL DEFAULT '{}',
-    timeout_ms bigint     NOT NULL DEFAULT 0,
+    backoff_secs integer[],
+    timeout_ms bigint,
     error     text        NOT NULL,
     created_at timestamptz NOT NULL,
     failed_at timestamptz NOT NULL DEFAULT now(),

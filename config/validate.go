@@ -1,0 +1,85 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// Validate checks that values are in range: queue.driver is database or
+// memory; log.level is debug, info, warn or error; log.format is text or
+// json; queue.workers and queue.tries are at least 1; queue.backoff values
+// are at least 0; queue.timeout_secs is at least 1;
+// queue.timeout_grace_secs is at least 0; queue.poll_interval_ms is at
+// least 10; queue.default_queue and the names in queue.queues are not
+// empty. The rules of supervisors belong to the package that resolves them.
+//
+// Each error names its key, e.g. "queue.workers: must be at least 1, got 0";
+// all problems are reported, joined with errors.Join.
+func (c *Config) Validate() error {
+	if c == nil {
+		return errors.New("config: nil Config")
+	}
+	q := c.Queue
+	errs := []error{
+		oneOf("queue.driver", q.Driver, "database", "memory"),
+		notEmpty("queue.default_queue", q.DefaultQueue),
+	}
+	for i, name := range q.Queues {
+		errs = append(errs, notEmpty(fmt.Sprintf("queue.queues[%d]", i), name))
+	}
+	errs = append(errs,
+		atLeast("queue.workers", q.Workers, 1),
+		atLeast("queue.tries", q.Tries, 1),
+	)
+	for i, secs := range q.Backoff {
+		errs = append(errs, atLeast(fmt.Sprintf("queue.backoff[%d]", i), secs, 0))
+	}
+	errs = append(errs,
+		atLeast("queue.timeout_secs", q.TimeoutSecs, 1),
+		atLeast("queue.timeout_grace_secs", q.TimeoutGraceSecs, 0),
+		atLeast("queue.poll_interval_ms", q.PollIntervalMs, 10),
+		oneOf("log.level", c.Log.Level, "debug", "info", "warn", "error"),
+		oneOf("log.format", c.Log.Format, "text", "json"),
+	)
+	return errors.Join(errs...)
+}
+
+// invalid returns the error for key.
+func invalid(key, format string, args ...any) error {
+	return &sourceError{where: key, msg: fmt.Sprintf(format, args...)}
+}
+
+// oneOf checks that got is one of allowed.
+func oneOf(key, got string, allowed ...string) error {
+	for _, a := range allowed {
+		if got == a {
+			return nil
+		}
+	}
+	return invalid(key, "must be %s, got %q", orList(allowed), got)
+}
+
+// orList writes "a", "a or b", "a, b or c".
+func orList(words []string) string {
+	if len(words) < 2 {
+		return strings.Join(words, "")
+	}
+	return strings.Join(words[:len(words)-1], ", ") + " or " + words[len(words)-1]
+}
+
+// atLeast checks that got >= least.
+func atLeast(key string, got, least int) error {
+	if got >= least {
+		return nil
+	}
+	return invalid(key, "must be at least %d, got %d", least, got)
+}
+
+// notEmpty checks that a name is not empty or blank.
+func notEmpty(key, got string) error {
+	if strings.TrimSpace(got) != "" {
+		return nil
+	}
+	return invalid(key, "must not be empty")
+}

@@ -1,0 +1,120 @@
+package config
+
+import "testing"
+
+func TestValidate(t *testing.T) {
+	tests := []struct {
+		name   string
+		modify func(c *Config)
+		want   string // "" for valid
+	}{
+		{name: "default is valid", modify: func(*Config) {}},
+		{
+			name: "all allowed values",
+			modify: func(c *Config) {
+				c.Queue.Driver, c.Log.Level, c.Log.Format = "memory", "debug", "json"
+				c.Queue.Workers, c.Queue.Tries, c.Queue.TimeoutSecs = 1, 1, 1
+				c.Queue.Backoff = []int{0}
+				c.Queue.TimeoutGraceSecs, c.Queue.PollIntervalMs = 0, 10
+				c.Queue.Queues = nil
+			},
+		},
+		{
+			name:   "driver",
+			modify: func(c *Config) { c.Queue.Driver = "redis" },
+			want:   `queue.driver: must be database or memory, got "redis"`,
+		},
+		{
+			name:   "empty driver",
+			modify: func(c *Config) { c.Queue.Driver = "" },
+			want:   `queue.driver: must be database or memory, got ""`,
+		},
+		{
+			name:   "level",
+			modify: func(c *Config) { c.Log.Level = "INFO" },
+			want:   `log.level: must be debug, info, warn or error, got "INFO"`,
+		},
+		{
+			name:   "format",
+			modify: func(c *Config) { c.Log.Format = "xml" },
+			want:   `log.format: must be text or json, got "xml"`,
+		},
+		{
+			name:   "workers",
+			modify: func(c *Config) { c.Queue.Workers = 0 },
+			want:   "queue.workers: must be at least 1, got 0",
+		},
+		{
+			name:   "tries",
+			modify: func(c *Config) { c.Queue.Tries = -1 },
+			want:   "queue.tries: must be at least 1, got -1",
+		},
+		{
+			name:   "backoff",
+			modify: func(c *Config) { c.Queue.Backoff = []int{1, -5, 30} },
+			want:   "queue.backoff[1]: must be at least 0, got -5",
+		},
+		{
+			name:   "timeout",
+			modify: func(c *Config) { c.Queue.TimeoutSecs = 0 },
+			want:   "queue.timeout_secs: must be at least 1, got 0",
+		},
+		{
+			name:   "timeout grace",
+			modify: func(c *Config) { c.Queue.TimeoutGraceSecs = -1 },
+			want:   "queue.timeout_grace_secs: must be at least 0, got -1",
+		},
+		{
+			name:   "poll interval",
+			modify: func(c *Config) { c.Queue.PollIntervalMs = 9 },
+			want:   "queue.poll_interval_ms: must be at least 10, got 9",
+		},
+		{
+			name:   "default queue",
+			modify: func(c *Config) { c.Queue.DefaultQueue = "" },
+			want:   "queue.default_queue: must not be empty",
+		},
+		{
+			name:   "blank queue name",
+			modify: func(c *Config) { c.Queue.Queues = []string{"default", " "} },
+			want:   "queue.queues[1]: must not be empty",
+		},
+		{
+			name: "all problems, in key order",
+			modify: func(c *Config) {
+				c.Queue.Workers, c.Queue.Tries = 0, 0
+				c.Log.Format = "yaml"
+			},
+			want: "queue.workers: must be at least 1, got 0\n" +
+				"queue.tries: must be at least 1, got 0\n" +
+				`log.format: must be text or json, got "yaml"`,
+		},
+		{
+			name: "supervisors are not checked here",
+			modify: func(c *Config) {
+				c.Fleet.Supervisors = map[string]SupervisorConfig{"x": {MaxProcesses: intPtr(-1), Balance: "bogus"}}
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := Default()
+			tt.modify(&c)
+			err := c.Validate()
+			if tt.want == "" {
+				if err != nil {
+					t.Fatalf("Validate: %v", err)
+				}
+				return
+			}
+			wantError(t, err, tt.want)
+		})
+	}
+}
+
+func TestValidateNil(t *testing.T) {
+	var c *Config
+	if err := c.Validate(); err == nil {
+		t.Fatal("Validate on nil Config: got no error")
+	}
+}

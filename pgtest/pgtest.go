@@ -1,0 +1,518 @@
+// Package pgtest gives tests a fresh, migrated PostgreSQL database each.
+//
+// A package whose tests need PostgreSQL calls Main from TestMain:
+//
+//	func TestMain(m *testing.M) { pgtest.Main(m) }
+//
+// and each test asks for its own database with URL or Pool. The first such
+// call of a test process finds a server, in this order:
+//
+//  1. the server of FLEET_TEST_DATABASE_URL, when that is set (a URL to any
+//     database the harness may connect to; its role needs CREATEDB);
+//  2. a local server at postgres://postgres@127.0.0.1:5432/postgres that
+//     lets the postgres role in without a password (2 s connect timeout),
+//     unless FLEET_TEST_NO_LOCAL is set (meant for testing this harness:
+//     it forces step 3 while a local server runs);
+//  3. a throwaway cluster started with pgcluster in a temporary directory,
+//     stopped and removed by Main when the tests are done (and, should the
+//     test process die first, by a small watchdog process);
+//
+// and when none works, every test that needs a database fails, saying how
+// to provide one.
+//
+// Migrations run once per server and migration fingerprint: the first
+// process builds a template database named "fleet_tpl_" +
+// migrations.Fingerprint() (under an advisory lock, as go test runs packages
+// in parallel, and under a temporary name until it is fully migrated), and
+// every test database is a copy of it (CREATE DATABASE ... TEMPLATE, a few
+// milliseconds). The template accepts no connections, so copying it never
+// fails for someone being connected to it. Test databases are dropped WITH
+// (FORCE) when their test ends. On a shared server the template is kept for
+// later runs; Main drops it only from a throwaway cluster.
+package pgtest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/goleak"
+
+	"github.com/fleet-go/fleet/migrations"
+	"github.com/fleet-go/fleet/pgcluster"
+)
+
+const (
+	// EnvDatabaseURL names the environment variable holding the URL of the
+	// server to create test databases on.
+	EnvDatabaseURL = "FLEET_TEST_DATABASE_URL"
+	// EnvNoLocal names an environment variable that, when set to anything
+	// but "" or "0", makes the harness skip the local server at
+	// 127.0.0.1:5432 and go straight to a throwaway cluster. It exists to
+	// test that path on a machine whose local server is running.
+	EnvNoLocal = "FLEET_TEST_NO_LOCAL"
+
+	// localURL is the local server tried when EnvDatabaseURL is not set.
+	localURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+
+	templatePrefix = "fleet_tpl_"
+	testDBPrefix   = "fleet_test_"
+)
+
+// harness is the state of one test process: the server found by setup and
+// what Main must undo. setup runs once, under once; Main reads the rest
+// after the tests are done.
+type harness struct {
+	once    sync.Once
+	running bool // Main is running the tests
+	err     error
+	log     *slog.Logger
+
+	adminURL string
+	source   string // where the server came from, for messages
+	admin    *pgxpool.Pool
+	template string
+
+	// A throwaway cluster, when the harness started one.
+	cluster    *pgcluster.Cluster
+	clusterDir string
+	watchdog   *exec.Cmd
+	watchPipe  *os.File // closing it makes the watchdog clean up
+}
+
+var h harness
+
+// Main runs the package's tests, then stops the throwaway cluster the harness
+// started (dropping the template it made there first) and checks, when the
+// tests passed, that they leaked no goroutines. It exits the process with
+// the tests' code, or 1 when teardown fails or goroutines leaked.
+func Main(m *testing.M) {
+	h.running = true
+	code := m.Run()
+	if err := h.teardown(); err != nil {
+		fmt.Fprintf(os.Stderr, "pgtest: %v\n", err)
+		if code == 0 {
+			code = 1
+		}
+	}
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintf(os.Stderr, "pgtest: goroutines leaked by the tests: %v\n", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// URL returns the URL of a fresh database, already migrated, used by this
+// test alone and dropped (WITH (FORCE)) when the test ends. It fails the test
+// when no server can be had.
+func URL(t testing.TB) string {
+	t.Helper()
+	ready(t)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	name := testDBPrefix + randomHex(8)
+	began := time.Now()
+	err := retryInUse(ctx, func() error {
+		_, err := h.admin.Exec(ctx, "CREATE DATABASE "+ident(name)+" TEMPLATE "+ident(h.template))
+		return err
+	})
+	if err != nil {
+		t.Fatalf("pgtest: create database %s from template %s on %s: %v", name, h.template, h.source, err)
+	}
+	t.Logf("pgtest: database %s created in %v", name, time.Since(began).Round(time.Microsecond))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if _, err := h.admin.Exec(ctx, "DROP DATABASE IF EXISTS "+ident(name)+" WITH (FORCE)"); err != nil {
+			t.Errorf("pgtest: drop test database %s: %v", name, err)
+		}
+	})
+	u, err := withDatabase(h.adminURL, name)
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	return u
+}
+
+// Pool returns a pool on a fresh database (as URL), closed when the test ends.
+func Pool(t testing.TB) *pgxpool.Pool {
+	t.Helper()
+	u := URL(t)
+	pool, err := pgxpool.New(t.Context(), u)
+	if err != nil {
+		t.Fatalf("pgtest: open pool: %v", err)
+	}
+	t.Cleanup(pool.Close) // runs before URL's cleanup drops the database
+	if err := pool.Ping(t.Context()); err != nil {
+		t.Fatalf("pgtest: ping test database: %v", err)
+	}
+	return pool
+}
+
+// AdminURL returns the URL of the server's maintenance database: the
+// "postgres" database of the local server or throwaway cluster, or
+// FLEET_TEST_DATABASE_URL as given. Tests that create databases or roles
+// there must remove them themselves.
+func AdminURL(t testing.TB) string {
+	t.Helper()
+	ready(t)
+	return h.adminURL
+}
+
+// ready sets the harness up on first use and fails t when it has no server.
+func ready(t testing.TB) {
+	t.Helper()
+	if !h.running {
+		t.Fatal("pgtest: call pgtest.Main from TestMain: func TestMain(m *testing.M) { pgtest.Main(m) }")
+	}
+	h.once.Do(h.setup)
+	if h.err != nil {
+		t.Fatal(h.err)
+	}
+}
+
+// setup finds a server and makes sure the template exists on it.
+func (h *harness) setup() {
+	h.log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	if testing.Verbose() {
+		h.log = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	if err := h.findServer(ctx); err != nil {
+		h.err = err
+		return
+	}
+	cfg, err := pgxpool.ParseConfig(h.adminURL)
+	if err != nil {
+		h.err = fmt.Errorf("pgtest: parse admin URL of %s: %w", h.source, err)
+		return
+	}
+	cfg.MaxConns = 8
+	if h.admin, err = pgxpool.NewWithConfig(ctx, cfg); err != nil {
+		h.err = fmt.Errorf("pgtest: open admin pool on %s: %w", h.source, err)
+		return
+	}
+	began := time.Now()
+	built, err := h.ensureTemplate(ctx)
+	if err != nil {
+		h.err = fmt.Errorf("pgtest: template database on %s: %w", h.source, err)
+		return
+	}
+	if built {
+		h.log.Info("pgtest: built template", "template", h.template, "took", time.Since(began).Round(time.Millisecond))
+	}
+}
+
+// findServer settles adminURL and source, starting a cluster if need be.
+func (h *harness) findServer(ctx context.Context) error {
+	if u := os.Getenv(EnvDatabaseURL); u != "" {
+		if err := probe(ctx, u, 10*time.Second); err != nil {
+			return fmt.Errorf("pgtest: %s=%s: %w", EnvDatabaseURL, redact(u), err)
+		}
+		h.adminURL, h.source = u, EnvDatabaseURL
+		h.log.Info("pgtest: using the server of "+EnvDatabaseURL, "url", redact(u))
+		return nil
+	}
+	var reasons []string
+	if v := os.Getenv(EnvNoLocal); v == "" || v == "0" {
+		err := probe(ctx, localURL, 2*time.Second)
+		if err == nil {
+			h.adminURL, h.source = localURL, "the local server at 127.0.0.1:5432"
+			h.log.Info("pgtest: using the local server", "url", localURL)
+			return nil
+		}
+		reasons = append(reasons, "no local server: "+err.Error())
+	} else {
+		reasons = append(reasons, "local server skipped: "+EnvNoLocal+" is set")
+	}
+	err := h.startCluster(ctx)
+	if err == nil {
+		h.adminURL, h.source = h.cluster.URL("postgres"), "a throwaway cluster in "+h.clusterDir
+		return nil
+	}
+	reasons = append(reasons, "no throwaway cluster: "+err.Error())
+	return fmt.Errorf("pgtest: no PostgreSQL server for the tests. Set %s to the URL of a server "+
+		"where the harness may create databases, start a local PostgreSQL on 127.0.0.1:5432 that "+
+		"trusts the postgres role, or install the PostgreSQL server binaries (initdb, pg_ctl) "+
+		"so the harness can start one.\n%s", EnvDatabaseURL, strings.Join(reasons, "\n"))
+}
+
+// probe connects to u and checks that its role may create databases. Any
+// password is dropped: a server that asks for one does not qualify unless
+// the URL came from the user.
+func probe(ctx context.Context, u string, timeout time.Duration) error {
+	cfg, err := pgx.ParseConfig(u)
+	if err != nil {
+		return fmt.Errorf("parse URL: %w", err)
+	}
+	if u == localURL {
+		cfg.Password = "" // only trust: not from ~/.pgpass or PGPASSWORD
+	}
+	cfg.ConnectTimeout = timeout
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("connect: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	var may bool
+	err = conn.QueryRow(ctx, "SELECT rolsuper OR rolcreatedb FROM pg_roles WHERE rolname = current_user").Scan(&may)
+	if err != nil {
+		return fmt.Errorf("check role: %w", err)
+	}
+	if !may {
+		return fmt.Errorf("role %s may not create databases (needs CREATEDB)", cfg.User)
+	}
+	return nil
+}
+
+// startCluster starts a throwaway cluster in a temporary directory, with a
+// watchdog that stops and removes it should this process die before Main
+// does.
+func (h *harness) startCluster(ctx context.Context) error {
+	if _, err := pgcluster.FindBinaries(); err != nil {
+		return err
+	}
+	dir, err := os.MkdirTemp("", "fleet-pgtest-")
+	if err != nil {
+		return fmt.Errorf("create cluster directory: %w", err)
+	}
+	// As root the server runs as the postgres user, which must traverse it.
+	if err := os.Chmod(dir, 0o755); err != nil {
+		_ = os.RemoveAll(dir)
+		return fmt.Errorf("create cluster directory: %w", err)
+	}
+	h.clusterDir = dir
+	data := filepath.Join(dir, "data")
+	if err := h.startWatchdog(data, dir); err != nil {
+		_ = os.RemoveAll(dir)
+		return err
+	}
+	began := time.Now()
+	c, err := pgcluster.Start(ctx, pgcluster.Options{
+		DataDir: data,
+		LogFile: filepath.Join(dir, "postgres.log"),
+		Logger:  h.log,
+	})
+	if err != nil {
+		h.stopWatchdog()
+		return err
+	}
+	h.cluster = c
+	h.log.Info("pgtest: started a throwaway cluster", "dir", dir, "took", time.Since(began).Round(time.Millisecond))
+	return nil
+}
+
+// watchdogScript waits for its stdin to close, which happens when the test
+// process exits however it exits, then stops the postmaster of data dir $1
+// if one is still running (SIGINT is a fast shutdown; the postmaster removes
+// its pid file last), waiting at most 30 s, and removes $2.
+const watchdogScript = `read -r _
+pid=$(head -n 1 "$1/postmaster.pid" 2>/dev/null)
+if [ -n "$pid" ] && kill -INT "$pid" 2>/dev/null; then
+	i=0
+	while [ -f "$1/postmaster.pid" ] && [ "$i" -lt 300 ]; do sleep 0.1; i=$((i+1)); done
+fi
+rm -rf "$2"
+`
+
+// startWatchdog starts the watchdog of a throwaway cluster. It runs in a
+// session of its own, so a Ctrl-C that kills the tests does not kill it.
+func (h *harness) startWatchdog(dataDir, dir string) error {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return fmt.Errorf("start cluster watchdog: %w", err)
+	}
+	cmd := exec.Command("/bin/sh", "-c", watchdogScript, "pgtest-watchdog", dataDir, dir)
+	cmd.Stdin = r
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	err = cmd.Start()
+	_ = r.Close()
+	if err != nil {
+		_ = w.Close()
+		return fmt.Errorf("start cluster watchdog: %w", err)
+	}
+	h.watchdog, h.watchPipe = cmd, w
+	return nil
+}
+
+// stopWatchdog lets the watchdog clean up and waits for it to exit.
+func (h *harness) stopWatchdog() {
+	if h.watchdog == nil {
+		return
+	}
+	_ = h.watchPipe.Close()
+	_ = h.watchdog.Wait()
+	h.watchdog = nil
+}
+
+// ensureTemplate creates and migrates the template database unless it
+// exists, and reports whether it built it. The advisory lock serialises the
+// test processes of one go test run; the template is built under a
+// temporary name and renamed once migrated, so it is never seen half-built.
+func (h *harness) ensureTemplate(ctx context.Context) (bool, error) {
+	h.template = templatePrefix + migrations.Fingerprint()
+	conn, err := h.admin.Acquire(ctx)
+	if err != nil {
+		return false, fmt.Errorf("connect: %w", err)
+	}
+	defer conn.Release()
+	key := lockKey(h.template)
+	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", key); err != nil {
+		return false, fmt.Errorf("take advisory lock: %w", err)
+	}
+	defer func() {
+		if _, err := conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1)", key); err != nil {
+			conn.Conn().Close(context.WithoutCancel(ctx)) // ending the session releases the lock
+		}
+	}()
+	var exists bool
+	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT FROM pg_database WHERE datname = $1)", h.template).Scan(&exists); err != nil {
+		return false, fmt.Errorf("look for %s: %w", h.template, err)
+	}
+	if exists {
+		return false, nil
+	}
+
+	building := h.template + "_building"
+	// A process that died while building left this behind; we hold the lock.
+	if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+ident(building)+" WITH (FORCE)"); err != nil {
+		return false, fmt.Errorf("drop leftover %s: %w", building, err)
+	}
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+ident(building)); err != nil {
+		return false, fmt.Errorf("create %s: %w", building, err)
+	}
+	u, err := withDatabase(h.adminURL, building)
+	if err != nil {
+		return false, err
+	}
+	if _, err := migrations.Up(ctx, u); err != nil {
+		return false, fmt.Errorf("migrate %s: %w", building, err)
+	}
+	// Migration connections may take a moment to go away.
+	err = retryInUse(ctx, func() error {
+		_, err := conn.Exec(ctx, "ALTER DATABASE "+ident(building)+" RENAME TO "+ident(h.template))
+		return err
+	})
+	if err != nil {
+		return false, fmt.Errorf("rename %s to %s: %w", building, h.template, err)
+	}
+	if _, err := conn.Exec(ctx, "ALTER DATABASE "+ident(h.template)+" WITH ALLOW_CONNECTIONS false"); err != nil {
+		return false, fmt.Errorf("close %s to connections: %w", h.template, err)
+	}
+	return true, nil
+}
+
+// teardown undoes setup: it drops the template and stops the cluster when
+// the harness started one, and closes the admin pool.
+func (h *harness) teardown() error {
+	// Wait for a setup still under way, and keep any later one from running.
+	h.once.Do(func() { h.err = errors.New("pgtest: the tests are over") })
+	var errs []error
+	if h.cluster != nil && h.admin != nil && h.template != "" {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		if _, err := h.admin.Exec(ctx, "DROP DATABASE IF EXISTS "+ident(h.template)+" WITH (FORCE)"); err != nil {
+			errs = append(errs, fmt.Errorf("drop template %s: %w", h.template, err))
+		}
+		cancel()
+	}
+	if h.admin != nil {
+		h.admin.Close()
+	}
+	if h.cluster != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		if err := h.cluster.Stop(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("stop throwaway cluster: %w", err))
+		}
+		cancel()
+		if err := os.RemoveAll(h.clusterDir); err != nil {
+			errs = append(errs, fmt.Errorf("remove throwaway cluster directory: %w", err))
+		}
+	}
+	h.stopWatchdog()
+	return errors.Join(errs...)
+}
+
+// retryInUse runs fn again while it fails because someone is connected to a
+// database it needs alone (SQLSTATE 55006, "source database is being
+// accessed by other users"), backing off from 10 ms to 200 ms, for at most
+// about 5 s.
+func retryInUse(ctx context.Context, fn func() error) error {
+	delay := 10 * time.Millisecond
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		err := fn()
+		var pgErr *pgconn.PgError
+		if err == nil || !errors.As(err, &pgErr) || pgErr.Code != "55006" || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (gave up retrying: %w)", err, ctx.Err())
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 200*time.Millisecond)
+	}
+}
+
+// withDatabase returns the connection string u pointed at database db. It
+// takes URLs (postgres://...) and keyword/value strings (host=... dbname=...).
+func withDatabase(u, db string) (string, error) {
+	if !strings.HasPrefix(u, "postgres://") && !strings.HasPrefix(u, "postgresql://") {
+		return u + " dbname=" + db, nil // the last dbname wins
+	}
+	parsed, err := url.Parse(u)
+	if err != nil {
+		return "", fmt.Errorf("parse database URL: %w", err)
+	}
+	parsed.Path, parsed.RawPath = "/"+db, ""
+	if q := parsed.Query(); q.Has("dbname") || q.Has("database") {
+		q.Del("dbname")
+		q.Del("database")
+		parsed.RawQuery = q.Encode()
+	}
+	return parsed.String(), nil
+}
+
+// redact hides the password of a URL for messages.
+func redact(u string) string {
+	if parsed, err := url.Parse(u); err == nil && parsed.Scheme != "" {
+		return parsed.Redacted()
+	}
+	return "(connection string)"
+}
+
+// ident quotes a database name.
+func ident(name string) string { return pgx.Identifier{name}.Sanitize() }
+
+// lockKey is the advisory lock key guarding the template of that name.
+func lockKey(template string) int64 {
+	f := fnv.New64a()
+	f.Write([]byte("fleet-pgtest:" + template))
+	return int64(f.Sum64())
+}
+
+// randomHex returns n random bytes in hex.
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b) // never fails
+	return hex.EncodeToString(b)
+}

@@ -1,0 +1,95 @@
+package spawner
+
+import (
+	"context"
+	"strings"
+	"time"
+)
+
+// Spec says which worker to start. The master builds one per process; every
+// spawner turns it into a running worker the same way.
+type Spec struct {
+	// Supervisor is the supervisor the worker belongs to.
+	Supervisor string
+	// Queues are worked in priority order.
+	Queues []string
+	// Master is the master's name; the worker's leases carry it so another
+	// master can release them if this one dies.
+	Master string
+	// Worker is the worker's lease-holder name, unique across the fleet.
+	Worker string
+	// Concurrency is how many jobs the worker runs at once.
+	Concurrency int
+	// MaxJobs, MaxTime and MaxMemoryMB are recycling limits (0: never).
+	MaxJobs     int
+	MaxTime     time.Duration
+	MaxMemoryMB int
+	// Tries, Backoff and Timeout are the defaults for jobs dispatched
+	// without their own (0 / nil: the queue section's defaults).
+	Tries   int
+	Backoff []int
+	Timeout time.Duration
+	// Paused starts the worker paused.
+	Paused bool
+}
+
+// Group is the key of the process group the spec belongs to: its queues,
+// comma-separated ("mail", or "exports,default" for a balance = off group).
+func (s Spec) Group() string { return strings.Join(s.Queues, ",") }
+
+// Spawner starts workers. ProcessSpawner starts real processes,
+// InProcessSpawner runs workers as goroutines, and FakeSpawner (package
+// spawnertest) lets a test drive them; a master cannot tell them apart.
+type Spawner interface {
+	// Spawn starts a worker for spec. Every report of the process and,
+	// last, exactly one exit are sent to events as Event values. Sending may
+	// block: the receiver must keep reading until it has seen the exit of
+	// every process it spawned.
+	Spawn(ctx context.Context, spec Spec, events chan<- Event) (Process, error)
+}
+
+// Process is a started worker.
+type Process interface {
+	// Spec is what the process was started with.
+	Spec() Spec
+	// PID is its operating-system process id (0 when it has none).
+	PID() int
+	// Send delivers a command: pause, continue or stop (finish running jobs
+	// and exit).
+	Send(Command) error
+	// Kill ends the process at once. Its jobs stay reserved until released.
+	Kill() error
+}
+
+// Event is something that happened to a process: a report, or its exit.
+type Event struct {
+	Process Process
+	Report  *Report
+	Exit    *Exit
+}
+
+// Exit says how a process ended.
+type Exit struct {
+	// Reason is the reason it reported before exiting, or ExitCrash when it
+	// died without reporting one, or ExitStopped for a clean exit without a
+	// report.
+	Reason ExitReason
+	// Code is the exit status (-1 when killed by a signal).
+	Code int
+	// Err says what went wrong when the process could not be waited for.
+	Err error
+}
+
+// ExitFor decides the reason of an exit from the last reported reason and
+// the exit status: a reported reason wins; an unreported exit with status 0
+// is a stop; anything else is a crash.
+func ExitFor(reported ExitReason, code int) ExitReason {
+	switch {
+	case reported != "":
+		return reported
+	case code == 0:
+		return ExitStopped
+	default:
+		return ExitCrash
+	}
+}
