@@ -24,7 +24,8 @@ type App struct {
 	Jobs *queue.Registry
 	// Version is reported by masters and workers; default "dev".
 	Version string
-	// Stdout and Stderr default to the process's own.
+	// Stdin, Stdout and Stderr default to the process's own.
+	Stdin          io.Reader
 	Stdout, Stderr io.Writer
 	// Args default to os.Args[1:].
 	Args []string
@@ -56,6 +57,9 @@ func ExecuteContext(ctx context.Context, app App) int {
 	}
 	if app.Version == "" {
 		app.Version = "dev"
+	}
+	if app.Stdin == nil {
+		app.Stdin = os.Stdin
 	}
 	if app.Stdout == nil {
 		app.Stdout = os.Stdout
@@ -112,6 +116,11 @@ func (r *runner) rootCommand() *cobra.Command {
 		r.dispatchCommand(),
 		r.workCommand(),
 		r.demoCommand(),
+		r.fleetCommand(),
+		r.pauseCommand(),
+		r.continueCommand(),
+		r.statusCommand(),
+		r.terminateCommand(),
 	)
 	return root
 }

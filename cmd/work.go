@@ -1,8 +1,12 @@
 package cmd
 
 import (
+	"bufio"
+	"cmp"
+	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"strings"
@@ -26,6 +30,11 @@ type workFlags struct {
 	queues        string
 	supervisor    string
 	master        string
+	workerName    string
+	paused        bool
+	tries         int
+	backoff       string
+	timeout       time.Duration
 	concurrency   int
 	maxJobs       int
 	maxTimeSecs   int
@@ -52,7 +61,12 @@ func (r *runner) workCommand() *cobra.Command {
 	fl.IntVar(&f.maxMemoryMB, "max-memory-mb", 0, "exit when resident memory exceeds MB (0: never)")
 	fl.BoolVar(&f.stopWhenEmpty, "stop-when-empty", false, "exit once nothing is running and no job is ready")
 	fl.StringVar(&f.supervisor, "supervisor", "", "supervisor this worker belongs to (set by the master)")
-	fl.StringVar(&f.master, "master", "", "master this worker belongs to (set by the master)")
+	fl.StringVar(&f.master, "master", "", "master this worker belongs to (set by the master); the worker then takes commands on stdin and stops when stdin closes")
+	fl.StringVar(&f.workerName, "worker-name", "", "lease-holder name (default host:pid:random)")
+	fl.BoolVar(&f.paused, "paused", false, "start paused: take no jobs until told to continue")
+	fl.IntVar(&f.tries, "tries", 0, "most attempts for jobs that set none (default queue.tries)")
+	fl.StringVar(&f.backoff, "backoff", "", "retry backoff for jobs that set none, e.g. 1,5,30 (default queue.backoff)")
+	fl.DurationVar(&f.timeout, "timeout", 0, "timeout for jobs that set none (default queue.timeout_secs)")
 	return c
 }
 
@@ -80,6 +94,8 @@ func (r *runner) work(c *cobra.Command, f workFlags) error {
 
 	ctx, stop := signal.NotifyContext(c.Context(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	go func() {
 		// After the first signal a second one gets the default behaviour:
 		// the process dies at once.
@@ -95,6 +111,12 @@ func (r *runner) work(c *cobra.Command, f workFlags) error {
 	w, err := worker.New(store.New(pool), r.app.Jobs, wcfg)
 	if err != nil {
 		return err
+	}
+	if f.master != "" {
+		// Under a master: commands arrive on stdin, and stdin closing means
+		// the master is gone, so stop (finishing running jobs). The reader
+		// ends with the process.
+		go readCommands(r.app.Stdin, w, log)
 	}
 	_, err = w.Run(ctx)
 	if errors.Is(err, worker.ErrJobTimedOut) {
@@ -126,6 +148,21 @@ func workerConfig(cfg *config.Config, f workFlags) (worker.Config, error) {
 	if concurrency == 0 {
 		concurrency = cfg.Queue.Workers
 	}
+	if f.tries < 0 || f.timeout < 0 {
+		return worker.Config{}, errors.New("--tries and --timeout must not be negative")
+	}
+	backoff := cfg.Queue.Backoff
+	if f.backoff != "" {
+		b, err := parseBackoff(f.backoff)
+		if err != nil {
+			return worker.Config{}, err
+		}
+		backoff = b
+	}
+	timeout := time.Duration(cfg.Queue.TimeoutSecs) * time.Second
+	if f.timeout > 0 {
+		timeout = f.timeout
+	}
 	return worker.Config{
 		Queues:         queues,
 		Concurrency:    concurrency,
@@ -134,12 +171,42 @@ func workerConfig(cfg *config.Config, f workFlags) (worker.Config, error) {
 		MaxMemoryMB:    f.maxMemoryMB,
 		StopWhenEmpty:  f.stopWhenEmpty,
 		PollInterval:   time.Duration(cfg.Queue.PollIntervalMs) * time.Millisecond,
-		Tries:          cfg.Queue.Tries,
-		Backoff:        cfg.Queue.Backoff,
-		DefaultTimeout: time.Duration(cfg.Queue.TimeoutSecs) * time.Second,
+		Tries:          cmp.Or(f.tries, cfg.Queue.Tries),
+		Backoff:        backoff,
+		DefaultTimeout: timeout,
+		Paused:         f.paused,
+		Name:           f.workerName,
 		TimeoutGrace:   time.Duration(cfg.Queue.TimeoutGraceSecs) * time.Second,
 		Master:         f.master,
 	}, nil
+}
+
+// readCommands applies @fleet commands from the master until in ends; then
+// the master is gone and the worker stops.
+func readCommands(in io.Reader, w *worker.Worker, log *slog.Logger) {
+	sc := bufio.NewScanner(in)
+	warned := false
+	for sc.Scan() {
+		line := sc.Text()
+		c, err := spawner.ParseCommand(line)
+		if err != nil {
+			if !warned {
+				log.Warn("ignoring a malformed line from the master", "err", err)
+				warned = true
+			}
+			continue
+		}
+		switch c.Type {
+		case spawner.CommandPause:
+			w.Pause()
+		case spawner.CommandContinue:
+			w.Continue()
+		case spawner.CommandStop:
+			w.Stop()
+		}
+	}
+	log.Info("master closed stdin: stopping")
+	w.Stop()
 }
 
 // reportWriter writes @fleet report lines to w, one whole line per write.

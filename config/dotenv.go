@@ -2,11 +2,13 @@ package config
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
-	"sort"
+	"slices"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/joho/godotenv"
@@ -49,11 +51,8 @@ func readDotenv(path string) ([]dotenvVar, error) {
 	for name, value := range values {
 		vars = append(vars, dotenvVar{name: name, value: value, line: lines[name]})
 	}
-	sort.Slice(vars, func(i, j int) bool {
-		if vars[i].line != vars[j].line {
-			return vars[i].line < vars[j].line
-		}
-		return vars[i].name < vars[j].name
+	slices.SortFunc(vars, func(a, b dotenvVar) int {
+		return cmp.Or(cmp.Compare(a.line, b.line), strings.Compare(a.name, b.name))
 	})
 	return vars, nil
 }

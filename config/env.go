@@ -3,8 +3,9 @@ package config
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"reflect"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -62,15 +63,10 @@ func overrides(env map[string]string, dotenv []dotenvVar) []override {
 		}
 		out = append(out, override{name: v.name, value: v.value, where: dotenvWhere(v)})
 	}
-	names := make([]string, 0, len(env))
-	for name := range env {
+	for _, name := range slices.Sorted(maps.Keys(env)) {
 		if isOverride(name) {
-			names = append(names, name)
+			out = append(out, override{name: name, value: env[name], where: "environment " + name})
 		}
-	}
-	sort.Strings(names)
-	for _, name := range names {
-		out = append(out, override{name: name, value: env[name], where: "environment " + name})
 	}
 	return out
 }

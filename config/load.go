@@ -205,8 +205,8 @@ func describeMismatch(key []string, doc map[string]any) (expected, got string, o
 
 // secrets returns the database passwords found in the configured URL and
 // in the APP_DATABASE__URL overrides, to be masked in error messages.
-func secrets(url string, vars []override) []string {
-	urls := []string{url}
+func secrets(dbURL string, vars []override) []string {
+	urls := []string{dbURL}
 	for _, v := range vars {
 		if path, err := envKeyPath(v.name); err == nil && formatKey(path) == "database.url" {
 			urls = append(urls, v.value)

@@ -2,6 +2,7 @@ package config
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -910,4 +911,31 @@ func TestLoadZeroOptions(t *testing.T) {
 		t.Errorf("workers %d, tries %d, format %q; want 5, 6, json",
 			cfg.Queue.Workers, cfg.Queue.Tries, cfg.Log.Format)
 	}
+}
+
+// FuzzDecodeTOML checks that any document either decodes or gives errors
+// that start with "NAME:LINE: ", and never panics.
+func FuzzDecodeTOML(f *testing.F) {
+	for _, name := range []string{"full.toml", "syntax_error.toml", "wrong_type.toml", "unknown_key.toml"} {
+		b, err := os.ReadFile(filepath.Join(testdata, name))
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	f.Add([]byte("[[fleet.supervisors]]\nx = 1\n"))
+	f.Add([]byte("fleet.long_wait = [1]\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		cfg := Default()
+		err := decodeTOML(&cfg, data, "app.toml")
+		if err == nil {
+			return
+		}
+		for line := range strings.SplitSeq(err.Error(), "\n") {
+			var n int
+			if _, scanErr := fmt.Sscanf(line, "app.toml:%d: ", &n); scanErr != nil || n < 1 {
+				t.Fatalf("error line %q lacks app.toml:LINE", line)
+			}
+		}
+	})
 }

@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -20,9 +21,10 @@ func (c *Config) Validate() error {
 	if c == nil {
 		return errors.New("config: nil Config")
 	}
+	_, secrets, _ := redact(c.Database.URL) // never echoed in a message
 	q := c.Queue
 	errs := []error{
-		oneOf("queue.driver", q.Driver, "database", "memory"),
+		oneOf("queue.driver", q.Driver, secrets, "database", "memory"),
 		notEmpty("queue.default_queue", q.DefaultQueue),
 	}
 	for i, name := range q.Queues {
@@ -39,8 +41,8 @@ func (c *Config) Validate() error {
 		atLeast("queue.timeout_secs", q.TimeoutSecs, 1),
 		atLeast("queue.timeout_grace_secs", q.TimeoutGraceSecs, 0),
 		atLeast("queue.poll_interval_ms", q.PollIntervalMs, 10),
-		oneOf("log.level", c.Log.Level, "debug", "info", "warn", "error"),
-		oneOf("log.format", c.Log.Format, "text", "json"),
+		oneOf("log.level", c.Log.Level, secrets, "debug", "info", "warn", "error"),
+		oneOf("log.format", c.Log.Format, secrets, "text", "json"),
 	)
 	return errors.Join(errs...)
 }
@@ -50,14 +52,13 @@ func invalid(key, format string, args ...any) error {
 	return &sourceError{where: key, msg: fmt.Sprintf(format, args...)}
 }
 
-// oneOf checks that got is one of allowed.
-func oneOf(key, got string, allowed ...string) error {
-	for _, a := range allowed {
-		if got == a {
-			return nil
-		}
+// oneOf checks that got is one of allowed. The message quotes got, with
+// secrets masked.
+func oneOf(key, got string, secrets []string, allowed ...string) error {
+	if slices.Contains(allowed, got) {
+		return nil
 	}
-	return invalid(key, "must be %s, got %q", orList(allowed), got)
+	return invalid(key, "must be %s, got %s", orList(allowed), quoteValue(got, secrets))
 }
 
 // orList writes "a", "a or b", "a, b or c".

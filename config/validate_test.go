@@ -90,6 +90,14 @@ func TestValidate(t *testing.T) {
 				`log.format: must be text or json, got "yaml"`,
 		},
 		{
+			name: "password never shown",
+			modify: func(c *Config) {
+				c.Database.URL = "postgres://u:hunter2@h/db"
+				c.Log.Level = "hunter2"
+			},
+			want: `log.level: must be debug, info, warn or error, got "xxxxx"`,
+		},
+		{
 			name: "supervisors are not checked here",
 			modify: func(c *Config) {
 				c.Fleet.Supervisors = map[string]SupervisorConfig{"x": {MaxProcesses: intPtr(-1), Balance: "bogus"}}

@@ -137,7 +137,9 @@ func URL(t testing.TB) string {
 	if err != nil {
 		t.Fatalf("pgtest: create database %s from template %s on %s: %v", name, h.template, h.source, err)
 	}
-	t.Logf("pgtest: database %s created in %v", name, time.Since(began).Round(time.Microsecond))
+	if _, bench := t.(*testing.B); !bench { // benchmarks would print it every time
+		t.Logf("pgtest: database %s created in %v", name, time.Since(began).Round(time.Microsecond))
+	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()

@@ -197,3 +197,12 @@ func TestUnreachableServerFails(t *testing.T) {
 		t.Errorf("child output shows the password:\n%s", out)
 	}
 }
+
+// BenchmarkURL measures the cost of a fresh database. The databases are
+// dropped when the benchmark ends.
+func BenchmarkURL(b *testing.B) {
+	pgtest.AdminURL(b) // set the harness up before b.Loop starts the timer
+	for b.Loop() {
+		pgtest.URL(b)
+	}
+}

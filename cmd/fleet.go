@@ -1,0 +1,286 @@
+package cmd
+
+import (
+	"context"
+	"fmt"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/fleet-go/fleet/config"
+	"github.com/fleet-go/fleet/master"
+	"github.com/fleet-go/fleet/spawner"
+	"github.com/fleet-go/fleet/store"
+	"github.com/fleet-go/fleet/supervisor"
+)
+
+// statusWindow is how recently a master must have beaten to count as alive
+// for fleet:status.
+const statusWindow = 30 * time.Second
+
+// supervisorOptions turns the fleet section into supervisor.Options.
+func supervisorOptions(cfg *config.Config, withOnly bool) supervisor.Options {
+	o := supervisor.Options{
+		Supervisors:        map[string]supervisor.SupervisorOptions{},
+		DefaultQueues:      cfg.Queue.Queues,
+		DefaultQueue:       cfg.Queue.DefaultQueue,
+		DefaultConcurrency: cfg.Queue.Workers,
+		Driver:             cfg.Queue.Driver,
+	}
+	if withOnly {
+		o.Only = cfg.Fleet.Only
+	}
+	for name, s := range cfg.Fleet.Supervisors {
+		o.Supervisors[name] = supervisor.SupervisorOptions{
+			Queues: s.Queues, Balance: s.Balance,
+			MinProcesses: s.MinProcesses, MaxProcesses: s.MaxProcesses, Concurrency: s.Concurrency,
+			MaxJobs: s.MaxJobs, MaxMemoryMB: s.MaxMemoryMB, MaxTimeSecs: s.MaxTimeSecs,
+			Tries: s.Tries, Backoff: s.Backoff, TimeoutSecs: s.TimeoutSecs,
+		}
+	}
+	return o
+}
+
+// masterSettings turns the configuration into master settings.
+func masterSettings(cfg *config.Config, sups []supervisor.Supervisor, version string) master.Settings {
+	timeout := time.Duration(cfg.Queue.TimeoutSecs) * time.Second
+	for _, s := range sups {
+		timeout = max(timeout, s.Timeout)
+	}
+	return master.Settings{
+		BalanceCooldown: time.Duration(cfg.Fleet.BalanceCooldownSecs) * time.Second,
+		BalanceMaxShift: cfg.Fleet.BalanceMaxShift,
+		TTL:             time.Duration(cfg.Fleet.MasterTTLSecs) * time.Second,
+		DefaultTries:    cfg.Queue.Tries,
+		DefaultTimeout:  timeout,
+		TimeoutGrace:    time.Duration(cfg.Queue.TimeoutGraceSecs) * time.Second,
+		Version:         version,
+	}
+}
+
+func (r *runner) fleetCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "fleet",
+		Short: "Run the fleet master: start, balance and supervise fleet:work processes",
+		Long: "The master runs no jobs. It starts fleet:work children of this executable for each " +
+			"supervisor, balances them across queues, recycles and restarts them, applies pause and " +
+			"terminate requests, and releases the jobs of workers and masters that died. " +
+			"SIGTERM or SIGINT stops every child gracefully.",
+		Args: cobra.NoArgs,
+		RunE: r.fleet,
+	}
+}
+
+func (r *runner) fleet(c *cobra.Command, _ []string) error {
+	cfg, err := r.loadConfig()
+	if err != nil {
+		return err
+	}
+	sups, err := supervisor.Resolve(supervisorOptions(cfg, true))
+	if err != nil {
+		return err
+	}
+	url, err := databaseURL(cfg)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(c.Context(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	pool, err := openPool(ctx, url, max(cfg.Database.MaxConns, 4))
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	log := r.logger(cfg)
+	sp, err := spawner.NewProcessSpawner(spawner.ProcessOptions{Dir: r.app.Dir, Output: r.app.Stderr, Logger: log})
+	if err != nil {
+		return err
+	}
+	if r.configPath != "" {
+		// Children load configuration the normal way; make sure they find
+		// the same file whatever their working directory.
+		abs := r.configPath
+		if !filepath.IsAbs(abs) {
+			if abs, err = filepath.Abs(filepath.Join(r.app.Dir, abs)); err != nil {
+				return fmt.Errorf("--config %s: %w", r.configPath, err)
+			}
+		}
+		sp.Env("APP_CONFIG", abs)
+	}
+	return r.runMaster(ctx, c, cfg, sups, store.New(pool), sp)
+}
+
+// runMaster runs a master over sups with sp until ctx ends or a terminate
+// request arrives, then prints its summary.
+func (r *runner) runMaster(ctx context.Context, c *cobra.Command, cfg *config.Config, sups []supervisor.Supervisor, st *store.Store, sp spawner.Spawner) error {
+	settings := masterSettings(cfg, sups, r.app.Version)
+	settings.Logger = r.logger(cfg)
+	m, err := master.New(st, sups, master.WithSpawner(sp), master.WithSettings(settings))
+	if err != nil {
+		return err
+	}
+	names := make([]string, len(sups))
+	for i, s := range sups {
+		names[i] = fmt.Sprintf("%s (%s: %s, up to %d processes)", s.Name, s.Balance, strings.Join(s.Queues, ","), s.MaxProcesses)
+	}
+	fmt.Fprintf(c.OutOrStdout(), "fleet master %s running supervisors %s\n", m.Name(), strings.Join(names, "; "))
+	sum, err := m.Run(ctx)
+	fmt.Fprintf(c.OutOrStdout(), "fleet master stopped: %d workers started, %d recycled, %d crashed, %d jobs run\n",
+		sum.Started, sum.Recycled, sum.Crashed, sum.Jobs)
+	return err
+}
+
+// withStore runs fn with a store on the configured database.
+func (r *runner) withStore(ctx context.Context, fn func(*config.Config, *store.Store) error) error {
+	cfg, err := r.loadConfig()
+	if err != nil {
+		return err
+	}
+	url, err := databaseURL(cfg)
+	if err != nil {
+		return err
+	}
+	pool, err := openPool(ctx, url, 2)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	return fn(cfg, store.New(pool))
+}
+
+// checkSupervisor fails unless name is a supervisor of this app's config.
+func checkSupervisor(cfg *config.Config, name string) error {
+	sups, err := supervisor.Resolve(supervisorOptions(cfg, false))
+	if err != nil {
+		return err
+	}
+	var have []string
+	for _, s := range sups {
+		have = append(have, s.Name)
+	}
+	if !slices.Contains(have, name) {
+		return fmt.Errorf("no supervisor named %q in this app's configuration (have: %s)", name, strings.Join(have, ", "))
+	}
+	return nil
+}
+
+func (r *runner) pauseCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "fleet:pause [SUPERVISOR]",
+		Short: "Pause a supervisor (none: every supervisor): running jobs finish, no new job starts",
+		Args:  cobra.MaximumNArgs(1),
+		RunE: func(c *cobra.Command, args []string) error {
+			return r.withStore(c.Context(), func(cfg *config.Config, st *store.Store) error {
+				key, what := store.StatePauseAll, "every supervisor"
+				if len(args) == 1 {
+					if err := checkSupervisor(cfg, args[0]); err != nil {
+						return err
+					}
+					key, what = store.StatePauseSupervisorPrefix+args[0], "supervisor "+args[0]
+				}
+				if err := st.StateSet(c.Context(), key); err != nil {
+					return err
+				}
+				fmt.Fprintf(c.OutOrStdout(), "paused %s: every master applies it within a tick\n", what)
+				return nil
+			})
+		},
+	}
+}
+
+func (r *runner) continueCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "fleet:continue [SUPERVISOR]",
+		Short: "Resume a paused supervisor (none: every supervisor)",
+		Args:  cobra.MaximumNArgs(1),
+		RunE: func(c *cobra.Command, args []string) error {
+			return r.withStore(c.Context(), func(cfg *config.Config, st *store.Store) error {
+				ctx, out := c.Context(), c.OutOrStdout()
+				if len(args) == 0 {
+					if _, err := st.StateDelete(ctx, store.StatePauseAll); err != nil {
+						return err
+					}
+					if _, err := st.StateDeletePrefix(ctx, store.StatePauseSupervisorPrefix); err != nil {
+						return err
+					}
+					fmt.Fprintln(out, "continued every supervisor")
+					return nil
+				}
+				if err := checkSupervisor(cfg, args[0]); err != nil {
+					return err
+				}
+				if _, err := st.StateDelete(ctx, store.StatePauseSupervisorPrefix+args[0]); err != nil {
+					return err
+				}
+				all, err := st.StateList(ctx, store.StatePauseAll)
+				if err != nil {
+					return err
+				}
+				if len(all) > 0 {
+					return fmt.Errorf("every supervisor is paused: run 'fleet:continue' without a name to resume them")
+				}
+				fmt.Fprintf(out, "continued supervisor %s\n", args[0])
+				return nil
+			})
+		},
+	}
+}
+
+func (r *runner) statusCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "fleet:status",
+		Short: "Print Running, Paused or Inactive; exit 1 when no master beat in the last 30 s",
+		Args:  cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			return r.withStore(c.Context(), func(_ *config.Config, st *store.Store) error {
+				masters, err := st.MasterList(c.Context(), statusWindow)
+				if err != nil {
+					return err
+				}
+				out := c.OutOrStdout()
+				if len(masters) == 0 {
+					fmt.Fprintln(out, "Inactive")
+					return &exitError{code: 1, err: fmt.Errorf("no fleet master beat in the last %s", statusWindow)}
+				}
+				status := "Paused"
+				for _, m := range masters {
+					if m.State != "paused" {
+						status = "Running"
+					}
+				}
+				fmt.Fprintln(out, status)
+				for _, m := range masters {
+					fmt.Fprintf(out, "  %s  %s  pid %d  up %s  beat %.1fs ago\n", m.Name, m.State, m.PID,
+						m.BeatAt.Sub(m.StartedAt).Round(time.Second), m.BeatAgeSecs)
+				}
+				return nil
+			})
+		},
+	}
+}
+
+func (r *runner) terminateCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "fleet:terminate",
+		Short: "Stop every running master gracefully (a master started afterwards keeps running)",
+		Args:  cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			return r.withStore(c.Context(), func(_ *config.Config, st *store.Store) error {
+				masters, err := st.MasterList(c.Context(), statusWindow)
+				if err != nil {
+					return err
+				}
+				if err := st.StateSet(c.Context(), store.StateTerminate); err != nil {
+					return err
+				}
+				fmt.Fprintf(c.OutOrStdout(), "asked %d running master(s) to terminate; each stops its workers gracefully within a tick\n", len(masters))
+				return nil
+			})
+		},
+	}
+}

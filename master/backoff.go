@@ -1,0 +1,53 @@
+package master
+
+import "time"
+
+// restarts tracks the failures of one process group: a crash or a failed
+// spawn delays the next start by a delay that starts at base and doubles up
+// to max; a healthy run resets it. It holds no clock: callers pass now.
+type restarts struct {
+	delay  time.Duration
+	next   time.Time   // no start before this
+	recent []time.Time // failures within the last minute
+}
+
+// healthyRun is how long a process must live for its crash not to count
+// as a crash loop.
+const healthyRun = time.Minute
+
+// crashLoopWindow and crashLoopFailures say when failures become an error:
+// five within a minute.
+const (
+	crashLoopWindow   = time.Minute
+	crashLoopFailures = 5
+)
+
+// fail records a failure at now of a process that lived for lived, and
+// reports whether the group is now crash-looping (five failures within a
+// minute).
+func (r *restarts) fail(now time.Time, lived, base, max time.Duration) bool {
+	switch {
+	case lived >= healthyRun || r.delay == 0:
+		r.delay = base
+	default:
+		r.delay = min(r.delay*2, max)
+	}
+	r.next = now.Add(r.delay)
+	kept := r.recent[:0]
+	for _, t := range r.recent {
+		if now.Sub(t) < crashLoopWindow {
+			kept = append(kept, t)
+		}
+	}
+	r.recent = append(kept, now)
+	return len(r.recent) >= crashLoopFailures
+}
+
+// ok records a healthy exit: the next failure starts from base again.
+func (r *restarts) ok() {
+	r.delay = 0
+	r.next = time.Time{}
+}
+
+// ready reports whether the group may start a process at now.
+func (r *restarts) ready(now time.Time) bool { return !now.Before(r.next) }

@@ -1,0 +1,439 @@
+package spawner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// ErrExited is returned (wrapped) by Process.Send when the process has
+// already exited.
+var ErrExited = errors.New("process has exited")
+
+const (
+	// defaultWaitDelay bounds how long a process's output is still read
+	// after it exited: a grandchild that inherited its stdout or stderr can
+	// hold the pipes open for ever.
+	defaultWaitDelay = 3 * time.Second
+	// sendTimeout bounds a Send to a live worker that does not read its stdin.
+	sendTimeout = 5 * time.Second
+	// maxLoggedLine is how much of a malformed protocol line is logged.
+	maxLoggedLine = 200
+)
+
+// ProcessOptions configures a ProcessSpawner. The zero value starts copies
+// of the running executable.
+type ProcessOptions struct {
+	// Executable is the program to start; default os.Executable(), resolved
+	// once by NewProcessSpawner.
+	Executable string
+	// Args builds the command line (without the program name) for a spec;
+	// default WorkArgs.
+	Args func(Spec) []string
+	// Dir is the working directory of every process; default the master's
+	// working directory when NewProcessSpawner is called.
+	Dir string
+	// Output receives every line a process writes that is not a protocol
+	// line, prefixed with "[SUPERVISOR GROUP PID] "; default os.Stderr.
+	// Each line is one Write, and writes of all the spawner's processes are
+	// serialized. Write errors are ignored.
+	Output io.Writer
+	// Logger receives the spawner's own warnings; default slog.Default().
+	Logger *slog.Logger
+	// StopTimeout is how long a master should wait for a process to exit
+	// after sending it stop before it kills it. Spawn does not use it; the
+	// spawner only carries it for the master (see StopTimeout).
+	StopTimeout time.Duration
+}
+
+// ProcessSpawner starts workers as operating-system processes: by default
+// copies of the running executable run as "fleet:work" (see WorkArgs), in
+// the master's working directory and with its environment plus the entries
+// given to Env.
+//
+// On Linux a worker is killed by the kernel when its master dies. Each
+// worker also gets a stdin pipe that only the master holds: a worker reads
+// its commands from it and takes EOF to mean that its master is gone.
+//
+// It is safe for concurrent use.
+type ProcessSpawner struct {
+	exe         string
+	args        func(Spec) []string
+	dir         string
+	output      io.Writer
+	log         *slog.Logger
+	stopTimeout time.Duration
+	waitDelay   time.Duration
+
+	outMu sync.Mutex // serializes writes to output
+
+	envMu sync.Mutex
+	env   map[string]string
+}
+
+// NewProcessSpawner returns a spawner configured by opts. It fails when the
+// running executable or the working directory cannot be determined.
+func NewProcessSpawner(opts ProcessOptions) (*ProcessSpawner, error) {
+	s := &ProcessSpawner{
+		exe:         opts.Executable,
+		args:        opts.Args,
+		dir:         opts.Dir,
+		output:      opts.Output,
+		log:         opts.Logger,
+		stopTimeout: opts.StopTimeout,
+		waitDelay:   defaultWaitDelay,
+		env:         map[string]string{},
+	}
+	if s.exe == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, fmt.Errorf("spawner: find the running executable: %w", err)
+		}
+		s.exe = exe
+	}
+	if s.args == nil {
+		s.args = WorkArgs
+	}
+	if s.dir == "" {
+		dir, err := os.Getwd()
+		if err != nil {
+			return nil, fmt.Errorf("spawner: find the working directory: %w", err)
+		}
+		s.dir = dir
+	}
+	if s.output == nil {
+		s.output = os.Stderr
+	}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	return s, nil
+}
+
+// StopTimeout returns ProcessOptions.StopTimeout.
+func (s *ProcessSpawner) StopTimeout() time.Duration { return s.stopTimeout }
+
+// Env adds an environment variable to every process started from now on.
+// The master's own environment (read at each Spawn) is inherited; Env
+// entries override it, and a later Env for the same key overrides an
+// earlier one. A key that is empty or contains '=' or NUL is ignored with a
+// warning. Safe for concurrent use.
+func (s *ProcessSpawner) Env(key, value string) {
+	if key == "" || strings.ContainsAny(key, "=\x00") {
+		s.log.Warn("spawner: ignoring invalid environment variable name", "key", key)
+		return
+	}
+	s.envMu.Lock()
+	defer s.envMu.Unlock()
+	s.env[key] = value
+}
+
+// environ is the environment of a process started now.
+func (s *ProcessSpawner) environ() []string {
+	env := os.Environ()
+	s.envMu.Lock()
+	defer s.envMu.Unlock()
+	for _, k := range slices.Sorted(maps.Keys(s.env)) {
+		// exec.Cmd keeps only the last value of a duplicated key.
+		env = append(env, k+"="+s.env[k])
+	}
+	return env
+}
+
+// WorkArgs is the fleet:work command line (without the program name) that
+// starts a worker for spec:
+//
+//	fleet:work --supervisor NAME --queue a,b --master M --worker-name W --concurrency N
+//
+// followed, each only when non-zero or non-empty, by --max-jobs N,
+// --max-time SECS (rounded up to whole seconds), --max-memory-mb MB,
+// --tries N, --backoff 1,5,30, --timeout 30s (a Go duration) and --paused.
+// The supervisor and queues come first so that ps shows what each process
+// works.
+func WorkArgs(spec Spec) []string {
+	args := []string{
+		"fleet:work",
+		"--supervisor", spec.Supervisor,
+		"--queue", strings.Join(spec.Queues, ","),
+		"--master", spec.Master,
+		"--worker-name", spec.Worker,
+		"--concurrency", strconv.Itoa(spec.Concurrency),
+	}
+	if spec.MaxJobs != 0 {
+		args = append(args, "--max-jobs", strconv.Itoa(spec.MaxJobs))
+	}
+	if spec.MaxTime != 0 {
+		secs := spec.MaxTime / time.Second
+		if spec.MaxTime%time.Second > 0 {
+			secs++ // a limit below a second must not become "never"
+		}
+		args = append(args, "--max-time", strconv.FormatInt(int64(secs), 10))
+	}
+	if spec.MaxMemoryMB != 0 {
+		args = append(args, "--max-memory-mb", strconv.Itoa(spec.MaxMemoryMB))
+	}
+	if spec.Tries != 0 {
+		args = append(args, "--tries", strconv.Itoa(spec.Tries))
+	}
+	if len(spec.Backoff) > 0 {
+		secs := make([]string, len(spec.Backoff))
+		for i, b := range spec.Backoff {
+			secs[i] = strconv.Itoa(b)
+		}
+		args = append(args, "--backoff", strings.Join(secs, ","))
+	}
+	if spec.Timeout != 0 {
+		args = append(args, "--timeout", spec.Timeout.String())
+	}
+	if spec.Paused {
+		args = append(args, "--paused")
+	}
+	return args
+}
+
+// Spawn starts a process for spec and returns once it runs. Its reports
+// arrive on events as they are written, then exactly one Exit once the
+// process has exited and all its output has been read (at most a few
+// seconds after the exit when a grandchild holds its output open). Events
+// are queued, not dropped, while the receiver is busy.
+//
+// ctx only guards the start: Spawn fails without starting anything when
+// ctx is already done, but a started process runs until it exits or is
+// stopped or killed through the returned Process, whatever happens to ctx.
+// When the process cannot be started Spawn returns the error and sends no
+// event.
+func (s *ProcessSpawner) Spawn(ctx context.Context, spec Spec, events chan<- Event) (Process, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("spawner: start %s: %w", s.exe, err)
+	}
+	spec.Queues = slices.Clone(spec.Queues)
+	spec.Backoff = slices.Clone(spec.Backoff)
+
+	cmd := exec.Command(s.exe, s.args(spec)...)
+	cmd.Dir = s.dir
+	cmd.Env = s.environ()
+	cmd.SysProcAttr = sysProcAttr()
+	cmd.WaitDelay = s.waitDelay
+	p := &process{s: s, spec: spec, cmd: cmd, queue: newEventQueue()}
+	p.stdout = NewLineWriter(p.stdoutLine)
+	p.stderr = NewLineWriter(p.passThrough)
+	cmd.Stdout = p.stdout
+	cmd.Stderr = p.stderr
+
+	// The worker's stdin is a pipe whose write end only the master holds
+	// (os.Pipe makes both ends close-on-exec), so the worker sees EOF when
+	// the master is gone.
+	stdin, stdinW, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("spawner: start %s: create stdin pipe: %w", s.exe, err)
+	}
+	cmd.Stdin = stdin
+	err = cmd.Start()
+	stdin.Close() // the child has its own copy now
+	if err != nil {
+		stdinW.Close()
+		return nil, fmt.Errorf("spawner: start %s: %w", s.exe, err)
+	}
+	p.stdin = stdinW
+	p.pid = cmd.Process.Pid
+
+	// Both goroutines belong to the process: wait ends once the exit is
+	// queued, the pump once it has delivered it.
+	go p.wait()
+	go p.queue.pump(events)
+	return p, nil
+}
+
+// process is a worker started by a ProcessSpawner.
+type process struct {
+	s    *ProcessSpawner
+	spec Spec
+	cmd  *exec.Cmd
+	pid  int
+
+	stdout, stderr *LineWriter
+	queue          *eventQueue
+
+	sendMu sync.Mutex // serializes writes to stdin
+	stdin  *os.File
+	exited atomic.Bool
+
+	prefixOnce sync.Once
+	prefix     []byte
+
+	mu          sync.Mutex
+	reported    ExitReason // reason of the last exiting report
+	warnedProto bool       // a malformed protocol line was logged
+}
+
+// Spec is what the process was started with.
+func (p *process) Spec() Spec { return p.spec }
+
+// PID is the process's id.
+func (p *process) PID() int { return p.pid }
+
+// Send writes cmd to the worker's stdin. It fails, wrapping ErrExited, once
+// the process has exited, and gives up after a few seconds on a live worker
+// that does not read its stdin.
+func (p *process) Send(cmd Command) error {
+	if p.exited.Load() {
+		return fmt.Errorf("spawner: send %s to worker %d: %w", cmd.Type, p.pid, ErrExited)
+	}
+	p.sendMu.Lock()
+	defer p.sendMu.Unlock()
+	_ = p.stdin.SetWriteDeadline(time.Now().Add(sendTimeout))
+	_, err := p.stdin.Write(FormatCommand(cmd))
+	switch {
+	case err == nil:
+		return nil
+	case p.exited.Load(), errors.Is(err, os.ErrClosed), errors.Is(err, syscall.EPIPE):
+		return fmt.Errorf("spawner: send %s to worker %d: %w: %w", cmd.Type, p.pid, ErrExited, err)
+	default:
+		return fmt.Errorf("spawner: send %s to worker %d: %w", cmd.Type, p.pid, err)
+	}
+}
+
+// Kill sends the process SIGKILL. Killing a process that has already
+// exited does nothing.
+func (p *process) Kill() error {
+	err := p.cmd.Process.Kill()
+	if err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return fmt.Errorf("spawner: kill worker %d: %w", p.pid, err)
+	}
+	return nil
+}
+
+// String names the process as its output prefix does.
+func (p *process) String() string {
+	return fmt.Sprintf("%s %s %d", p.spec.Supervisor, p.spec.Group(), p.pid)
+}
+
+// wait waits for the process to exit and for its output to be read, then
+// queues its exit.
+func (p *process) wait() {
+	err := p.cmd.Wait()
+	p.exited.Store(true)
+	p.stdin.Close() // unblocks a Send stuck on a full pipe
+	p.stdout.Flush()
+	p.stderr.Flush()
+
+	code := -1
+	if st := p.cmd.ProcessState; st != nil {
+		code = st.ExitCode()
+	}
+	var exitErr *exec.ExitError
+	var waitErr error
+	switch {
+	case err == nil, errors.As(err, &exitErr):
+	case errors.Is(err, exec.ErrWaitDelay):
+		p.s.log.Warn("spawner: worker exited but its output was still held open, probably by a process it started; stopped reading it",
+			"supervisor", p.spec.Supervisor, "group", p.spec.Group(), "pid", p.pid, "after", p.s.waitDelay)
+	default:
+		waitErr = fmt.Errorf("spawner: wait for worker %d: %w", p.pid, err)
+	}
+	p.mu.Lock()
+	reported := p.reported
+	p.mu.Unlock()
+	p.queue.push(Event{Process: p, Exit: &Exit{Reason: ExitFor(reported, code), Code: code, Err: waitErr}})
+}
+
+// stdoutLine handles one line of the worker's stdout: a report, or output.
+func (p *process) stdoutLine(line string) {
+	if !IsProtocolLine(line) {
+		p.passThrough(line)
+		return
+	}
+	r, err := ParseReport(line)
+	if err != nil {
+		p.mu.Lock()
+		warned := p.warnedProto
+		p.warnedProto = true
+		p.mu.Unlock()
+		if !warned {
+			p.s.log.Warn("spawner: ignoring malformed protocol line from worker (further ones are ignored silently)",
+				"supervisor", p.spec.Supervisor, "group", p.spec.Group(), "pid", p.pid,
+				"line", truncate(line, maxLoggedLine), "err", err)
+		}
+		return
+	}
+	if r.Type == ReportExiting {
+		p.mu.Lock()
+		p.reported = r.Reason
+		p.mu.Unlock()
+	}
+	p.queue.push(Event{Process: p, Report: &r})
+}
+
+// passThrough writes one line of the worker's own output to the spawner's
+// Output, prefixed with the worker's identity.
+func (p *process) passThrough(line string) {
+	p.prefixOnce.Do(func() {
+		// cmd.Process is set before exec starts the goroutines that read
+		// the output, so this is safe from them.
+		p.prefix = fmt.Appendf(nil, "[%s %s %d] ", p.spec.Supervisor, p.spec.Group(), p.cmd.Process.Pid)
+	})
+	b := make([]byte, 0, len(p.prefix)+len(line)+1)
+	b = append(append(append(b, p.prefix...), line...), '\n')
+	p.s.outMu.Lock()
+	defer p.s.outMu.Unlock()
+	_, _ = p.s.output.Write(b)
+}
+
+// truncate cuts s to at most n bytes, between UTF-8 characters.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:cutPoint([]byte(s), n)]
+}
+
+// eventQueue passes a process's events to the receiver in order without
+// ever blocking the process's readers, however slow the receiver.
+type eventQueue struct {
+	mu     sync.Mutex
+	items  []Event
+	signal chan struct{} // has a value when items may be non-empty
+}
+
+func newEventQueue() *eventQueue {
+	return &eventQueue{signal: make(chan struct{}, 1)}
+}
+
+// push queues e.
+func (q *eventQueue) push(e Event) {
+	q.mu.Lock()
+	q.items = append(q.items, e)
+	q.mu.Unlock()
+	select {
+	case q.signal <- struct{}{}:
+	default:
+	}
+}
+
+// pump sends queued events to events until it has sent an exit.
+func (q *eventQueue) pump(events chan<- Event) {
+	for range q.signal {
+		q.mu.Lock()
+		items := q.items
+		q.items = nil
+		q.mu.Unlock()
+		for _, e := range items {
+			events <- e
+			if e.Exit != nil {
+				return
+			}
+		}
+	}
+}

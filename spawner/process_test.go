@@ -1,0 +1,657 @@
+package spawner
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+// The tests start real worker processes: copies of the test binary that
+// TestMain turns into a fake worker when childEnv is set. Its value is a
+// comma-separated list of modes:
+//
+//	(none)     a worker: ready, a line on stdout and one on stderr, its working
+//	           directory, valueEnv and PATH as lines, a heartbeat every 50 ms; it
+//	           obeys pause, continue and stop, and exits 0 on stdin EOF
+//	malformed  also writes malformed protocol lines before its first heartbeat
+//	crash      exits 3 without reporting, after its output lines
+//	maxjobs    reports exiting with reason max_jobs, writes an unterminated
+//	           line and exits 0
+//	chatty     writes many lines and exits 0 without reporting
+//	sleep      after its output lines sleeps, ignoring stdin
+//	parent     starts a sleeping worker of its own with a ProcessSpawner,
+//	           writes "grandchild PID" and sleeps
+//	holder     starts a sleeping process that inherits its stdout, writes
+//	           "grandchild PID" and exits 0 at once
+//
+// A sleeping child gives up after childMaxSleep, so that nothing outlives a
+// broken test run for long.
+const (
+	childEnv      = "FLEET_SPAWNER_TEST_CHILD"
+	valueEnv      = "FLEET_SPAWNER_TEST_VALUE"
+	childMaxSleep = time.Minute
+	eventTimeout  = 20 * time.Second
+)
+
+func TestMain(m *testing.M) {
+	if mode, ok := os.LookupEnv(childEnv); ok {
+		os.Exit(runChild(strings.Split(mode, ",")))
+	}
+	goleak.VerifyTestMain(m)
+}
+
+// childArgs is the command line of a test child: the test binary running
+// no test, then the fleet:work arguments.
+func childArgs(spec Spec) []string {
+	return append([]string{"-test.run=^$"}, WorkArgs(spec)...)
+}
+
+func runChild(modes []string) int {
+	has := func(m string) bool { return slices.Contains(modes, m) }
+	i := slices.Index(os.Args, "fleet:work")
+	if i < 0 {
+		fmt.Fprintln(os.Stderr, "child: no fleet:work in", os.Args)
+		return 64
+	}
+	fs := flag.NewFlagSet("fleet:work", flag.ContinueOnError)
+	supervisor := fs.String("supervisor", "", "")
+	queues := fs.String("queue", "", "")
+	fs.String("master", "", "")
+	worker := fs.String("worker-name", "", "")
+	concurrency := fs.Int("concurrency", 0, "")
+	fs.Int("max-jobs", 0, "")
+	fs.Int("max-time", 0, "")
+	fs.Int("max-memory-mb", 0, "")
+	fs.Int("tries", 0, "")
+	fs.String("backoff", "", "")
+	fs.Duration("timeout", 0, "")
+	paused := fs.Bool("paused", false, "")
+	if err := fs.Parse(os.Args[i+1:]); err != nil {
+		return 64
+	}
+	spec := Spec{Supervisor: *supervisor, Queues: strings.Split(*queues, ","), Worker: *worker, Concurrency: *concurrency}
+
+	report := func(r Report) { _, _ = os.Stdout.Write(FormatReport(r)) }
+	report(Report{Type: ReportReady, PID: os.Getpid(), Worker: spec.Worker, Queues: spec.Queues, Concurrency: spec.Concurrency})
+	fmt.Println("hello from child")
+	fmt.Fprintln(os.Stderr, "warning line")
+	wd, _ := os.Getwd()
+	fmt.Println("cwd", wd)
+	fmt.Printf("env %s=%s\n", valueEnv, os.Getenv(valueEnv))
+	fmt.Println("path", os.Getenv("PATH"))
+
+	switch {
+	case has("malformed"):
+		fmt.Println("@fleet {nope" + strings.Repeat("x", 300))
+		fmt.Println("@fleet {nope")
+		fmt.Println(`@fleet {"v":1,"type":"dance"}`)
+	case has("crash"):
+		return 3
+	case has("maxjobs"):
+		report(Report{Type: ReportExiting, Reason: ExitMaxJobs, Jobs: 7})
+		fmt.Print("last words")
+		return 0
+	case has("chatty"):
+		for n := range 300 {
+			fmt.Printf("line %d of %d %s\n", n, os.Getpid(), strings.Repeat("z", 100))
+		}
+		return 0
+	case has("sleep"):
+		time.Sleep(childMaxSleep)
+		return 4
+	case has("parent"):
+		return childParent(spec)
+	case has("holder"):
+		return childHolder()
+	}
+
+	cmds := make(chan string)
+	go func() {
+		sc := bufio.NewScanner(os.Stdin)
+		for sc.Scan() {
+			cmds <- sc.Text()
+		}
+		close(cmds)
+	}()
+	tick := time.NewTicker(50 * time.Millisecond)
+	var jobs int64
+	for {
+		select {
+		case line, ok := <-cmds:
+			if !ok {
+				return 0 // the master is gone
+			}
+			c, err := ParseCommand(line)
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "bad command %q: %v\n", line, err)
+				continue
+			}
+			switch c.Type {
+			case CommandPause:
+				*paused = true
+			case CommandContinue:
+				*paused = false
+			case CommandStop:
+				report(Report{Type: ReportExiting, Reason: ExitStopped, Jobs: jobs})
+				return 0
+			}
+		case <-tick.C:
+			jobs++
+			report(Report{Type: ReportHeartbeat, Jobs: jobs, MemoryMB: 1.5, Paused: *paused})
+		}
+	}
+}
+
+// childParent starts a sleeping worker with a ProcessSpawner, as a master
+// would, then sleeps.
+func childParent(spec Spec) int {
+	s, err := NewProcessSpawner(ProcessOptions{Args: childArgs})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 5
+	}
+	s.Env(childEnv, "sleep")
+	events := make(chan Event)
+	p, err := s.Spawn(context.Background(), spec, events)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 5
+	}
+	if e := <-events; e.Report == nil || e.Report.Type != ReportReady {
+		fmt.Fprintln(os.Stderr, "grandchild did not report ready")
+		return 5
+	}
+	go func() {
+		for range events {
+		}
+	}()
+	fmt.Println("grandchild", p.PID())
+	time.Sleep(childMaxSleep)
+	return 4
+}
+
+// childHolder starts a sleeping process that holds its stdout open, and
+// exits without waiting for it.
+func childHolder() int {
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), childEnv+"=sleep")
+	cmd.Stdout = os.Stdout
+	if err := cmd.Start(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 5
+	}
+	fmt.Println("grandchild", cmd.Process.Pid)
+	return 0
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent use.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+type testSpawner struct {
+	*ProcessSpawner
+	out, logs *syncBuffer
+}
+
+// newTestSpawner returns a spawner starting test children in the given
+// modes, with its output and logs captured.
+func newTestSpawner(t *testing.T, opts ProcessOptions, modes ...string) testSpawner {
+	t.Helper()
+	ts := testSpawner{out: &syncBuffer{}, logs: &syncBuffer{}}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.Executable = exe
+	opts.Args = childArgs
+	opts.Output = ts.out
+	opts.Logger = slog.New(slog.NewTextHandler(ts.logs, nil))
+	ts.ProcessSpawner, err = NewProcessSpawner(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts.Env(childEnv, strings.Join(modes, ","))
+	return ts
+}
+
+var testSpec = Spec{Supervisor: "sup", Queues: []string{"mail", "default"}, Master: "m1", Worker: "w1", Concurrency: 4}
+
+// child is a started test process and its events.
+type child struct {
+	t      *testing.T
+	p      Process
+	events chan Event
+	exit   *Exit
+}
+
+// start spawns a process for spec; cleanup kills it and waits for its exit
+// unless the test saw it.
+func (ts testSpawner) start(t *testing.T, spec Spec) *child {
+	t.Helper()
+	c := &child{t: t, events: make(chan Event)}
+	p, err := ts.Spawn(t.Context(), spec, c.events)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.p = p
+	t.Cleanup(func() {
+		if c.exit != nil {
+			return
+		}
+		_ = p.Kill()
+		for {
+			select {
+			case e := <-c.events:
+				if e.Exit != nil {
+					return
+				}
+			case <-time.After(eventTimeout):
+				t.Errorf("cleanup: no exit from killed process %d", p.PID())
+				return
+			}
+		}
+	})
+	return c
+}
+
+// next returns the process's next event.
+func (c *child) next() Event {
+	c.t.Helper()
+	select {
+	case e := <-c.events:
+		if e.Process != c.p {
+			c.t.Fatalf("event for process %v, want %v", e.Process, c.p)
+		}
+		if (e.Report == nil) == (e.Exit == nil) {
+			c.t.Fatalf("event %+v has not exactly one of Report and Exit", e)
+		}
+		if e.Exit != nil {
+			c.exit = e.Exit
+		}
+		return e
+	case <-time.After(eventTimeout):
+		c.t.Fatalf("no event from process %d for %v", c.p.PID(), eventTimeout)
+		return Event{}
+	}
+}
+
+// report returns the next report that satisfies ok, failing on an exit.
+func (c *child) report(what string, ok func(Report) bool) Report {
+	c.t.Helper()
+	for {
+		e := c.next()
+		if e.Exit != nil {
+			c.t.Fatalf("process exited (%+v) before %s", *e.Exit, what)
+		}
+		if ok(*e.Report) {
+			return *e.Report
+		}
+	}
+}
+
+// waitExit returns the process's exit and the reports before it.
+func (c *child) waitExit() (Exit, []Report) {
+	c.t.Helper()
+	var reports []Report
+	for {
+		e := c.next()
+		if e.Exit != nil {
+			return *e.Exit, reports
+		}
+		reports = append(reports, *e.Report)
+	}
+}
+
+func TestProcessReportsOutputAndStop(t *testing.T) {
+	t.Parallel()
+	ts := newTestSpawner(t, ProcessOptions{})
+	c := ts.start(t, testSpec)
+	pid := c.p.PID()
+	if pid <= 0 || !reflectEqualSpec(c.p.Spec(), testSpec) {
+		t.Fatalf("PID %d, Spec %+v", pid, c.p.Spec())
+	}
+
+	ready := c.next()
+	if r := ready.Report; r == nil || r.Type != ReportReady || r.PID != pid || r.Worker != "w1" ||
+		!slices.Equal(r.Queues, []string{"mail", "default"}) || r.Concurrency != 4 || r.V != ProtocolVersion {
+		t.Fatalf("first event = %+v, want the ready report", ready)
+	}
+	c.report("two heartbeats", func(r Report) bool { return r.Type == ReportHeartbeat && r.Jobs >= 2 && r.MemoryMB == 1.5 })
+	if err := c.p.Send(Command{Type: CommandPause}); err != nil {
+		t.Fatal(err)
+	}
+	c.report("a paused heartbeat", func(r Report) bool { return r.Type == ReportHeartbeat && r.Paused })
+	if err := c.p.Send(Command{Type: CommandStop}); err != nil {
+		t.Fatal(err)
+	}
+	exit, reports := c.waitExit()
+	if exit != (Exit{Reason: ExitStopped, Code: 0}) {
+		t.Fatalf("exit = %+v, want stopped with code 0", exit)
+	}
+	if last := reports[len(reports)-1]; last.Type != ReportExiting || last.Reason != ExitStopped {
+		t.Fatalf("last report = %+v, want exiting/stopped", last)
+	}
+
+	out := ts.out.String()
+	prefix := fmt.Sprintf("[sup mail,default %d] ", pid)
+	for _, want := range []string{prefix + "hello from child\n", prefix + "warning line\n"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	for line := range strings.Lines(out) {
+		if !strings.HasPrefix(line, prefix) || strings.Contains(line, "@fleet") {
+			t.Errorf("unexpected output line %q", line)
+		}
+	}
+
+	if err := c.p.Send(Command{Type: CommandContinue}); !errors.Is(err, ErrExited) {
+		t.Errorf("Send after exit = %v, want ErrExited", err)
+	}
+	if err := c.p.Kill(); err != nil {
+		t.Errorf("Kill after exit = %v", err)
+	}
+	if ts.logs.String() != "" {
+		t.Errorf("unexpected logs:\n%s", ts.logs)
+	}
+}
+
+func reflectEqualSpec(a, b Spec) bool {
+	return fmt.Sprintf("%#v", a) == fmt.Sprintf("%#v", b)
+}
+
+func TestProcessCrash(t *testing.T) {
+	t.Parallel()
+	ts := newTestSpawner(t, ProcessOptions{}, "crash")
+	c := ts.start(t, testSpec)
+	if exit, _ := c.waitExit(); exit != (Exit{Reason: ExitCrash, Code: 3}) {
+		t.Fatalf("exit = %+v, want crash with code 3", exit)
+	}
+}
+
+func TestProcessReportedExitReasonAndLastLine(t *testing.T) {
+	t.Parallel()
+	ts := newTestSpawner(t, ProcessOptions{}, "maxjobs")
+	c := ts.start(t, testSpec)
+	exit, reports := c.waitExit()
+	if exit != (Exit{Reason: ExitMaxJobs, Code: 0}) {
+		t.Fatalf("exit = %+v, want max_jobs with code 0", exit)
+	}
+	if last := reports[len(reports)-1]; last.Type != ReportExiting || last.Reason != ExitMaxJobs || last.Jobs != 7 {
+		t.Fatalf("last report = %+v", last)
+	}
+	// The unterminated last line is delivered before the exit.
+	if want := fmt.Sprintf("[sup mail,default %d] last words\n", c.p.PID()); !strings.HasSuffix(ts.out.String(), want) &&
+		!strings.Contains(ts.out.String(), want) {
+		t.Fatalf("output lacks %q:\n%s", want, ts.out)
+	}
+}
+
+func TestProcessMalformedLineIsLoggedOnceAndIgnored(t *testing.T) {
+	t.Parallel()
+	ts := newTestSpawner(t, ProcessOptions{}, "malformed")
+	c := ts.start(t, testSpec)
+	// The malformed lines come before the first heartbeat on stdout.
+	c.report("a heartbeat", func(r Report) bool { return r.Type == ReportHeartbeat })
+	if err := c.p.Send(Command{Type: CommandStop}); err != nil {
+		t.Fatal(err)
+	}
+	if exit, _ := c.waitExit(); exit.Reason != ExitStopped || exit.Code != 0 {
+		t.Fatalf("exit = %+v", exit)
+	}
+
+	logs := ts.logs.String()
+	if n := strings.Count(logs, "level=WARN"); n != 1 || !strings.Contains(logs, "malformed protocol line") {
+		t.Fatalf("want one warning about a malformed line, got:\n%s", logs)
+	}
+	logged := regexp.MustCompile(`line="(@fleet \{nope x*)"`).FindStringSubmatch(logs)
+	if logged == nil || len(logged[1]) != maxLoggedLine {
+		t.Fatalf("want the first malformed line truncated to %d bytes, got:\n%s", maxLoggedLine, logs)
+	}
+	if strings.Contains(logs, "dance") {
+		t.Errorf("later malformed lines were logged:\n%s", logs)
+	}
+	if out := ts.out.String(); strings.Contains(out, "@fleet") || !strings.Contains(out, "hello from child") {
+		t.Errorf("output:\n%s", out)
+	}
+}
+
+func TestProcessKill(t *testing.T) {
+	t.Parallel()
+	ts := newTestSpawner(t, ProcessOptions{}, "sleep")
+	c := ts.start(t, testSpec)
+	c.report("ready", func(r Report) bool { return r.Type == ReportReady })
+	if err := c.p.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if exit, _ := c.waitExit(); exit != (Exit{Reason: ExitCrash, Code: -1}) {
+		t.Fatalf("exit = %+v, want crash with code -1", exit)
+	}
+}
+
+func TestProcessEnvironmentAndDirectory(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	ts := newTestSpawner(t, ProcessOptions{Dir: dir}, "maxjobs")
+	ts.Env(valueEnv, "first")
+	ts.Env(valueEnv, "second value")
+	ts.Env("", "ignored")
+	c := ts.start(t, testSpec)
+	if exit, _ := c.waitExit(); exit.Reason != ExitMaxJobs {
+		t.Fatalf("exit = %+v", exit)
+	}
+	realDir, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := ts.out.String()
+	for _, want := range []string{
+		"] cwd " + realDir + "\n",
+		"] env " + valueEnv + "=second value\n",
+		"] path " + os.Getenv("PATH") + "\n", // inherited from the master
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if !strings.Contains(ts.logs.String(), "invalid environment variable name") {
+		t.Errorf("Env with an empty key was not logged:\n%s", ts.logs)
+	}
+}
+
+func TestProcessesShareOutputLineByLine(t *testing.T) {
+	t.Parallel()
+	ts := newTestSpawner(t, ProcessOptions{}, "chatty")
+	children := make([]*child, 3)
+	for i := range children {
+		children[i] = ts.start(t, testSpec)
+	}
+	pids := map[string]bool{}
+	for _, c := range children {
+		if exit, _ := c.waitExit(); exit != (Exit{Reason: ExitStopped, Code: 0}) {
+			t.Fatalf("exit = %+v, want stopped (exit 0 without a report)", exit)
+		}
+		pids[strconv.Itoa(c.p.PID())] = true
+	}
+	line := regexp.MustCompile(`^\[sup mail,default (\d+)\] line \d+ of (\d+) z{100}\n$`)
+	n := 0
+	for l := range strings.Lines(ts.out.String()) {
+		if !strings.Contains(l, "] line ") {
+			continue
+		}
+		m := line.FindStringSubmatch(l)
+		if m == nil || m[1] != m[2] || !pids[m[1]] {
+			t.Fatalf("mangled line %q", l)
+		}
+		n++
+	}
+	if n != 3*300 {
+		t.Fatalf("%d chatty lines, want %d", n, 3*300)
+	}
+}
+
+func TestSpawnFailure(t *testing.T) {
+	t.Parallel()
+	events := make(chan Event, 1)
+	exe := filepath.Join(t.TempDir(), "no-such-worker")
+	s, err := NewProcessSpawner(ProcessOptions{Executable: exe, Output: &syncBuffer{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, err := s.Spawn(t.Context(), testSpec, events); err == nil || p != nil || !strings.Contains(err.Error(), exe) {
+		t.Fatalf("Spawn = %v, %v; want an error naming %s", p, err, exe)
+	}
+
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	ts := newTestSpawner(t, ProcessOptions{})
+	if _, err := ts.Spawn(ctx, testSpec, events); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Spawn with a cancelled context = %v", err)
+	}
+	select {
+	case e := <-events:
+		t.Fatalf("a failed Spawn sent %+v", e)
+	default:
+	}
+}
+
+// TestProcessExitWhileGrandchildHoldsOutput checks that the exit is
+// reported although a process the worker started still holds its stdout.
+func TestProcessExitWhileGrandchildHoldsOutput(t *testing.T) {
+	t.Parallel()
+	ts := newTestSpawner(t, ProcessOptions{}, "holder")
+	ts.waitDelay = 200 * time.Millisecond
+	start := time.Now()
+	c := ts.start(t, testSpec)
+	exit, _ := c.waitExit()
+	took := time.Since(start)
+	if m := regexp.MustCompile(`grandchild (\d+)`).FindStringSubmatch(ts.out.String()); m != nil {
+		gpid, _ := strconv.Atoi(m[1])
+		t.Cleanup(func() { _ = syscall.Kill(gpid, syscall.SIGKILL) })
+	} else {
+		t.Errorf("no grandchild PID in output:\n%s", ts.out)
+	}
+	if exit != (Exit{Reason: ExitStopped, Code: 0}) || took > childMaxSleep/2 {
+		t.Fatalf("exit = %+v after %v", exit, took)
+	}
+	if !strings.Contains(ts.logs.String(), "still held open") {
+		t.Errorf("logs:\n%s", ts.logs)
+	}
+}
+
+// TestWorkerDiesWithItsMaster starts a child that starts a worker of its
+// own, kills the child and checks that the kernel killed the worker too.
+func TestWorkerDiesWithItsMaster(t *testing.T) {
+	t.Parallel()
+	if _, err := os.Stat("/proc/self/stat"); err != nil {
+		t.Skip("needs /proc")
+	}
+	ts := newTestSpawner(t, ProcessOptions{}, "parent")
+	c := ts.start(t, testSpec)
+	re := regexp.MustCompile(`\] grandchild (\d+)\n`)
+	var gpid int
+	waitFor(t, "the grandchild's PID", eventTimeout, func() bool {
+		m := re.FindStringSubmatch(ts.out.String())
+		if m != nil {
+			gpid, _ = strconv.Atoi(m[1])
+		}
+		return m != nil
+	})
+	if !alive(gpid) {
+		t.Fatalf("grandchild %d is not running", gpid)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(gpid, syscall.SIGKILL) })
+	if err := c.p.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if exit, _ := c.waitExit(); exit.Code != -1 {
+		t.Fatalf("exit = %+v", exit)
+	}
+	waitFor(t, fmt.Sprintf("grandchild %d to die", gpid), 2*time.Second, func() bool { return !alive(gpid) })
+}
+
+// alive reports whether pid is a process that has not terminated (a zombie
+// waiting to be reaped has).
+func alive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// The state follows the parenthesized command name.
+	_, rest, ok := strings.Cut(string(b), ") ")
+	return ok && !strings.HasPrefix(rest, "Z") && !strings.HasPrefix(rest, "X")
+}
+
+func TestWorkArgs(t *testing.T) {
+	t.Parallel()
+	base := []string{"fleet:work", "--supervisor", "sup", "--queue", "mail,default", "--master", "m1", "--worker-name", "w1", "--concurrency", "4"}
+	for _, tc := range []struct {
+		name string
+		spec Spec
+		want []string
+	}{
+		{"minimal", testSpec, base},
+		{"everything", Spec{
+			Supervisor: "sup", Queues: []string{"mail", "default"}, Master: "m1", Worker: "w1", Concurrency: 4,
+			MaxJobs: 500, MaxTime: time.Hour, MaxMemoryMB: 256, Tries: 3, Backoff: []int{1, 5, 30},
+			Timeout: 90 * time.Second, Paused: true,
+		}, append(slices.Clone(base),
+			"--max-jobs", "500", "--max-time", "3600", "--max-memory-mb", "256", "--tries", "3",
+			"--backoff", "1,5,30", "--timeout", "1m30s", "--paused")},
+		{"sub-second max time rounds up", Spec{
+			Supervisor: "s", Queues: []string{"q"}, Master: "m", Worker: "w", Concurrency: 1,
+			MaxTime: 1500 * time.Millisecond, Timeout: 250 * time.Millisecond,
+		}, []string{"fleet:work", "--supervisor", "s", "--queue", "q", "--master", "m", "--worker-name", "w", "--concurrency", "1",
+			"--max-time", "2", "--timeout", "250ms"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			if got := WorkArgs(tc.spec); !slices.Equal(got, tc.want) {
+				t.Errorf("WorkArgs =\n%q\nwant\n%q", got, tc.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,113 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+
+	"github.com/fleet-go/fleet/queue"
+	"github.com/fleet-go/fleet/spawner"
+	"github.com/fleet-go/fleet/store"
+)
+
+// InProcessSpawner runs real workers as goroutines against the real
+// database: a master test gets real claiming and running without processes.
+// It lives here rather than in package spawner because it builds workers.
+type InProcessSpawner struct {
+	st       *store.Store
+	jobs     *queue.Registry
+	defaults Config
+	wg       sync.WaitGroup
+}
+
+var _ spawner.Spawner = (*InProcessSpawner)(nil)
+
+// NewInProcessSpawner returns a spawner whose workers run jobs from st with
+// the handlers in jobs. defaults fills what a Spec leaves open (poll
+// interval, timeout grace, logger).
+func NewInProcessSpawner(st *store.Store, jobs *queue.Registry, defaults Config) *InProcessSpawner {
+	return &InProcessSpawner{st: st, jobs: jobs, defaults: defaults}
+}
+
+// Wait blocks until every worker it started has returned.
+func (s *InProcessSpawner) Wait() { s.wg.Wait() }
+
+// Spawn starts a worker goroutine for spec. Its reports and its exit are
+// sent to events; the goroutine ends after sending the exit.
+func (s *InProcessSpawner) Spawn(ctx context.Context, spec spawner.Spec, events chan<- spawner.Event) (spawner.Process, error) {
+	cfg := s.defaults
+	cfg.Queues = spec.Queues
+	cfg.Concurrency = spec.Concurrency
+	cfg.MaxJobs = spec.MaxJobs
+	cfg.MaxTime = spec.MaxTime
+	cfg.MaxMemoryMB = spec.MaxMemoryMB
+	cfg.Paused = spec.Paused
+	cfg.Name = spec.Worker
+	cfg.Master = spec.Master
+	if spec.Tries > 0 {
+		cfg.Tries = spec.Tries
+	}
+	if spec.Backoff != nil {
+		cfg.Backoff = spec.Backoff
+	}
+	if spec.Timeout > 0 {
+		cfg.DefaultTimeout = spec.Timeout
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	cfg.Logger = cfg.Logger.With("supervisor", spec.Supervisor)
+	p := &inProcess{spec: spec}
+	cfg.Reports = func(r spawner.Report) { events <- spawner.Event{Process: p, Report: &r} }
+	w, err := New(s.st, s.jobs, cfg)
+	if err != nil {
+		return nil, err
+	}
+	p.w = w
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	p.cancel = cancel
+	s.wg.Go(func() {
+		defer cancel()
+		res, err := w.Run(runCtx)
+		exit := &spawner.Exit{Reason: res.Reason}
+		if err != nil {
+			exit.Code, exit.Err = 1, err
+			if errors.Is(err, ErrJobTimedOut) {
+				exit.Code = 2
+			}
+		}
+		events <- spawner.Event{Process: p, Exit: exit}
+	})
+	return p, nil
+}
+
+type inProcess struct {
+	spec   spawner.Spec
+	w      *Worker
+	cancel context.CancelFunc
+}
+
+func (p *inProcess) Spec() spawner.Spec { return p.spec }
+func (p *inProcess) PID() int           { return 0 }
+
+func (p *inProcess) Send(c spawner.Command) error {
+	switch c.Type {
+	case spawner.CommandPause:
+		p.w.Pause()
+	case spawner.CommandContinue:
+		p.w.Continue()
+	case spawner.CommandStop:
+		p.w.Stop()
+	default:
+		return errors.New("unknown command " + string(c.Type))
+	}
+	return nil
+}
+
+// Kill stops the worker as a stop command would: a goroutine cannot be
+// killed, and its running jobs are left to finish.
+func (p *inProcess) Kill() error {
+	p.cancel()
+	return nil
+}
