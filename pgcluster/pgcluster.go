@@ -149,9 +149,11 @@ type Cluster struct {
 	stopped bool
 }
 
-// Start initialises opts.DataDir if needed and starts a server on it, listening
-// on a Unix socket only, then returns once the server accepts connections (at
-// most 30 s, or until ctx is done).
+// Start initialises opts.DataDir if needed (initdb -U postgres --auth=trust
+// -E UTF8 --locale=C --no-sync) and starts a server on it, listening on a
+// Unix socket only, with fsync, synchronous_commit and full_page_writes off
+// and max_connections=300, then returns once the server accepts connections
+// (at most 30 s, or until ctx is done).
 //
 // If the data directory is still held by a server of an earlier run (its
 // process was killed and the server outlived it), Start stops that server

@@ -203,17 +203,25 @@ func WorkArgs(spec Spec) []string {
 	return args
 }
 
-// Spawn starts a process for spec and returns once it runs. Its reports
-// arrive on events as they are written, then exactly one Exit once the
+// Spawn starts a process for spec and returns once it runs.
+//
+// Each line the process writes on stdout that starts with LinePrefix is a
+// report and is sent to events as it arrives; a malformed one is ignored,
+// and the first of them logged. Every other line, on stdout or stderr, is
+// written to Output prefixed with "[SUPERVISOR GROUP PID] ". Once the
 // process has exited and all its output has been read (at most a few
-// seconds after the exit when a grandchild holds its output open). Events
-// are queued, not dropped, while the receiver is busy.
+// seconds after the exit when a process it started holds its output open),
+// exactly one Exit is sent, last, with the reason of its last exiting report
+// or the one ExitFor infers from the status. Events are queued, never
+// dropped, while the receiver is busy, and the process's goroutines end once
+// the receiver has taken its exit.
 //
 // ctx only guards the start: Spawn fails without starting anything when
 // ctx is already done, but a started process runs until it exits or is
-// stopped or killed through the returned Process, whatever happens to ctx.
-// When the process cannot be started Spawn returns the error and sends no
-// event.
+// stopped or killed through the returned Process, whatever happens to ctx,
+// so that a master can stop its workers gracefully after its own context
+// ends. When the process cannot be started Spawn returns the error and
+// sends no event.
 func (s *ProcessSpawner) Spawn(ctx context.Context, spec Spec, events chan<- Event) (Process, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("spawner: start %s: %w", s.exe, err)
@@ -247,7 +255,6 @@ func (s *ProcessSpawner) Spawn(ctx context.Context, spec Spec, events chan<- Eve
 		return nil, fmt.Errorf("spawner: start %s: %w", s.exe, err)
 	}
 	p.stdin = stdinW
-	p.pid = cmd.Process.Pid
 
 	// Both goroutines belong to the process: wait ends once the exit is
 	// queued, the pump once it has delivered it.
@@ -260,8 +267,7 @@ func (s *ProcessSpawner) Spawn(ctx context.Context, spec Spec, events chan<- Eve
 type process struct {
 	s    *ProcessSpawner
 	spec Spec
-	cmd  *exec.Cmd
-	pid  int
+	cmd  *exec.Cmd // cmd.Process is set before any goroutine of the process starts
 
 	stdout, stderr *LineWriter
 	queue          *eventQueue
@@ -282,14 +288,14 @@ type process struct {
 func (p *process) Spec() Spec { return p.spec }
 
 // PID is the process's id.
-func (p *process) PID() int { return p.pid }
+func (p *process) PID() int { return p.cmd.Process.Pid }
 
 // Send writes cmd to the worker's stdin. It fails, wrapping ErrExited, once
 // the process has exited, and gives up after a few seconds on a live worker
 // that does not read its stdin.
 func (p *process) Send(cmd Command) error {
 	if p.exited.Load() {
-		return fmt.Errorf("spawner: send %s to worker %d: %w", cmd.Type, p.pid, ErrExited)
+		return fmt.Errorf("spawner: send %s to worker %d: %w", cmd.Type, p.PID(), ErrExited)
 	}
 	p.sendMu.Lock()
 	defer p.sendMu.Unlock()
@@ -299,9 +305,9 @@ func (p *process) Send(cmd Command) error {
 	case err == nil:
 		return nil
 	case p.exited.Load(), errors.Is(err, os.ErrClosed), errors.Is(err, syscall.EPIPE):
-		return fmt.Errorf("spawner: send %s to worker %d: %w: %w", cmd.Type, p.pid, ErrExited, err)
+		return fmt.Errorf("spawner: send %s to worker %d: %w: %w", cmd.Type, p.PID(), ErrExited, err)
 	default:
-		return fmt.Errorf("spawner: send %s to worker %d: %w", cmd.Type, p.pid, err)
+		return fmt.Errorf("spawner: send %s to worker %d: %w", cmd.Type, p.PID(), err)
 	}
 }
 
@@ -310,14 +316,14 @@ func (p *process) Send(cmd Command) error {
 func (p *process) Kill() error {
 	err := p.cmd.Process.Kill()
 	if err != nil && !errors.Is(err, os.ErrProcessDone) {
-		return fmt.Errorf("spawner: kill worker %d: %w", p.pid, err)
+		return fmt.Errorf("spawner: kill worker %d: %w", p.PID(), err)
 	}
 	return nil
 }
 
 // String names the process as its output prefix does.
 func (p *process) String() string {
-	return fmt.Sprintf("%s %s %d", p.spec.Supervisor, p.spec.Group(), p.pid)
+	return fmt.Sprintf("%s %s %d", p.spec.Supervisor, p.spec.Group(), p.PID())
 }
 
 // wait waits for the process to exit and for its output to be read, then
@@ -339,9 +345,9 @@ func (p *process) wait() {
 	case err == nil, errors.As(err, &exitErr):
 	case errors.Is(err, exec.ErrWaitDelay):
 		p.s.log.Warn("spawner: worker exited but its output was still held open, probably by a process it started; stopped reading it",
-			"supervisor", p.spec.Supervisor, "group", p.spec.Group(), "pid", p.pid, "after", p.s.waitDelay)
+			"supervisor", p.spec.Supervisor, "group", p.spec.Group(), "pid", p.PID(), "after", p.s.waitDelay)
 	default:
-		waitErr = fmt.Errorf("spawner: wait for worker %d: %w", p.pid, err)
+		waitErr = fmt.Errorf("spawner: wait for worker %d: %w", p.PID(), err)
 	}
 	p.mu.Lock()
 	reported := p.reported
@@ -363,7 +369,7 @@ func (p *process) stdoutLine(line string) {
 		p.mu.Unlock()
 		if !warned {
 			p.s.log.Warn("spawner: ignoring malformed protocol line from worker (further ones are ignored silently)",
-				"supervisor", p.spec.Supervisor, "group", p.spec.Group(), "pid", p.pid,
+				"supervisor", p.spec.Supervisor, "group", p.spec.Group(), "pid", p.PID(),
 				"line", truncate(line, maxLoggedLine), "err", err)
 		}
 		return
@@ -380,9 +386,7 @@ func (p *process) stdoutLine(line string) {
 // Output, prefixed with the worker's identity.
 func (p *process) passThrough(line string) {
 	p.prefixOnce.Do(func() {
-		// cmd.Process is set before exec starts the goroutines that read
-		// the output, so this is safe from them.
-		p.prefix = fmt.Appendf(nil, "[%s %s %d] ", p.spec.Supervisor, p.spec.Group(), p.cmd.Process.Pid)
+		p.prefix = fmt.Appendf(nil, "[%s %s %d] ", p.spec.Supervisor, p.spec.Group(), p.PID())
 	})
 	b := make([]byte, 0, len(p.prefix)+len(line)+1)
 	b = append(append(append(b, p.prefix...), line...), '\n')

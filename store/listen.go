@@ -3,22 +3,21 @@ package store
 import (
 	"context"
 	"fmt"
+
+	"github.com/jackc/pgx/v5"
 )
 
-// Listen holds one pool connection listening on NotifyChannel and calls
-// onNotify with the queue of every dispatch until ctx ends or the connection
-// fails. onListening runs once the LISTEN is in place. The connection is
-// closed on return, never handed back to the pool with LISTEN still active.
+// Listen opens a connection of its own (not one of the pool's, so that
+// several workers sharing a pool never starve it), listens on
+// NotifyChannel and calls onNotify with the queue of every dispatch until ctx
+// ends or the connection fails. onListening runs once the LISTEN is in
+// place.
 func (s *Store) Listen(ctx context.Context, onListening func(), onNotify func(queue string)) error {
-	conn, err := s.pool.Acquire(ctx)
+	conn, err := pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig.Copy())
 	if err != nil {
-		return fmt.Errorf("acquire listen connection: %w", err)
+		return fmt.Errorf("open listen connection: %w", err)
 	}
-	defer func() {
-		// A closed connection is destroyed by the pool instead of reused.
-		_ = conn.Conn().Close(context.WithoutCancel(ctx))
-		conn.Release()
-	}()
+	defer conn.Close(context.WithoutCancel(ctx))
 	if _, err := conn.Exec(ctx, "LISTEN "+NotifyChannel); err != nil {
 		return fmt.Errorf("listen on %s: %w", NotifyChannel, err)
 	}
@@ -26,7 +25,7 @@ func (s *Store) Listen(ctx context.Context, onListening func(), onNotify func(qu
 		onListening()
 	}
 	for {
-		n, err := conn.Conn().WaitForNotification(ctx)
+		n, err := conn.WaitForNotification(ctx)
 		if err != nil {
 			return fmt.Errorf("wait for notification: %w", err)
 		}

@@ -1,0 +1,420 @@
+package master_test
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/fleet-go/fleet/master"
+	"github.com/fleet-go/fleet/pgtest"
+	"github.com/fleet-go/fleet/queue"
+	"github.com/fleet-go/fleet/spawner"
+	"github.com/fleet-go/fleet/spawner/spawnertest"
+	"github.com/fleet-go/fleet/store"
+	"github.com/fleet-go/fleet/supervisor"
+	"github.com/fleet-go/fleet/worker"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// syncBuffer is a log sink safe for concurrent writes.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+type bundle struct {
+	pool    *pgxpool.Pool
+	st      *store.Store
+	fake    *spawnertest.FakeSpawner
+	logs    *syncBuffer
+	ctx     context.Context
+	cancel  context.CancelFunc
+	summary chan master.Summary
+	m       *master.Master
+}
+
+func resolve(t *testing.T, sups map[string]supervisor.SupervisorOptions) []supervisor.Supervisor {
+	t.Helper()
+	out, err := supervisor.Resolve(supervisor.Options{Supervisors: sups, DefaultConcurrency: 2, DefaultQueue: "default"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func intp(n int) *int { return &n }
+
+func settings(logs *syncBuffer) master.Settings {
+	return master.Settings{
+		Tick:            20 * time.Millisecond,
+		BalanceCooldown: 60 * time.Millisecond,
+		TTL:             2 * time.Second,
+		RestartBase:     50 * time.Millisecond,
+		RestartMax:      400 * time.Millisecond,
+		StopTimeout:     5 * time.Second,
+		Logger:          slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+	}
+}
+
+// start runs a master over sups with a FakeSpawner on a fresh database.
+func start(t *testing.T, pool *pgxpool.Pool, sups []supervisor.Supervisor, sp spawner.Spawner, tweak ...func(*master.Settings)) *bundle {
+	t.Helper()
+	if pool == nil {
+		pool = pgtest.Pool(t)
+	}
+	b := &bundle{pool: pool, st: store.New(pool), logs: &syncBuffer{}, summary: make(chan master.Summary, 1)}
+	if sp == nil {
+		b.fake = spawnertest.NewFakeSpawner()
+		sp = b.fake
+	}
+	set := settings(b.logs)
+	for _, f := range tweak {
+		f(&set)
+	}
+	m, err := master.New(b.st, sups, master.WithSpawner(sp), master.WithSettings(set))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.m = m
+	b.ctx, b.cancel = context.WithCancel(context.Background())
+	go func() {
+		sum, err := m.Run(b.ctx)
+		if err != nil {
+			t.Errorf("master run: %v", err)
+		}
+		b.summary <- sum
+	}()
+	t.Cleanup(func() {
+		b.cancel()
+		select {
+		case <-b.summary:
+		case <-time.After(20 * time.Second):
+			t.Error("master did not stop")
+		}
+	})
+	return b
+}
+
+// stop stops the master and returns its summary.
+func (b *bundle) stop(t *testing.T) master.Summary {
+	t.Helper()
+	b.cancel()
+	select {
+	case s := <-b.summary:
+		b.summary <- s // for the cleanup
+		return s
+	case <-time.After(20 * time.Second):
+		t.Fatal("master did not stop")
+		return master.Summary{}
+	}
+}
+
+func wait(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatalf("waiting: %v", err)
+	}
+}
+
+func waitCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func poll(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func (b *bundle) count(t *testing.T, sql string, args ...any) int {
+	t.Helper()
+	var n int
+	if err := b.pool.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	return n
+}
+
+func twoQueues(t *testing.T) []supervisor.Supervisor {
+	return resolve(t, map[string]supervisor.SupervisorOptions{
+		"default": {Queues: []string{"default", "mail"}, MaxProcesses: intp(4), Concurrency: intp(4), MaxJobs: 50},
+	})
+}
+
+func TestMasterStartsAtMinAndStopsGracefully(t *testing.T) {
+	t.Parallel()
+	b := start(t, nil, twoQueues(t), nil)
+	wait(t, b.fake.WaitRunning(waitCtx(t), 2))
+	specs := b.fake.RunningSpecs()
+	groups := map[string]bool{}
+	for _, s := range specs {
+		groups[s.Group()] = true
+		if s.Supervisor != "default" || s.Master != b.m.Name() || s.Concurrency != 4 || s.MaxJobs != 50 ||
+			!strings.HasPrefix(s.Worker, b.m.Name()+"/default/") {
+			t.Errorf("spec = %+v", s)
+		}
+	}
+	if !groups["default"] || !groups["mail"] {
+		t.Fatalf("groups = %v, want one process for each queue", groups)
+	}
+	poll(t, "the master's row", func() bool {
+		return b.count(t, `SELECT count(*) FROM fleet_masters WHERE name = $1 AND state = 'running'`, b.m.Name()) == 1
+	})
+	sum := b.stop(t)
+	for i := range 2 {
+		cmds := b.fake.Commands(i)
+		if len(cmds) == 0 || cmds[len(cmds)-1].Type != spawner.CommandStop {
+			t.Errorf("process %d got %v, want a stop", i, cmds)
+		}
+	}
+	if sum.Started != 2 || sum.Crashed != 0 {
+		t.Errorf("summary = %+v", sum)
+	}
+	if n := b.count(t, `SELECT count(*) FROM fleet_masters`); n != 0 {
+		t.Error("the master's row outlived it")
+	}
+}
+
+func TestMasterReplacesRecycledWorkerAtOnce(t *testing.T) {
+	t.Parallel()
+	b := start(t, nil, twoQueues(t), nil)
+	wait(t, b.fake.WaitRunning(waitCtx(t), 2))
+	group := b.fake.Specs()[0].Group()
+	b.fake.Heartbeat(0, 50, 12)
+	b.fake.Exit(0, spawner.ExitMaxJobs)
+	wait(t, b.fake.WaitSpawned(waitCtx(t), 3))
+	if g := b.fake.Specs()[2].Group(); g != group {
+		t.Fatalf("replacement works %q, want %q", g, group)
+	}
+	sum := b.stop(t)
+	if sum.Recycled != 1 || sum.Jobs != 50 || sum.Crashed != 0 {
+		t.Fatalf("summary = %+v", sum)
+	}
+}
+
+func TestMasterBacksOffCrashes(t *testing.T) {
+	t.Parallel()
+	sups := resolve(t, map[string]supervisor.SupervisorOptions{"solo": {Queues: []string{"q"}, MaxProcesses: intp(1)}})
+	b := start(t, nil, sups, nil)
+	wait(t, b.fake.WaitSpawned(waitCtx(t), 1))
+	// Each crash waits longer before the restart: 50, 100, 200, 400, 400 ms.
+	want := []time.Duration{50, 100, 200, 400, 400}
+	for i, d := range want {
+		crashed := time.Now()
+		b.fake.Exit(i, spawner.ExitCrash)
+		wait(t, b.fake.WaitSpawned(waitCtx(t), i+2))
+		if gap := time.Since(crashed); gap < d*time.Millisecond {
+			t.Fatalf("restart %d after %s, want at least %dms", i+1, gap, d)
+		}
+	}
+	poll(t, "the crash-loop error", func() bool {
+		return strings.Contains(b.logs.String(), `level=ERROR msg="workers keep failing: five failures within a minute" logger=fleet`)
+	})
+	// A failed spawn counts as a crash too, and the master keeps going.
+	b.fake.FailNext(1)
+	b.fake.Exit(len(want), spawner.ExitCrash)
+	wait(t, b.fake.WaitSpawned(waitCtx(t), len(want)+2))
+	sum := b.stop(t)
+	if sum.Crashed != len(want)+2 {
+		t.Fatalf("summary = %+v, want %d crashes", sum, len(want)+2)
+	}
+}
+
+func TestMasterAppliesPause(t *testing.T) {
+	t.Parallel()
+	b := start(t, nil, twoQueues(t), nil)
+	wait(t, b.fake.WaitRunning(waitCtx(t), 2))
+	ctx := context.Background()
+	if err := b.st.StateSet(ctx, store.StatePauseSupervisorPrefix+"default"); err != nil {
+		t.Fatal(err)
+	}
+	lastIs := func(i int, ct spawner.CommandType) bool {
+		c := b.fake.Commands(i)
+		return len(c) > 0 && c[len(c)-1].Type == ct
+	}
+	poll(t, "pause commands", func() bool { return lastIs(0, spawner.CommandPause) && lastIs(1, spawner.CommandPause) })
+	// A replacement starts paused.
+	b.fake.Exit(0, spawner.ExitMaxTime)
+	wait(t, b.fake.WaitSpawned(waitCtx(t), 3))
+	if !b.fake.Specs()[2].Paused {
+		t.Fatal("a worker started while paused must start paused")
+	}
+	poll(t, "paused state in the row", func() bool {
+		return b.count(t, `SELECT count(*) FROM fleet_masters WHERE state = 'paused'`) == 1
+	})
+	if _, err := b.st.StateDelete(ctx, store.StatePauseSupervisorPrefix+"default"); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, "continue commands", func() bool { return lastIs(1, spawner.CommandContinue) && lastIs(2, spawner.CommandContinue) })
+}
+
+func TestMasterTerminate(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	first := start(t, pool, twoQueues(t), nil)
+	wait(t, first.fake.WaitRunning(waitCtx(t), 2))
+	if err := first.st.StateSet(context.Background(), store.StateTerminate); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case sum := <-first.summary:
+		first.summary <- sum
+	case <-time.After(10 * time.Second):
+		t.Fatal("the master did not terminate")
+	}
+	// A master started after the request keeps running.
+	second := start(t, pool, twoQueues(t), nil)
+	wait(t, second.fake.WaitRunning(waitCtx(t), 2))
+	time.Sleep(200 * time.Millisecond) // ten ticks: it must not have read the old request as its own
+	select {
+	case <-second.summary:
+		t.Fatal("a master started after fleet:terminate stopped")
+	default:
+	}
+}
+
+func TestMasterReleasesJobsOfDeadWorker(t *testing.T) {
+	t.Parallel()
+	sups := resolve(t, map[string]supervisor.SupervisorOptions{"solo": {Queues: []string{"q"}, MaxProcesses: intp(1), Tries: intp(2)}})
+	b := start(t, nil, sups, nil)
+	wait(t, b.fake.WaitSpawned(waitCtx(t), 1))
+	ctx := context.Background()
+	client := queue.NewClient(b.pool, queue.Defaults{Queue: "q"})
+	id, err := client.Dispatch(ctx, queue.NewJob("x", nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The fake process "holds" the job as a real worker would.
+	for i := range 2 {
+		spec := b.fake.Specs()[i]
+		jobs, err := b.st.JobClaim(ctx, store.JobClaimParams{Queue: "q", Limit: 1, Worker: spec.Worker, Master: spec.Master})
+		if err != nil || len(jobs) != 1 {
+			t.Fatalf("claim: %v %v", jobs, err)
+		}
+		_ = b.fake.Process(i).Kill()
+		if i == 0 {
+			// Released at once, the attempt counted.
+			poll(t, "the dead worker's job to be released", func() bool {
+				return b.count(t, `SELECT count(*) FROM queue_jobs WHERE id = $1 AND reserved_by IS NULL AND attempts = 1 AND last_error LIKE 'worker lost%'`, id) == 1
+			})
+			wait(t, b.fake.WaitSpawned(waitCtx(t), 2))
+		}
+	}
+	// Its tries (2) spent: the job ends in failed jobs instead of looping.
+	poll(t, "a job that killed its worker twice to end in failed jobs", func() bool {
+		return b.count(t, `SELECT count(*) FROM queue_failed_jobs WHERE job_id = $1 AND attempts = 2 AND error LIKE 'worker lost%'`, id) == 1
+	})
+}
+
+func TestMasterReleasesJobsOfExpiredMaster(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	st := store.New(pool)
+	ctx := context.Background()
+	if _, err := st.MasterBeat(ctx, store.MasterBeatParams{Name: "gone", Host: "h", PID: 1, Nonce: "n", State: "running", TTL: time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	client := queue.NewClient(pool, queue.Defaults{})
+	id, err := client.Dispatch(ctx, queue.NewJob("x", nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.JobClaim(ctx, store.JobClaimParams{Queue: "default", Limit: 1, Worker: "gone/default/1", Master: "gone"}); err != nil {
+		t.Fatal(err)
+	}
+	b := start(t, pool, resolve(t, nil), nil)
+	poll(t, "the release", func() bool {
+		return b.count(t, `SELECT count(*) FROM queue_jobs WHERE id = $1 AND reserved_by IS NULL`, id) == 1
+	})
+	if n := b.count(t, `SELECT count(*) FROM fleet_masters WHERE name = 'gone'`); n != 0 {
+		t.Fatal("the expired row is still there")
+	}
+}
+
+func TestMasterBalancesTowardsBacklog(t *testing.T) {
+	t.Parallel()
+	b := start(t, nil, twoQueues(t), nil)
+	wait(t, b.fake.WaitRunning(waitCtx(t), 2))
+	ctx := context.Background()
+	client := queue.NewClient(b.pool, queue.Defaults{})
+	jobs := make([]*queue.Job, 300)
+	for i := range jobs {
+		jobs[i] = queue.NewJob("x", nil).OnQueue("mail")
+	}
+	if _, err := client.DispatchMany(ctx, jobs); err != nil {
+		t.Fatal(err)
+	}
+	byGroup := func() map[string]int {
+		out := map[string]int{}
+		for _, s := range b.fake.RunningSpecs() {
+			out[s.Group()]++
+		}
+		return out
+	}
+	poll(t, "mail to get three processes", func() bool { g := byGroup(); return g["mail"] == 3 && g["default"] == 1 })
+	// The backlog drains: back to one each, then it stays put.
+	if _, err := b.pool.Exec(ctx, `DELETE FROM queue_jobs`); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, "mail to shrink back", func() bool { g := byGroup(); return g["mail"] == 1 && g["default"] == 1 })
+	spawned := len(b.fake.Specs())
+	time.Sleep(300 * time.Millisecond) // five cooldowns
+	if g := byGroup(); g["mail"] != 1 || g["default"] != 1 || len(b.fake.Specs()) != spawned {
+		t.Fatalf("idle allocation moved: %v, %d spawned (was %d)", g, len(b.fake.Specs()), spawned)
+	}
+}
+
+func TestMasterWithInProcessWorkers(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	st := store.New(pool)
+	jobs := queue.NewRegistry()
+	jobs.Handle("noop", func(context.Context, *queue.Job) error { return nil })
+	sp := worker.NewInProcessSpawner(st, jobs, worker.Config{PollInterval: 50 * time.Millisecond})
+	client := queue.NewClient(pool, queue.Defaults{})
+	var batch []*queue.Job
+	for i := range 200 {
+		q := "default"
+		if i%2 == 0 {
+			q = "mail"
+		}
+		batch = append(batch, queue.NewJob("noop", nil).OnQueue(q))
+	}
+	if _, err := client.DispatchMany(context.Background(), batch); err != nil {
+		t.Fatal(err)
+	}
+	b := start(t, pool, twoQueues(t), sp)
+	poll(t, "the jobs to run", func() bool { return b.count(t, `SELECT count(*) FROM queue_jobs`) == 0 })
+	sum := b.stop(t)
+	sp.Wait()
+	// max_jobs = 50 with 200 jobs: workers were recycled along the way.
+	if sum.Recycled < 2 || sum.Jobs != 200 {
+		t.Fatalf("summary = %+v, want 200 jobs and some recycling", sum)
+	}
+}
