@@ -15,7 +15,16 @@ import (
 	"github.com/fleet-go/fleet/queue"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+// envAppMode makes the test binary act as the application itself, so the
+// fleet master's children (copies of its own executable) are real processes.
+const envAppMode = "FLEET_CMD_TEST_APP"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(envAppMode) == "1" {
+		os.Exit(cmd.Execute(cmd.App{Jobs: appJobs()}))
+	}
+	pgtest.Main(m)
+}
 
 type result struct {
 	code           int
