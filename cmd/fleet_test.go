@@ -337,10 +337,10 @@ func TestFleetBootRules(t *testing.T) {
 		want string
 	}{
 		"auto min × queues > max": {[]string{"APP_FLEET__SUPERVISORS__BIG__QUEUES=a,b,c", "APP_FLEET__SUPERVISORS__BIG__MAX_PROCESSES=2"}, "fleet.supervisors.big"},
-		"simple max < queues": {[]string{"APP_FLEET__SUPERVISORS__S__QUEUES=a,b,c", "APP_FLEET__SUPERVISORS__S__BALANCE=simple", "APP_FLEET__SUPERVISORS__S__MAX_PROCESSES=2"}, "fleet.supervisors.s"},
-		"empty queues":        {[]string{"APP_FLEET__SUPERVISORS__E__QUEUES="}, "fleet.supervisors.e.queues"},
-		"unknown only":        {[]string{"APP_FLEET__ONLY=exports"}, `fleet.only: no supervisor named "exports"`},
-		"memory driver":       {[]string{"APP_QUEUE__DRIVER=memory"}, "queue.driver"},
+		"simple max < queues":     {[]string{"APP_FLEET__SUPERVISORS__S__QUEUES=a,b,c", "APP_FLEET__SUPERVISORS__S__BALANCE=simple", "APP_FLEET__SUPERVISORS__S__MAX_PROCESSES=2"}, "fleet.supervisors.s"},
+		"empty queues":            {[]string{"APP_FLEET__SUPERVISORS__E__QUEUES="}, "fleet.supervisors.e.queues"},
+		"unknown only":            {[]string{"APP_FLEET__ONLY=exports"}, `fleet.only: no supervisor named "exports"`},
+		"memory driver":           {[]string{"APP_QUEUE__DRIVER=memory"}, "queue.driver"},
 	}
 	for name, c := range cases {
 		r := run(t, t.TempDir(), append(dbEnv("postgres://app:hunter2@127.0.0.1:1/app"), c.env...), "fleet")
