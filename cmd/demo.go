@@ -6,19 +6,20 @@ import (
 	"io"
 	"os/signal"
 	"path/filepath"
-	"sync/atomic"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/fleet-go/fleet/config"
+	"github.com/fleet-go/fleet/master"
 	"github.com/fleet-go/fleet/migrations"
 	"github.com/fleet-go/fleet/pgcluster"
 	"github.com/fleet-go/fleet/queue"
 	"github.com/fleet-go/fleet/spawner"
 	"github.com/fleet-go/fleet/store"
-	"github.com/fleet-go/fleet/worker"
+	"github.com/fleet-go/fleet/supervisor"
 )
 
 // demoDir is where the demo keeps its private PostgreSQL, relative to the
@@ -82,51 +83,92 @@ func (r *runner) demo(c *cobra.Command, _ []string) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "dispatched %d demo jobs to queues default and mail: noop, sleep, flaky (fails once, then succeeds) and fail (fails every try)\n", len(ids))
+	fmt.Fprintf(out, "dispatched %d demo jobs to queues default, mail and slow: noop, sleep, flaky (fails once, then succeeds) and fail (fails every try)\n", len(ids))
 
-	st := store.New(pool)
-	var finished atomic.Int64
-	w, err := worker.New(st, r.app.Jobs, worker.Config{
-		Queues:        []string{"default", "mail"},
-		Concurrency:   8,
-		StopWhenEmpty: true,
-		PollInterval:  100 * time.Millisecond,
-		Logger:        log,
-		Reports: func(rep spawner.Report) {
-			if rep.Type == spawner.ReportHeartbeat {
-				finished.Store(rep.Jobs)
-				fmt.Fprintf(out, "  worker: %d attempts finished, %d running, %.0f MB\n", rep.Jobs, rep.Running, rep.MemoryMB)
-			}
-		},
-	})
+	sups := demoSupervisors()
+	if len(cfg.Fleet.Supervisors) > 0 {
+		if sups, err = supervisor.Resolve(supervisorOptions(cfg, true)); err != nil {
+			return err
+		}
+	}
+	sp, err := spawner.NewProcessSpawner(spawner.ProcessOptions{Dir: r.app.Dir, Output: r.app.Stderr, Logger: log})
 	if err != nil {
 		return err
 	}
-	fmt.Fprintln(out, "running a worker on default,mail with concurrency 8 until the queues are empty...")
-	start := time.Now()
-	res, err := w.Run(ctx)
+	sp.Env("APP_DATABASE__URL", url) // the children use the same database
+	settings := masterSettings(cfg, sups, r.app.Version)
+	settings.Logger = log
+	m, err := master.New(store.New(pool), sups, master.WithSpawner(sp), master.WithSettings(settings))
 	if err != nil {
 		return err
 	}
-	return r.demoSummary(ctx, out, st, ids, res, time.Since(start))
+	fmt.Fprintln(out, "starting a fleet master: supervisor \"default\" balances up to 3 workers over default,mail; \"slow\" runs 1 worker on slow")
+	return r.demoRun(ctx, out, store.New(pool), m, ids)
 }
 
-func (r *runner) demoSummary(ctx context.Context, out io.Writer, st *store.Store, ids []int64, res worker.Result, took time.Duration) error {
+// demoRun runs the master until every demo job has finished, printing
+// progress every second, then stops it and prints what happened.
+func (r *runner) demoRun(ctx context.Context, out io.Writer, st *store.Store, m *master.Master, ids []int64) error {
+	mctx, stopMaster := context.WithCancel(ctx)
+	defer stopMaster()
+	type result struct {
+		sum master.Summary
+		err error
+	}
+	done := make(chan result, 1)
+	start := time.Now()
+	go func() {
+		sum, err := m.Run(mctx)
+		done <- result{sum, err}
+	}()
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case res := <-done: // the master stopped early: a signal or an error
+			return res.err
+		case <-tick.C:
+		}
+		left, err := st.JobCountBetween(ctx, ids[0], ids[len(ids)-1])
+		if err != nil {
+			return err
+		}
+		counts, err := st.QueueCounts(ctx)
+		if err != nil {
+			return err
+		}
+		var parts []string
+		for _, c := range counts {
+			parts = append(parts, fmt.Sprintf("%s: %d pending, %d delayed, %d running", c.Queue, c.Pending, c.Delayed, c.Reserved))
+		}
+		fmt.Fprintf(out, "  %s  %d demo jobs left  %s\n", time.Since(start).Round(time.Second), left, strings.Join(parts, "; "))
+		if left == 0 {
+			break
+		}
+	}
+	stopMaster()
+	res := <-done
+	if res.err != nil {
+		return res.err
+	}
 	failed, err := st.FailedJobCountBetween(ctx, ids[0], ids[len(ids)-1])
 	if err != nil {
 		return err
 	}
-	counts, err := st.QueueCounts(ctx)
-	if err != nil {
-		return err
-	}
-	var left int64
-	for _, q := range counts {
-		left += q.Pending + q.Delayed + q.Reserved
-	}
-	fmt.Fprintf(out, "done in %s (%s): %d jobs, %d attempts, %d completed, %d failed for good (in queue_failed_jobs), %d still queued\n",
-		took.Round(time.Millisecond), res.Reason, len(ids), res.Jobs, int64(len(ids))-failed-left, failed, left)
+	fmt.Fprintf(out, "done in %s: %d jobs, %d completed, %d failed for good (see queue_failed_jobs); %d workers started, %d recycled, %d crashed, %d attempts\n",
+		time.Since(start).Round(100*time.Millisecond), len(ids), int64(len(ids))-failed, failed,
+		res.sum.Started, res.sum.Recycled, res.sum.Crashed, res.sum.Jobs)
 	return nil
+}
+
+// demoSupervisors are the demo's supervisors when the configuration has
+// none.
+func demoSupervisors() []supervisor.Supervisor {
+	return []supervisor.Supervisor{
+		{Name: "default", Queues: []string{"default", "mail"}, Balance: supervisor.BalanceAuto,
+			MinProcesses: 1, MaxProcesses: 3, Concurrency: 4, MaxJobs: 100},
+		{Name: "slow", Queues: []string{"slow"}, Balance: supervisor.BalanceOff, MinProcesses: 1, MaxProcesses: 1, Concurrency: 4},
+	}
 }
 
 // demoJobs is the mix the demo dispatches.
@@ -137,6 +179,9 @@ func demoJobs() []*queue.Job {
 	}
 	for i := range 40 {
 		jobs = append(jobs, queue.NewJob("demo.sleep", map[string]int{"ms": 50 + 10*(i%10)}).OnQueue("mail"))
+	}
+	for range 8 {
+		jobs = append(jobs, queue.NewJob("demo.sleep", map[string]int{"ms": 1000}).OnQueue("slow"))
 	}
 	for range 10 {
 		jobs = append(jobs, queue.NewJob("demo.flaky", map[string]int{"fail_times": 1}).Tries(3).Backoff(0))

@@ -47,3 +47,15 @@ func (s *Store) FailedJobCountBetween(ctx context.Context, fromID, toID int64) (
 	}
 	return n, nil
 }
+
+// JobCountBetween counts the jobs still queued whose id lies in
+// [fromID, toID].
+func (s *Store) JobCountBetween(ctx context.Context, fromID, toID int64) (int64, error) {
+	var n int64
+	err := s.pool.QueryRow(ctx,
+		`SELECT count(*) FROM queue_jobs WHERE id BETWEEN $1 AND $2`, fromID, toID).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("count jobs: %w", err)
+	}
+	return n, nil
+}
