@@ -238,6 +238,11 @@ func (c *Cluster) prepareDataDir(ctx context.Context) error {
 	if _, err := os.Stat(filepath.Join(c.dataDir, "PG_VERSION")); err == nil {
 		return c.checkTraversable(c.dataDir)
 	}
+	// Parents are made traversable (0755): the server may run as another
+	// user than this process. The data directory itself stays private.
+	if err := os.MkdirAll(filepath.Dir(c.dataDir), 0o755); err != nil {
+		return fmt.Errorf("start postgres: create the data directory's parent: %w", err)
+	}
 	if err := os.MkdirAll(c.dataDir, 0o700); err != nil {
 		return fmt.Errorf("start postgres: create data directory: %w", err)
 	}
