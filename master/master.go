@@ -466,8 +466,11 @@ func (m *Master) spawn(ctx context.Context, events chan<- spawner.Event, s *supS
 func (m *Master) failed(s *supState, group string, lived time.Duration, what string, err error) {
 	r := s.restarts[group]
 	looping := r.fail(m.set.Now(), lived, m.set.RestartBase, m.set.RestartMax)
-	m.log.Warn("worker "+what+"; restarting after backoff", "supervisor", s.sup.Name, "queues", group,
-		"retry_in", r.delay, "err", err)
+	attrs := []any{"supervisor", s.sup.Name, "queues", group, "retry_in", r.delay}
+	if err != nil {
+		attrs = append(attrs, "err", err)
+	}
+	m.log.Warn("worker "+what+"; restarting after backoff", attrs...)
 	if looping {
 		m.log.Error("workers keep failing: five failures within a minute", "supervisor", s.sup.Name,
 			"queues", group, "failures", len(r.recent), "retry_in", r.delay)
