@@ -329,7 +329,7 @@ func (m *Master) readState(ctx context.Context) (terminate bool) {
 // housekeep releases the jobs of expired masters and kills workers that
 // hold a job far past its timeout.
 func (m *Master) housekeep(ctx context.Context) {
-	expired, lost, err := m.st.MasterExpire(ctx, m.set.DefaultTries)
+	expired, lost, err := m.st.MasterExpire(ctx, m.set.DefaultTries, m.set.DefaultTimeout, m.set.TimeoutGrace+time.Minute)
 	if err != nil {
 		m.log.Warn("expire masters failed", "err", err)
 	} else if len(expired) > 0 || lost.Released+lost.Failed > 0 {

@@ -418,3 +418,30 @@ func TestMasterWithInProcessWorkers(t *testing.T) {
 		t.Fatalf("summary = %+v, want 200 jobs and some recycling", sum)
 	}
 }
+
+func TestMasterReleasesJobsOfStandaloneWorkerLongPastTimeout(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	st := store.New(pool)
+	ctx := context.Background()
+	client := queue.NewClient(pool, queue.Defaults{})
+	ids, err := client.DispatchMany(ctx, []*queue.Job{queue.NewJob("old", nil).Timeout(time.Second), queue.NewJob("fresh", nil)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A worker started by hand (no master) claimed both and died.
+	if _, err := st.JobClaim(ctx, store.JobClaimParams{Queue: "default", Limit: 2, Worker: "by-hand"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `UPDATE queue_jobs SET reserved_at = now() - interval '2 minutes' WHERE id = $1`, ids[0]); err != nil {
+		t.Fatal(err)
+	}
+	b := start(t, pool, resolve(t, nil), nil)
+	poll(t, "the old job's release", func() bool {
+		return b.count(t, `SELECT count(*) FROM queue_jobs WHERE id = $1 AND reserved_by IS NULL`, ids[0]) == 1
+	})
+	// The other is within its timeout: still held.
+	if n := b.count(t, `SELECT count(*) FROM queue_jobs WHERE id = $1 AND reserved_by = 'by-hand'`, ids[1]); n != 1 {
+		t.Fatal("a job within its timeout was released")
+	}
+}

@@ -139,8 +139,10 @@ func (s *Store) JobReleaseWorker(ctx context.Context, worker string, defaultTrie
 
 // MasterExpire removes the rows of masters whose ttl has passed and
 // releases the jobs held by their workers, and by workers of any master that
-// has no row at all. It returns the expired masters' names.
-func (s *Store) MasterExpire(ctx context.Context, defaultTries int) ([]string, LostJobs, error) {
+// has no row at all. Jobs held by a worker without a master are released
+// once reserved longer than their timeout (defaultTimeout when unset) plus
+// orphanAfter. It returns the expired masters' names.
+func (s *Store) MasterExpire(ctx context.Context, defaultTries int, defaultTimeout, orphanAfter time.Duration) ([]string, LostJobs, error) {
 	rows, err := s.pool.Query(ctx, `DELETE FROM fleet_masters WHERE expires_at < now() RETURNING name`)
 	if err != nil {
 		return nil, LostJobs{}, fmt.Errorf("expire masters: %w", err)
@@ -149,9 +151,12 @@ func (s *Store) MasterExpire(ctx context.Context, defaultTries int) ([]string, L
 	if err != nil {
 		return nil, LostJobs{}, fmt.Errorf("expire masters: %w", err)
 	}
-	lost, err := s.releaseLost(ctx, `j.reserved_master IS NOT NULL
-		AND NOT EXISTS (SELECT 1 FROM fleet_masters m WHERE m.name = j.reserved_master)`,
-		defaultTries, "worker lost: its master stopped beating")
+	lost, err := s.releaseLost(ctx, `(j.reserved_master IS NOT NULL
+		AND NOT EXISTS (SELECT 1 FROM fleet_masters m WHERE m.name = j.reserved_master))
+		OR (j.reserved_by IS NOT NULL AND j.reserved_master IS NULL
+		AND j.reserved_at + (COALESCE(j.timeout_ms, $1) + $2) * interval '1 millisecond' < now())`,
+		defaultTries, "worker lost: its master stopped beating, or it held the job far past its timeout",
+		defaultTimeout.Milliseconds(), orphanAfter.Milliseconds())
 	return names, lost, err
 }
 
