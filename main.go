@@ -4,14 +4,22 @@
 package main
 
 import (
+	"context"
+	"log/slog"
 	"os"
 
 	"github.com/fleet-go/fleet/cmd"
+	"github.com/fleet-go/fleet/fleet"
 	"github.com/fleet-go/fleet/queue"
 )
 
 func main() {
 	jobs := queue.NewRegistry()
 	registerDemoJobs(jobs)
-	os.Exit(cmd.Execute(cmd.App{Jobs: jobs}))
+	os.Exit(cmd.Execute(cmd.App{Jobs: jobs, OnLongWait: logLongWait}))
+}
+
+// logLongWait is the example app's long-wait listener: page someone here.
+func logLongWait(_ context.Context, e fleet.LongWaitDetected) {
+	slog.Warn("queue is backing up", "queue", e.Queue, "wait_secs", e.WaitSecs, "threshold_secs", e.ThresholdSecs)
 }

@@ -2,7 +2,11 @@ package cmd
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
 	"os/signal"
 	"path/filepath"
 	"slices"
@@ -13,15 +17,13 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fleet-go/fleet/config"
+	"github.com/fleet-go/fleet/fleet"
 	"github.com/fleet-go/fleet/master"
+	"github.com/fleet-go/fleet/metrics"
 	"github.com/fleet-go/fleet/spawner"
 	"github.com/fleet-go/fleet/store"
 	"github.com/fleet-go/fleet/supervisor"
 )
-
-// statusWindow is how recently a master must have beaten to count as alive
-// for fleet:status.
-const statusWindow = 30 * time.Second
 
 // supervisorOptions turns the fleet section into supervisor.Options.
 func supervisorOptions(cfg *config.Config, withOnly bool) supervisor.Options {
@@ -53,6 +55,13 @@ func masterSettings(cfg *config.Config, sups []supervisor.Supervisor, version st
 		timeout = max(timeout, s.Timeout)
 	}
 	return master.Settings{
+		LongWait:         cfg.Fleet.LongWait,
+		LongWaitCooldown: time.Duration(cfg.Fleet.LongWaitCooldownMinutes) * time.Minute,
+		Trim: store.TrimParams{
+			CompletedHours: cfg.Fleet.Trim.CompletedHours,
+			FailedDays:     cfg.Fleet.Trim.FailedDays,
+			MetricsDays:    cfg.Fleet.Trim.MetricsDays,
+		},
 		BalanceCooldown: time.Duration(cfg.Fleet.BalanceCooldownSecs) * time.Second,
 		BalanceMaxShift: cfg.Fleet.BalanceMaxShift,
 		TTL:             time.Duration(cfg.Fleet.MasterTTLSecs) * time.Second,
@@ -120,9 +129,22 @@ func (r *runner) fleet(c *cobra.Command, _ []string) error {
 func (r *runner) runMaster(ctx context.Context, c *cobra.Command, cfg *config.Config, sups []supervisor.Supervisor, st *store.Store, sp spawner.Spawner) error {
 	settings := masterSettings(cfg, sups, r.app.Version)
 	settings.Logger = r.logger(cfg)
+	onLongWait, err := r.longWaitListeners(cfg, settings.Logger)
+	if err != nil {
+		return err
+	}
+	settings.OnLongWait = onLongWait
 	m, err := master.New(st, sups, master.WithSpawner(sp), master.WithSettings(settings))
 	if err != nil {
 		return err
+	}
+	if addr := cfg.Fleet.HTTP.Addr; addr != "" {
+		stopHTTP, err := serveHTTP(ctx, addr, metrics.NewCollector(st, metrics.Options{Beat: m, Logger: settings.Logger}), settings.Logger)
+		if err != nil {
+			return err
+		}
+		defer stopHTTP()
+		fmt.Fprintf(c.OutOrStdout(), "serving /metrics on http://%s/metrics\n", addr)
 	}
 	names := make([]string, len(sups))
 	for i, s := range sups {
@@ -133,6 +155,56 @@ func (r *runner) runMaster(ctx context.Context, c *cobra.Command, cfg *config.Co
 	fmt.Fprintf(c.OutOrStdout(), "fleet master stopped: %d workers started, %d recycled, %d crashed, %d jobs run\n",
 		sum.Started, sum.Recycled, sum.Crashed, sum.Jobs)
 	return err
+}
+
+// serveHTTP serves the master's HTTP endpoints on addr until the returned
+// stop function is called. A port that cannot be bound is a boot error
+// naming fleet.http.addr.
+func serveHTTP(ctx context.Context, addr string, col *metrics.Collector, log *slog.Logger) (stop func(), err error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("fleet.http.addr %s: %w (set another address, or an empty one to turn the listener off)", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", metrics.Handler(col))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, BaseContext: func(net.Listener) context.Context { return ctx }}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("http listener stopped", "addr", addr, "err", err)
+		}
+	}()
+	return func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+		<-done
+	}, nil
+}
+
+// longWaitListeners combines the app's listener and the configured webhook
+// into the master's OnLongWait (nil when there is neither).
+func (r *runner) longWaitListeners(cfg *config.Config, log *slog.Logger) (func(context.Context, fleet.LongWaitDetected), error) {
+	var listeners []func(context.Context, fleet.LongWaitDetected)
+	if r.app.OnLongWait != nil {
+		listeners = append(listeners, r.app.OnLongWait)
+	}
+	if cfg.Fleet.LongWaitWebhook != "" {
+		hook, err := fleet.WebhookNotifier(cfg.Fleet.LongWaitWebhook, nil, log)
+		if err != nil {
+			return nil, err
+		}
+		listeners = append(listeners, hook)
+	}
+	if len(listeners) == 0 {
+		return nil, nil
+	}
+	return func(ctx context.Context, e fleet.LongWaitDetected) {
+		for _, l := range listeners {
+			l(ctx, e)
+		}
+	}, nil
 }
 
 // withStore runs fn with a store on the configured database.
@@ -170,65 +242,81 @@ func checkSupervisor(cfg *config.Config, name string) error {
 }
 
 func (r *runner) pauseCommand() *cobra.Command {
-	return &cobra.Command{
-		Use:   "fleet:pause [SUPERVISOR]",
-		Short: "Pause a supervisor (none: every supervisor): running jobs finish, no new job starts",
+	var queue string
+	c := &cobra.Command{
+		Use:   "fleet:pause [SUPERVISOR] | --queue Q",
+		Short: "Pause a supervisor (none: every supervisor) or one queue: running jobs finish, no new job starts",
 		Args:  cobra.MaximumNArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
-			return r.withStore(c.Context(), func(cfg *config.Config, st *store.Store) error {
-				key, what := store.StatePauseAll, "every supervisor"
-				if len(args) == 1 {
+			return r.withService(c.Context(), func(cfg *config.Config, svc *fleet.Service) error {
+				ctx, out := c.Context(), c.OutOrStdout()
+				switch {
+				case queue != "" && len(args) > 0:
+					return errors.New("give a supervisor or --queue, not both")
+				case queue != "":
+					if err := svc.PauseQueue(ctx, queue); err != nil {
+						return err
+					}
+					fmt.Fprintf(out, "paused queue %s in every supervisor: every master applies it within a tick\n", queue)
+				case len(args) == 1:
 					if err := checkSupervisor(cfg, args[0]); err != nil {
 						return err
 					}
-					key, what = store.StatePauseSupervisorPrefix+args[0], "supervisor "+args[0]
+					if err := svc.Pause(ctx, args[0]); err != nil {
+						return err
+					}
+					fmt.Fprintf(out, "paused supervisor %s: every master applies it within a tick\n", args[0])
+				default:
+					if err := svc.Pause(ctx, ""); err != nil {
+						return err
+					}
+					fmt.Fprintln(out, "paused every supervisor: every master applies it within a tick")
 				}
-				if err := st.StateSet(c.Context(), key); err != nil {
-					return err
-				}
-				fmt.Fprintf(c.OutOrStdout(), "paused %s: every master applies it within a tick\n", what)
 				return nil
 			})
 		},
 	}
+	c.Flags().StringVar(&queue, "queue", "", "pause this queue in every supervisor that works it")
+	return c
 }
 
 func (r *runner) continueCommand() *cobra.Command {
-	return &cobra.Command{
-		Use:   "fleet:continue [SUPERVISOR]",
-		Short: "Resume a paused supervisor (none: every supervisor)",
+	var queue string
+	c := &cobra.Command{
+		Use:   "fleet:continue [SUPERVISOR] | --queue Q",
+		Short: "Resume a paused supervisor (none: every supervisor) or queue",
 		Args:  cobra.MaximumNArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
-			return r.withStore(c.Context(), func(cfg *config.Config, st *store.Store) error {
+			return r.withService(c.Context(), func(cfg *config.Config, svc *fleet.Service) error {
 				ctx, out := c.Context(), c.OutOrStdout()
-				if len(args) == 0 {
-					if _, err := st.StateDelete(ctx, store.StatePauseAll); err != nil {
+				switch {
+				case queue != "" && len(args) > 0:
+					return errors.New("give a supervisor or --queue, not both")
+				case queue != "":
+					if err := svc.ResumeQueue(ctx, queue); err != nil {
 						return err
 					}
-					if _, err := st.StateDeletePrefix(ctx, store.StatePauseSupervisorPrefix); err != nil {
+					fmt.Fprintf(out, "continued queue %s\n", queue)
+				case len(args) == 1:
+					if err := checkSupervisor(cfg, args[0]); err != nil {
+						return err
+					}
+					if err := svc.Resume(ctx, args[0]); err != nil {
+						return err
+					}
+					fmt.Fprintf(out, "continued supervisor %s\n", args[0])
+				default:
+					if err := svc.Resume(ctx, ""); err != nil {
 						return err
 					}
 					fmt.Fprintln(out, "continued every supervisor")
-					return nil
 				}
-				if err := checkSupervisor(cfg, args[0]); err != nil {
-					return err
-				}
-				if _, err := st.StateDelete(ctx, store.StatePauseSupervisorPrefix+args[0]); err != nil {
-					return err
-				}
-				all, err := st.StateList(ctx, store.StatePauseAll)
-				if err != nil {
-					return err
-				}
-				if len(all) > 0 {
-					return fmt.Errorf("every supervisor is paused: run 'fleet:continue' without a name to resume them")
-				}
-				fmt.Fprintf(out, "continued supervisor %s\n", args[0])
 				return nil
 			})
 		},
 	}
+	c.Flags().StringVar(&queue, "queue", "", "resume this queue")
+	return c
 }
 
 func (r *runner) statusCommand() *cobra.Command {
@@ -237,23 +325,17 @@ func (r *runner) statusCommand() *cobra.Command {
 		Short: "Print Running, Paused or Inactive; exit 1 when no master beat in the last 30 s",
 		Args:  cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
-			return r.withStore(c.Context(), func(_ *config.Config, st *store.Store) error {
-				masters, err := st.MasterList(c.Context(), statusWindow)
+			return r.withService(c.Context(), func(_ *config.Config, svc *fleet.Service) error {
+				masters, err := svc.Masters(c.Context())
 				if err != nil {
 					return err
 				}
 				out := c.OutOrStdout()
-				if len(masters) == 0 {
-					fmt.Fprintln(out, "Inactive")
-					return &exitError{code: 1, err: fmt.Errorf("no fleet master beat in the last %s", statusWindow)}
-				}
-				status := "Paused"
-				for _, m := range masters {
-					if m.State != "paused" {
-						status = "Running"
-					}
-				}
+				status := fleet.StatusOf(masters)
 				fmt.Fprintln(out, status)
+				if status == fleet.StatusInactive {
+					return &exitError{code: 1, err: fmt.Errorf("no fleet master beat in the last %s", fleet.StatusWindow)}
+				}
 				for _, m := range masters {
 					fmt.Fprintf(out, "  %s  %s  pid %d  up %s  beat %.1fs ago\n", m.Name, m.State, m.PID,
 						m.BeatAt.Sub(m.StartedAt).Round(time.Second), m.BeatAgeSecs)
@@ -271,7 +353,7 @@ func (r *runner) terminateCommand() *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			return r.withStore(c.Context(), func(_ *config.Config, st *store.Store) error {
-				masters, err := st.MasterList(c.Context(), statusWindow)
+				masters, err := st.MasterList(c.Context(), fleet.StatusWindow)
 				if err != nil {
 					return err
 				}

@@ -197,6 +197,7 @@ func fleetEnv(url string, extra ...string) []string {
 	return append([]string{
 		"APP_DATABASE__URL=" + url,
 		"APP_FLEET__MASTER_TTL_SECS=3",
+		"APP_FLEET__HTTP__ADDR=", // several masters run at once: no listener
 		"APP_FLEET__SUPERVISORS__WORK__QUEUES=default",
 		"APP_FLEET__SUPERVISORS__WORK__BALANCE=off",
 		"APP_FLEET__SUPERVISORS__WORK__MAX_PROCESSES=2",

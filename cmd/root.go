@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fleet-go/fleet/config"
+	"github.com/fleet-go/fleet/fleet"
 	"github.com/fleet-go/fleet/queue"
 )
 
@@ -33,6 +34,10 @@ type App struct {
 	Environ []string
 	// Dir is the working directory; default the process's own.
 	Dir string
+	// OnLongWait receives the long-wait alerts the fleet master raises
+	// ([fleet.long_wait]); nil: alerts are only logged (and posted to
+	// fleet.long_wait_webhook when set).
+	OnLongWait func(context.Context, fleet.LongWaitDetected)
 }
 
 // exitError carries a specific exit status out of a command.
@@ -121,6 +126,12 @@ func (r *runner) rootCommand() *cobra.Command {
 		r.continueCommand(),
 		r.statusCommand(),
 		r.terminateCommand(),
+		r.workloadCommand(),
+		r.mastersCommand(),
+		r.failedCommand(),
+		r.retryCommand(),
+		r.forgetCommand(),
+		r.jobsCommand(),
 	)
 	return root
 }

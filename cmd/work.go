@@ -32,6 +32,7 @@ type workFlags struct {
 	master        string
 	workerName    string
 	paused        bool
+	pausedQueues  string
 	tries         int
 	backoff       string
 	timeout       time.Duration
@@ -64,6 +65,7 @@ func (r *runner) workCommand() *cobra.Command {
 	fl.StringVar(&f.master, "master", "", "master this worker belongs to (set by the master); the worker then takes commands on stdin and stops when stdin closes")
 	fl.StringVar(&f.workerName, "worker-name", "", "lease-holder name (default host:pid:random)")
 	fl.BoolVar(&f.paused, "paused", false, "start paused: take no jobs until told to continue")
+	fl.StringVar(&f.pausedQueues, "paused-queues", "", "queues not to claim from until told otherwise, comma-separated")
 	fl.IntVar(&f.tries, "tries", 0, "most attempts for jobs that set none (default queue.tries)")
 	fl.StringVar(&f.backoff, "backoff", "", "retry backoff for jobs that set none, e.g. 1,5,30 (default queue.backoff)")
 	fl.DurationVar(&f.timeout, "timeout", 0, "timeout for jobs that set none (default queue.timeout_secs)")
@@ -175,10 +177,23 @@ func workerConfig(cfg *config.Config, f workFlags) (worker.Config, error) {
 		Backoff:        backoff,
 		DefaultTimeout: timeout,
 		Paused:         f.paused,
+		PausedQueues:   splitList(f.pausedQueues),
 		Name:           f.workerName,
 		TimeoutGrace:   time.Duration(cfg.Queue.TimeoutGraceSecs) * time.Second,
 		Master:         f.master,
+		Redact:         cfg.Log.Redact,
 	}, nil
+}
+
+// splitList reads "a, b" into its trimmed, non-empty parts.
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // readCommands applies @fleet commands from the master until in ends; then
@@ -203,6 +218,8 @@ func readCommands(in io.Reader, w *worker.Worker, log *slog.Logger) {
 			w.Continue()
 		case spawner.CommandStop:
 			w.Stop()
+		case spawner.CommandPauseQueues:
+			w.PauseQueues(c.Queues)
 		}
 	}
 	log.Info("master closed stdin: stopping")

@@ -17,9 +17,13 @@ import (
 	"maps"
 	"os"
 	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fleet-go/fleet/balancer"
+	"github.com/fleet-go/fleet/fleet"
 	"github.com/fleet-go/fleet/spawner"
 	"github.com/fleet-go/fleet/store"
 	"github.com/fleet-go/fleet/supervisor"
@@ -59,6 +63,18 @@ type Settings struct {
 	Logger *slog.Logger
 	// Now is the clock used for restart backoff (default time.Now).
 	Now func() time.Time
+	// LongWait maps a queue to the wait, in seconds, that raises
+	// OnLongWait (0 or absent: off).
+	LongWait map[string]int
+	// LongWaitCooldown is the least time between two alerts of one queue
+	// across the fleet (default 15 minutes).
+	LongWaitCooldown time.Duration
+	// OnLongWait receives long-wait alerts, one at a time, from a goroutine
+	// of the master's.
+	OnLongWait func(context.Context, fleet.LongWaitDetected)
+	// Trim says how long history is kept (defaults 24 h completed, 7 days
+	// failed, 30 days metrics).
+	Trim store.TrimParams
 }
 
 func (s Settings) withDefaults() Settings {
@@ -73,6 +89,10 @@ func (s Settings) withDefaults() Settings {
 	s.TimeoutGrace = cmp.Or(s.TimeoutGrace, 5*time.Second)
 	s.StopTimeout = cmp.Or(s.StopTimeout, s.DefaultTimeout+s.TimeoutGrace+5*time.Second)
 	s.Version = cmp.Or(s.Version, "dev")
+	s.LongWaitCooldown = cmp.Or(s.LongWaitCooldown, 15*time.Minute)
+	s.Trim.CompletedHours = cmp.Or(s.Trim.CompletedHours, 24)
+	s.Trim.FailedDays = cmp.Or(s.Trim.FailedDays, 7)
+	s.Trim.MetricsDays = cmp.Or(s.Trim.MetricsDays, 30)
 	if s.Name == "" {
 		host, _ := os.Hostname()
 		b := make([]byte, 3)
@@ -125,7 +145,16 @@ type Master struct {
 	stopping  bool
 	summary   Summary
 	beatFails int
-	seq       int // numbers worker names
+	// pausedQueues is the set of queues paused across every supervisor.
+	pausedQueues map[string]bool
+	seq          int // numbers worker names
+
+	lastSnapshot   time.Time // the minute of the last snapshot attempt
+	lastPartitions time.Time
+	alerts         chan fleet.LongWaitDetected
+
+	beatErrors   atomic.Uint64
+	beatDuration atomic.Int64 // nanoseconds
 }
 
 type supState struct {
@@ -134,6 +163,17 @@ type supState struct {
 	alloc    balancer.Allocation
 	paused   bool
 	restarts map[string]*restarts
+}
+
+// pausedOf returns which of queues are in the paused set, in their order.
+func pausedOf(queues []string, paused map[string]bool) []string {
+	var out []string
+	for _, q := range queues {
+		if paused[q] {
+			out = append(out, q)
+		}
+	}
+	return out
 }
 
 type proc struct {
@@ -184,6 +224,15 @@ func (m *Master) Run(ctx context.Context) (Summary, error) {
 	}
 	m.startedAt = started
 	m.log.Info("master started", "supervisors", len(m.sups), "ttl", m.set.TTL)
+	if m.set.OnLongWait != nil {
+		var wg sync.WaitGroup
+		m.alerts = make(chan fleet.LongWaitDetected, 64)
+		wg.Go(func() { m.notify(context.WithoutCancel(ctx)) })
+		defer func() {
+			close(m.alerts)
+			wg.Wait()
+		}()
+	}
 	m.housekeep(ctx)
 	m.readState(ctx)
 	m.rebalance(ctx)
@@ -211,6 +260,7 @@ func (m *Master) Run(ctx context.Context) (Summary, error) {
 				return m.shutdown(events, "terminate requested")
 			}
 			m.housekeep(ctx)
+			m.duties(ctx)
 			if m.set.Now().Sub(m.lastBal) >= m.set.BalanceCooldown {
 				m.rebalance(ctx)
 			}
@@ -275,11 +325,24 @@ func (m *Master) beat(ctx context.Context, state string) (time.Time, error) {
 	host, _ := os.Hostname()
 	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(m.set.Tick, time.Second)*3)
 	defer cancel()
-	return m.st.MasterBeat(bctx, store.MasterBeatParams{
+	start := time.Now()
+	t, err := m.st.MasterBeat(bctx, store.MasterBeatParams{
 		Name: m.set.Name, Host: host, PID: os.Getpid(), Nonce: m.set.Name, Version: m.set.Version,
 		State: state, Supervisors: sups, TTL: m.set.TTL,
 	})
+	m.beatDuration.Store(int64(time.Since(start)))
+	if err != nil {
+		m.beatErrors.Add(1)
+	}
+	return t, err
 }
+
+// BeatErrors counts the master's failed beats (for the
+// fleet_master_beat_errors_total counter).
+func (m *Master) BeatErrors() uint64 { return m.beatErrors.Load() }
+
+// LastBeatDuration is how long the last beat took.
+func (m *Master) LastBeatDuration() time.Duration { return time.Duration(m.beatDuration.Load()) }
 
 func (m *Master) beatFailed(err error) {
 	m.beatFails++
@@ -298,10 +361,27 @@ func (m *Master) readState(ctx context.Context) (terminate bool) {
 		return false
 	}
 	keys := map[string]bool{}
+	queues := map[string]bool{}
 	for _, r := range rows {
 		keys[r.Key] = true
 		if r.Key == store.StateTerminate && r.UpdatedAt.After(m.startedAt) {
 			terminate = true
+		}
+		if q, ok := strings.CutPrefix(r.Key, store.StatePauseQueuePrefix); ok {
+			queues[q] = true
+		}
+	}
+	if !maps.Equal(queues, m.pausedQueues) {
+		m.pausedQueues = queues
+		m.log.Info("paused queues", "queues", slices.Sorted(maps.Keys(queues)))
+		for _, p := range m.procs {
+			if p.stopping {
+				continue
+			}
+			cmd := spawner.Command{Type: spawner.CommandPauseQueues, Queues: pausedOf(p.p.Spec().Queues, queues)}
+			if err := p.p.Send(cmd); err != nil {
+				m.log.Warn("send command failed", "command", cmd.Type, "pid", p.p.PID(), "err", err)
+			}
 		}
 	}
 	for _, s := range m.sups {
@@ -358,9 +438,17 @@ func (m *Master) rebalance(ctx context.Context) {
 		m.log.Warn("read workload failed; keeping the current allocation", "err", err)
 		counts = nil
 	}
+	runtimes := map[string]float64{}
+	if stats, err := m.st.JobHistoryStats(ctx, 5*time.Minute); err != nil {
+		m.log.Warn("read average runtimes failed; assuming 1 s per job", "err", err)
+	} else {
+		for _, s := range stats {
+			runtimes[s.Queue] = s.AvgRuntimeMs
+		}
+	}
 	workload := map[string]balancer.QueueWorkload{}
 	for _, c := range counts {
-		workload[c.Queue] = balancer.NewQueueWorkload(c.Queue, int(c.Pending), int(c.Reserved), 0, 0)
+		workload[c.Queue] = balancer.NewQueueWorkload(c.Queue, int(c.Pending), int(c.Reserved), 0, runtimes[c.Queue])
 	}
 	for _, s := range m.sups {
 		current := balancer.Allocation{}
@@ -438,18 +526,19 @@ func (m *Master) stop(p *proc) {
 func (m *Master) spawn(ctx context.Context, events chan<- spawner.Event, s *supState, g supervisor.Group) error {
 	m.seq++
 	spec := spawner.Spec{
-		Supervisor:  s.sup.Name,
-		Queues:      g.Queues,
-		Master:      m.set.Name,
-		Worker:      fmt.Sprintf("%s/%s/%d", m.set.Name, s.sup.Name, m.seq),
-		Concurrency: s.sup.Concurrency,
-		MaxJobs:     s.sup.MaxJobs,
-		MaxTime:     s.sup.MaxTime,
-		MaxMemoryMB: s.sup.MaxMemoryMB,
-		Tries:       s.sup.Tries,
-		Backoff:     s.sup.Backoff,
-		Timeout:     s.sup.Timeout,
-		Paused:      s.paused,
+		Supervisor:   s.sup.Name,
+		Queues:       g.Queues,
+		Master:       m.set.Name,
+		Worker:       fmt.Sprintf("%s/%s/%d", m.set.Name, s.sup.Name, m.seq),
+		Concurrency:  s.sup.Concurrency,
+		MaxJobs:      s.sup.MaxJobs,
+		MaxTime:      s.sup.MaxTime,
+		MaxMemoryMB:  s.sup.MaxMemoryMB,
+		Tries:        s.sup.Tries,
+		Backoff:      s.sup.Backoff,
+		Timeout:      s.sup.Timeout,
+		Paused:       s.paused,
+		PausedQueues: pausedOf(g.Queues, m.pausedQueues),
 	}
 	p, err := m.spawner.Spawn(ctx, spec, events)
 	if err != nil {

@@ -200,6 +200,9 @@ func WorkArgs(spec Spec) []string {
 	if spec.Paused {
 		args = append(args, "--paused")
 	}
+	if len(spec.PausedQueues) > 0 {
+		args = append(args, "--paused-queues", strings.Join(spec.PausedQueues, ","))
+	}
 	return args
 }
 

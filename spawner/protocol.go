@@ -82,12 +82,17 @@ const (
 	CommandPause    CommandType = "pause"
 	CommandContinue CommandType = "continue"
 	CommandStop     CommandType = "stop"
+	// CommandPauseQueues replaces the set of the worker's queues it must
+	// not claim from with Queues (empty: none).
+	CommandPauseQueues CommandType = "pause_queues"
 )
 
 // Command is one line from a master.
 type Command struct {
 	V    int         `json:"v"`
 	Type CommandType `json:"type"`
+	// Queues is the paused set of a pause_queues command.
+	Queues []string `json:"queues,omitempty"`
 }
 
 // FormatReport renders r as a protocol line ending in a newline.
@@ -137,7 +142,7 @@ func ParseCommand(line string) (Command, error) {
 		return c, err
 	}
 	switch c.Type {
-	case CommandPause, CommandContinue, CommandStop:
+	case CommandPause, CommandContinue, CommandStop, CommandPauseQueues:
 		return c, nil
 	}
 	return c, fmt.Errorf("unknown command %q", c.Type)

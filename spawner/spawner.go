@@ -31,6 +31,9 @@ type Spec struct {
 	Timeout time.Duration
 	// Paused starts the worker paused.
 	Paused bool
+	// PausedQueues are queues the worker must not claim from until told
+	// otherwise.
+	PausedQueues []string
 }
 
 // Group is the key of the process group the spec belongs to: its queues,

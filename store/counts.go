@@ -16,16 +16,31 @@ type QueueCount struct {
 	Reserved int64
 }
 
+// queueCountsCTE defines the CTE "qcounts" (queue, pending, delayed,
+// reserved, oldest): exact counts from the trigger-maintained queue_counts
+// (a few rows per queue, whatever the backlog), delayed jobs counted by an
+// index range scan (cheap unless millions are delayed), and the oldest ready
+// job found by one index lookup per queue.
+const queueCountsCTE = `
+	qc AS (
+		SELECT queue, sum(unreserved) AS unreserved, sum(reserved) AS reserved
+		FROM queue_counts GROUP BY queue
+		HAVING sum(unreserved) <> 0 OR sum(reserved) <> 0
+	), qcounts AS (
+		SELECT qc.queue, qc.unreserved - d.delayed AS pending, d.delayed, qc.reserved, o.oldest
+		FROM qc,
+		LATERAL (SELECT count(*) AS delayed FROM queue_jobs j
+		         WHERE j.queue = qc.queue AND j.reserved_by IS NULL AND j.available_at > now()) d,
+		LATERAL (SELECT min(x.available_at) AS oldest FROM (
+		             SELECT available_at FROM queue_jobs j
+		             WHERE j.queue = qc.queue AND j.reserved_by IS NULL AND j.available_at <= now()
+		             ORDER BY available_at LIMIT 1) x) o
+	)`
+
 // QueueCounts counts the jobs of every queue that has any, in one statement.
 func (s *Store) QueueCounts(ctx context.Context) ([]QueueCount, error) {
-	rows, err := s.pool.Query(ctx, `
-		SELECT queue,
-		       count(*) FILTER (WHERE reserved_by IS NULL AND available_at <= now()),
-		       count(*) FILTER (WHERE reserved_by IS NULL AND available_at > now()),
-		       count(*) FILTER (WHERE reserved_by IS NOT NULL)
-		FROM queue_jobs
-		GROUP BY queue
-		ORDER BY queue`)
+	rows, err := s.pool.Query(ctx, `WITH `+queueCountsCTE+`
+		SELECT queue, pending, delayed, reserved FROM qcounts ORDER BY queue`)
 	if err != nil {
 		return nil, fmt.Errorf("count jobs per queue: %w", err)
 	}
@@ -58,4 +73,34 @@ func (s *Store) JobCountBetween(ctx context.Context, fromID, toID int64) (int64,
 		return 0, fmt.Errorf("count jobs: %w", err)
 	}
 	return n, nil
+}
+
+// QueueOldestWait returns, for each of queues that has a ready job, how
+// long its oldest ready job has been available, in seconds. One index
+// lookup per queue, whatever the backlog.
+func (s *Store) QueueOldestWait(ctx context.Context, queues []string) (map[string]float64, error) {
+	rows, err := s.pool.Query(ctx, `
+		SELECT q.name, EXTRACT(EPOCH FROM now() - x.available_at)::float8
+		FROM unnest($1::text[]) AS q(name), LATERAL (
+			SELECT available_at FROM queue_jobs
+			WHERE queue = q.name AND reserved_by IS NULL AND available_at <= now()
+			ORDER BY available_at LIMIT 1
+		) x`, queues)
+	if err != nil {
+		return nil, fmt.Errorf("read oldest waits: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]float64{}
+	for rows.Next() {
+		var q string
+		var secs float64
+		if err := rows.Scan(&q, &secs); err != nil {
+			return nil, fmt.Errorf("read oldest waits: %w", err)
+		}
+		out[q] = secs
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read oldest waits: %w", err)
+	}
+	return out, nil
 }

@@ -169,6 +169,8 @@ type JobFinishParams struct {
 	Completed []Lease
 	Retried   []JobRetry
 	Failed    []JobFail
+	// History is recorded in fleet_jobs in the same round trip.
+	History []JobHistoryRow
 }
 
 // JobFinishResult says which attempts were written. An attempt whose lease
@@ -250,7 +252,8 @@ func (s *Store) JobFinishMany(ctx context.Context, p JobFinishParams) (JobFinish
 			SELECT * FROM moved
 			RETURNING job_id`, ids, attempts, errs, p.Worker, tries)
 	}
-	if len(steps) == 0 {
+	QueueHistoryInsert(batch, p.History)
+	if batch.Len() == 0 {
 		return res, nil
 	}
 	if err := s.pool.SendBatch(ctx, batch).Close(); err != nil {

@@ -101,7 +101,17 @@ func (s *Store) releaseLost(ctx context.Context, cond string, defaultTries int, 
 	n := len(args)
 	sql := fmt.Sprintf(`
 		WITH lost AS (
-			SELECT j.id FROM queue_jobs j WHERE %s FOR UPDATE
+			SELECT j.id, j.queue, j.name, j.attempts, j.reserved_at, j.reserved_by, j.reserved_master
+			FROM queue_jobs j WHERE %s FOR UPDATE
+		), history AS (
+			INSERT INTO fleet_jobs (job_id, queue, name, attempt, status, reserved_at, started_at,
+			                        finished_at, runtime_ms, error, master, worker)
+			SELECT id, queue, name, attempts, 'lost', reserved_at, COALESCE(reserved_at, now()), now(),
+			       EXTRACT(EPOCH FROM now() - COALESCE(reserved_at, now())) * 1000, $%d, reserved_master, reserved_by
+			FROM lost
+		), counted AS (
+			`+counterUpsert+`
+			SELECT queue, count(*), count(*) FROM lost GROUP BY queue ORDER BY queue`+counterConflict+`
 		), failed AS (
 			DELETE FROM queue_jobs j USING lost
 			WHERE j.id = lost.id AND j.attempts >= COALESCE(j.max_tries, $%d)
@@ -122,7 +132,7 @@ func (s *Store) releaseLost(ctx context.Context, cond string, defaultTries int, 
 			RETURNING j.id
 		)
 		SELECT (SELECT count(*) FROM released), (SELECT count(*) FROM moved)`,
-		cond, n+1, n+1, n+2, n+2, n+1)
+		cond, n+2, n+1, n+1, n+2, n+2, n+1)
 	args = append(args, defaultTries, errMsg)
 	var out LostJobs
 	if err := s.pool.QueryRow(ctx, sql, args...).Scan(&out.Released, &out.Failed); err != nil {

@@ -43,6 +43,7 @@ func (s *InProcessSpawner) Spawn(ctx context.Context, spec spawner.Spec, events 
 	cfg.MaxTime = spec.MaxTime
 	cfg.MaxMemoryMB = spec.MaxMemoryMB
 	cfg.Paused = spec.Paused
+	cfg.PausedQueues = spec.PausedQueues
 	cfg.Name = spec.Worker
 	cfg.Master = spec.Master
 	if spec.Tries > 0 {
@@ -99,6 +100,8 @@ func (p *inProcess) Send(c spawner.Command) error {
 		p.w.Continue()
 	case spawner.CommandStop:
 		p.w.Stop()
+	case spawner.CommandPauseQueues:
+		p.w.PauseQueues(c.Queues)
 	default:
 		return errors.New("unknown command " + string(c.Type))
 	}

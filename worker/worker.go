@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/fleet-go/fleet/queue"
+	"github.com/fleet-go/fleet/redact"
 	"github.com/fleet-go/fleet/spawner"
 	"github.com/fleet-go/fleet/store"
 )
@@ -61,6 +62,9 @@ type Config struct {
 	StopWhenEmpty bool
 	// Paused starts the worker taking no jobs until Continue.
 	Paused bool
+	// PausedQueues starts the worker skipping these queues until
+	// PauseQueues says otherwise.
+	PausedQueues []string
 	// PollInterval is the fallback when no notification arrives.
 	PollInterval time.Duration
 	// Tries applies to jobs dispatched without their own (default 3).
@@ -87,6 +91,9 @@ type Config struct {
 	// MemoryMB measures the worker's memory; default the process's resident
 	// set size.
 	MemoryMB func() float64
+	// Redact lists field-name fragments whose values are hidden in logged
+	// error messages (default redact.DefaultFragments).
+	Redact []string
 }
 
 // Result says how a worker stopped.
@@ -98,17 +105,20 @@ type Result struct {
 
 // Worker claims and runs jobs. Build it with New and call Run once.
 type Worker struct {
-	cfg    Config
-	st     *store.Store
-	jobs   *queue.Registry
-	log    *slog.Logger
-	writer *writer
+	cfg      Config
+	redactor *redact.Redactor
+	st       *store.Store
+	jobs     *queue.Registry
+	log      *slog.Logger
+	writer   *writer
 
-	wake     chan struct{}
-	done     chan finished
-	paused   atomic.Bool
-	stopOnce sync.Once
-	stop     chan struct{}
+	wake   chan struct{}
+	done   chan finished
+	paused atomic.Bool
+	// pausedQueues is the set of queues not to claim from.
+	pausedQueues atomic.Pointer[map[string]bool]
+	stopOnce     sync.Once
+	stop         chan struct{}
 }
 
 // New returns a worker running jobs from st with the handlers in jobs.
@@ -139,18 +149,23 @@ func New(st *store.Store, jobs *queue.Registry, cfg Config) (*Worker, error) {
 	if cfg.MemoryMB == nil {
 		cfg.MemoryMB = ResidentMemoryMB
 	}
+	if cfg.Redact == nil {
+		cfg.Redact = redact.DefaultFragments
+	}
 	log := cfg.Logger.With("worker", cfg.Name)
 	w := &Worker{
-		cfg:    cfg,
-		st:     st,
-		jobs:   jobs,
-		log:    log,
-		writer: newWriter(st, cfg.Name, log),
-		wake:   make(chan struct{}, 1),
-		done:   make(chan finished, cfg.Concurrency),
-		stop:   make(chan struct{}),
+		cfg:      cfg,
+		redactor: redact.New(cfg.Redact),
+		st:       st,
+		jobs:     jobs,
+		log:      log,
+		writer:   newWriter(st, cfg.Name, log),
+		wake:     make(chan struct{}, 1),
+		done:     make(chan finished, cfg.Concurrency),
+		stop:     make(chan struct{}),
 	}
 	w.paused.Store(cfg.Paused)
+	w.PauseQueues(cfg.PausedQueues)
 	return w, nil
 }
 
@@ -170,6 +185,17 @@ func (w *Worker) Pause() { w.paused.Store(true); w.poke() }
 
 // Continue lets a paused worker take jobs again.
 func (w *Worker) Continue() { w.paused.Store(false); w.poke() }
+
+// PauseQueues replaces the set of queues the worker does not claim from;
+// running jobs go on. An empty set resumes every queue.
+func (w *Worker) PauseQueues(queues []string) {
+	set := make(map[string]bool, len(queues))
+	for _, q := range queues {
+		set[q] = true
+	}
+	w.pausedQueues.Store(&set)
+	w.poke()
+}
 
 // Stop asks the worker to stop as if its context ended: it takes no new
 // jobs, lets running ones finish, writes their outcomes and returns.
@@ -194,6 +220,7 @@ type finished struct {
 	err     error
 	timeout time.Duration
 	expired bool // the job's context ran out before it returned
+	ended   time.Time
 }
 
 // Run works until ctx ends (or Stop), a limit is reached, or, with
@@ -312,9 +339,13 @@ func (w *Worker) claim(ctx, jobBase context.Context, s *loopState, poll *time.Ti
 	// answer is lost would leave jobs reserved until a master releases them.
 	claimCtx, cancel := context.WithTimeout(jobBase, 30*time.Second)
 	defer cancel()
+	paused := *w.pausedQueues.Load()
 	for _, q := range w.cfg.Queues {
 		if limit <= 0 {
 			break
+		}
+		if paused[q] {
+			continue
 		}
 		jobs, err := w.st.JobClaim(claimCtx, store.JobClaimParams{Queue: q, Limit: limit, Worker: w.cfg.Name, Master: w.cfg.Master})
 		if err != nil {
@@ -373,7 +404,7 @@ func (w *Worker) start(jobBase context.Context, s *loopState, j store.ClaimedJob
 	s.started++
 	go func() {
 		err := w.execute(jctx, j)
-		w.done <- finished{job: j, err: err, timeout: timeout, expired: jctx.Err() != nil}
+		w.done <- finished{job: j, err: err, timeout: timeout, expired: jctx.Err() != nil, ended: time.Now()}
 	}()
 }
 
@@ -405,30 +436,42 @@ func (w *Worker) finish(s *loopState, f finished) {
 	s.finished++
 	lease := store.Lease{ID: f.job.ID, Attempt: f.job.Attempt}
 	if f.err == nil {
-		w.writer.add(outcome{completed: &lease})
+		w.writer.add(outcome{completed: &lease, history: w.historyRow(f.job, r.started, f.ended, "completed", "")})
 		return
 	}
-	msg := f.err.Error()
+	msg, status := f.err.Error(), "failed"
 	if f.expired {
-		msg = fmt.Sprintf("timed out after %s: %s", f.timeout, msg)
+		msg, status = fmt.Sprintf("timed out after %s: %s", f.timeout, msg), "timed_out"
 	}
-	w.recordFailure(f.job, msg)
+	w.recordFailure(f.job, msg, w.historyRow(f.job, r.started, f.ended, status, msg))
+}
+
+// historyRow is the fleet_jobs row of one attempt, timed by the real clock.
+func (w *Worker) historyRow(j store.ClaimedJob, started, ended time.Time, status, msg string) store.JobHistoryRow {
+	return store.JobHistoryRow{
+		JobID: j.ID, Queue: j.Queue, Name: j.Name, Attempt: j.Attempt, Status: status,
+		ReservedAt: j.ReservedAt, StartedAt: started, FinishedAt: ended,
+		RuntimeMs: float64(ended.Sub(started).Microseconds()) / 1000,
+		Error:     msg, Master: w.cfg.Master, Worker: w.cfg.Name,
+	}
 }
 
 // recordFailure writes a failed attempt: retried after its backoff while
-// tries remain, moved to failed jobs otherwise.
-func (w *Worker) recordFailure(j store.ClaimedJob, msg string) {
+// tries remain, moved to failed jobs otherwise. Logs carry the error with
+// secrets redacted; the payload is never logged.
+func (w *Worker) recordFailure(j store.ClaimedJob, msg string, history store.JobHistoryRow) {
 	lease := store.Lease{ID: j.ID, Attempt: j.Attempt}
+	shown := w.redactor.Text(msg)
 	if j.Attempt >= j.MaxTries {
 		w.log.Warn("job failed for good", "job_id", j.ID, "job", j.Name, "queue", j.Queue,
-			"attempt", j.Attempt, "tries", j.MaxTries, "err", msg)
-		w.writer.add(outcome{failed: &store.JobFail{Lease: lease, Error: msg, MaxTries: j.MaxTries}})
+			"attempt", j.Attempt, "tries", j.MaxTries, "err", shown)
+		w.writer.add(outcome{failed: &store.JobFail{Lease: lease, Error: msg, MaxTries: j.MaxTries}, history: history})
 		return
 	}
 	delay := queue.RetryDelay(j.BackoffSecs, j.Attempt)
 	w.log.Info("job attempt failed; will retry", "job_id", j.ID, "job", j.Name, "queue", j.Queue,
-		"attempt", j.Attempt, "tries", j.MaxTries, "retry_in", delay, "err", msg)
-	w.writer.add(outcome{retried: &store.JobRetry{Lease: lease, Delay: delay, Error: msg}})
+		"attempt", j.Attempt, "tries", j.MaxTries, "retry_in", delay, "err", shown)
+	w.writer.add(outcome{retried: &store.JobRetry{Lease: lease, Delay: delay, Error: msg}, history: history})
 }
 
 // overdue returns a job that outlived its timeout plus the grace period.
@@ -449,7 +492,8 @@ func (w *Worker) abandon(s *loopState, r *running) (Result, error) {
 		"job_id", r.job.ID, "job", r.job.Name, "timeout", r.deadline.Sub(r.started), "grace", w.cfg.TimeoutGrace)
 	delete(s.running, r.job.ID)
 	s.finished++
-	w.recordFailure(r.job, fmt.Sprintf("timed out after %s and did not stop within %s", r.deadline.Sub(r.started), w.cfg.TimeoutGrace))
+	msg := fmt.Sprintf("timed out after %s and did not stop within %s", r.deadline.Sub(r.started), w.cfg.TimeoutGrace)
+	w.recordFailure(r.job, msg, w.historyRow(r.job, r.started, time.Now(), "timed_out", msg))
 	others := make([]store.ClaimedJob, 0, len(s.running))
 	for _, o := range s.running {
 		o.cancel()

@@ -35,11 +35,13 @@ func newWriter(st *store.Store, worker string, log *slog.Logger) *writer {
 	}
 }
 
-// outcome is one finished attempt as the writer records it.
+// outcome is one finished attempt as the writer records it: what happens
+// to the job, and the attempt's history row.
 type outcome struct {
 	completed *store.Lease
 	retried   *store.JobRetry
 	failed    *store.JobFail
+	history   store.JobHistoryRow
 }
 
 func (w *writer) add(o outcome) {
@@ -52,6 +54,7 @@ func (w *writer) add(o outcome) {
 	case o.failed != nil:
 		w.pending.Failed = append(w.pending.Failed, *o.failed)
 	}
+	w.pending.History = append(w.pending.History, o.history)
 	w.unsaved++
 	w.mu.Unlock()
 	select {

@@ -50,6 +50,70 @@ CREATE TRIGGER queue_jobs_notify_insert
     REFERENCING NEW TABLE AS new_jobs
     FOR EACH STATEMENT EXECUTE FUNCTION queue_jobs_notify();
 
+-- queue_counts keeps exact per-queue counts of unreserved and reserved jobs,
+-- maintained by statement-level triggers, so that reading the workload of a
+-- queue holding a million jobs costs a few rows, not a scan. Rows are
+-- sharded by backend so concurrent workers rarely touch the same row; a
+-- reader sums the shards.
+CREATE TABLE queue_counts (
+    queue      text    NOT NULL,
+    shard      integer NOT NULL,
+    unreserved bigint  NOT NULL DEFAULT 0,
+    reserved   bigint  NOT NULL DEFAULT 0,
+    PRIMARY KEY (queue, shard)
+);
+
+CREATE FUNCTION queue_counts_apply() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP = 'INSERT' THEN
+        INSERT INTO queue_counts AS c (queue, shard, unreserved, reserved)
+        SELECT queue, pg_backend_pid() % 16,
+               count(*) FILTER (WHERE reserved_by IS NULL), count(*) FILTER (WHERE reserved_by IS NOT NULL)
+        FROM new_rows GROUP BY queue ORDER BY queue
+        ON CONFLICT (queue, shard) DO UPDATE
+            SET unreserved = c.unreserved + EXCLUDED.unreserved, reserved = c.reserved + EXCLUDED.reserved;
+    ELSIF TG_OP = 'DELETE' THEN
+        INSERT INTO queue_counts AS c (queue, shard, unreserved, reserved)
+        SELECT queue, pg_backend_pid() % 16,
+               -count(*) FILTER (WHERE reserved_by IS NULL), -count(*) FILTER (WHERE reserved_by IS NOT NULL)
+        FROM old_rows GROUP BY queue ORDER BY queue
+        ON CONFLICT (queue, shard) DO UPDATE
+            SET unreserved = c.unreserved + EXCLUDED.unreserved, reserved = c.reserved + EXCLUDED.reserved;
+    ELSE
+        INSERT INTO queue_counts AS c (queue, shard, unreserved, reserved)
+        SELECT queue, pg_backend_pid() % 16, sum(u), sum(r)
+        FROM (
+            SELECT queue, (reserved_by IS NULL)::int AS u, (reserved_by IS NOT NULL)::int AS r FROM new_rows
+            UNION ALL
+            SELECT queue, -(reserved_by IS NULL)::int, -(reserved_by IS NOT NULL)::int FROM old_rows
+        ) d
+        GROUP BY queue
+        HAVING sum(u) <> 0 OR sum(r) <> 0
+        ORDER BY queue
+        ON CONFLICT (queue, shard) DO UPDATE
+            SET unreserved = c.unreserved + EXCLUDED.unreserved, reserved = c.reserved + EXCLUDED.reserved;
+    END IF;
+    RETURN NULL;
+END;
+$$;
+
+CREATE TRIGGER queue_counts_insert AFTER INSERT ON queue_jobs
+    REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION queue_counts_apply();
+CREATE TRIGGER queue_counts_update AFTER UPDATE ON queue_jobs
+    REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION queue_counts_apply();
+CREATE TRIGGER queue_counts_delete AFTER DELETE ON queue_jobs
+    REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION queue_counts_apply();
+
+CREATE FUNCTION queue_counts_reset() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    DELETE FROM queue_counts;
+    RETURN NULL;
+END;
+$$;
+
+CREATE TRIGGER queue_counts_truncate AFTER TRUNCATE ON queue_jobs
+    FOR EACH STATEMENT EXECUTE FUNCTION queue_counts_reset();
+
 CREATE TABLE queue_failed_jobs (
     id        bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     job_id    bigint      NOT NULL,

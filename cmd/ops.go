@@ -1,0 +1,367 @@
+package cmd
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/fleet-go/fleet/config"
+	"github.com/fleet-go/fleet/fleet"
+	"github.com/fleet-go/fleet/store"
+)
+
+// withService runs fn with a fleet.Service on the configured database.
+func (r *runner) withService(ctx context.Context, fn func(*config.Config, *fleet.Service) error) error {
+	return r.withStore(ctx, func(cfg *config.Config, st *store.Store) error {
+		return fn(cfg, fleet.FromConfig(st.Pool(), cfg))
+	})
+}
+
+// printJSON writes v as indented JSON.
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func table(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 4, 2, ' ', 0) }
+
+func (r *runner) workloadCommand() *cobra.Command {
+	var asJSON bool
+	c := &cobra.Command{
+		Use:   "fleet:workload",
+		Short: "Per queue: pending, delayed and running jobs, oldest wait, runtime, processes, jobs per minute",
+		Args:  cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			return r.withService(c.Context(), func(_ *config.Config, svc *fleet.Service) error {
+				loads, err := svc.Workload(c.Context())
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					return printJSON(c.OutOrStdout(), loads)
+				}
+				tw := table(c.OutOrStdout())
+				fmt.Fprintln(tw, "QUEUE\tPENDING\tDELAYED\tRUNNING\tOLDEST WAIT\tAVG RUNTIME\tWORKLOAD\tPROCESSES\tJOBS/MIN\t")
+				for _, l := range loads {
+					name := l.Queue
+					if l.Paused {
+						name += " (paused)"
+					}
+					fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%.0fms\t%s\t%d\t%.0f\t\n", name, l.Pending, l.Delayed, l.Reserved,
+						secs(l.OldestWaitSecs), l.AvgRuntimeMs, secs(l.WorkloadSecs), l.Processes, l.JobsPerMinute)
+				}
+				if len(loads) == 0 {
+					fmt.Fprintln(tw, "(no queue has jobs, recent history or processes)")
+				}
+				return tw.Flush()
+			})
+		},
+	}
+	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return c
+}
+
+func secs(s float64) string {
+	return (time.Duration(s * float64(time.Second))).Round(100 * time.Millisecond).String()
+}
+
+func (r *runner) mastersCommand() *cobra.Command {
+	var asJSON bool
+	c := &cobra.Command{
+		Use:   "fleet:masters",
+		Short: "List the masters that beat in the last 30 s, with their supervisors and processes",
+		Args:  cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			return r.withService(c.Context(), func(_ *config.Config, svc *fleet.Service) error {
+				masters, err := svc.Masters(c.Context())
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					if masters == nil {
+						masters = []store.Master{}
+					}
+					return printJSON(c.OutOrStdout(), masters)
+				}
+				tw := table(c.OutOrStdout())
+				fmt.Fprintln(tw, "NAME\tSTATE\tHOST\tPID\tVERSION\tUP\tBEAT\tSUPERVISORS\t")
+				for _, m := range masters {
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%.1fs ago\t%s\t\n", m.Name, m.State, m.Host, m.PID, m.Version,
+						m.BeatAt.Sub(m.StartedAt).Round(time.Second), m.BeatAgeSecs, supervisorsSummary(m.Supervisors))
+				}
+				if len(masters) == 0 {
+					fmt.Fprintln(tw, "(no master beat in the last 30 s)")
+				}
+				return tw.Flush()
+			})
+		},
+	}
+	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return c
+}
+
+// supervisorsSummary renders a master's supervisors column:
+// "default[default:1 mail:3] exports(paused)[exports,default:2]".
+func supervisorsSummary(raw json.RawMessage) string {
+	var sups []struct {
+		Name      string         `json:"name"`
+		Paused    bool           `json:"paused"`
+		Processes map[string]int `json:"processes"`
+	}
+	if json.Unmarshal(raw, &sups) != nil {
+		return "?"
+	}
+	var parts []string
+	for _, s := range sups {
+		var procs []string
+		for g, n := range s.Processes {
+			procs = append(procs, fmt.Sprintf("%s:%d", g, n))
+		}
+		slices.Sort(procs)
+		p := s.Name
+		if s.Paused {
+			p += "(paused)"
+		}
+		parts = append(parts, p+"["+strings.Join(procs, " ")+"]")
+	}
+	return strings.Join(parts, " ")
+}
+
+func (r *runner) failedCommand() *cobra.Command {
+	var f store.FailedFilter
+	var asJSON bool
+	c := &cobra.Command{
+		Use:   "fleet:failed [--search S] [--queue Q]",
+		Short: "List failed jobs, newest first (payload secrets redacted)",
+		Args:  cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			return r.withService(c.Context(), func(_ *config.Config, svc *fleet.Service) error {
+				jobs, err := svc.FailedJobs(c.Context(), f)
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					if jobs == nil {
+						jobs = []store.FailedJob{}
+					}
+					return printJSON(c.OutOrStdout(), jobs)
+				}
+				tw := table(c.OutOrStdout())
+				fmt.Fprintln(tw, "ID\tJOB\tQUEUE\tNAME\tATTEMPTS\tFAILED AT\tERROR\tPAYLOAD\t")
+				for _, j := range jobs {
+					fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%d\t%s\t%s\t%s\t\n", j.ID, j.JobID, j.Queue, j.Name, j.Attempts,
+						j.FailedAt.Format(time.DateTime), firstLine(j.Error, 80), clip(string(j.Payload), 80))
+				}
+				if len(jobs) == 0 {
+					fmt.Fprintln(tw, "(no failed jobs)")
+				}
+				return tw.Flush()
+			})
+		},
+	}
+	c.Flags().StringVar(&f.Search, "search", "", "match name, queue, payload or error (case-insensitive)")
+	c.Flags().StringVar(&f.Queue, "queue", "", "only this queue")
+	c.Flags().IntVar(&f.Limit, "limit", 100, "at most N jobs (0: all)")
+	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return c
+}
+
+func firstLine(s string, n int) string {
+	s, _, _ = strings.Cut(s, "\n")
+	return clip(s, n)
+}
+
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n-1] + "…"
+}
+
+// idOrAll reads the "ID | --all" argument of retry and forget.
+func idOrAll(args []string, all bool, search, queue string) (int64, error) {
+	switch {
+	case all && len(args) > 0:
+		return 0, errors.New("give a failed job's ID or --all, not both")
+	case all:
+		return 0, nil
+	case len(args) != 1:
+		return 0, errors.New("give a failed job's ID (see fleet:failed) or --all")
+	case search != "" || queue != "":
+		return 0, errors.New("--search and --queue go with --all")
+	}
+	id, err := strconv.ParseInt(args[0], 10, 64)
+	if err != nil || id < 1 {
+		return 0, fmt.Errorf("ID %q is not a failed job's id: it must be a positive whole number", args[0])
+	}
+	return id, nil
+}
+
+// notFound turns a missing failed job into one clear line and exit 1.
+func notFound(id int64, err error) error {
+	if errors.Is(err, fleet.ErrFailedJobNotFound) {
+		return &exitError{code: 1, err: fmt.Errorf("no failed job with id %d (see fleet:failed)", id)}
+	}
+	return err
+}
+
+func (r *runner) retryCommand() *cobra.Command {
+	var f store.FailedFilter
+	var all, asJSON bool
+	c := &cobra.Command{
+		Use:   "fleet:retry ID | --all [--search S] [--queue Q]",
+		Short: "Dispatch failed jobs again with fresh attempts",
+		Args:  cobra.MaximumNArgs(1),
+		RunE: func(c *cobra.Command, args []string) error {
+			id, err := idOrAll(args, all, f.Search, f.Queue)
+			if err != nil {
+				return err
+			}
+			return r.withService(c.Context(), func(_ *config.Config, svc *fleet.Service) error {
+				out := c.OutOrStdout()
+				if all {
+					n, err := svc.RetryAll(c.Context(), f)
+					if err != nil {
+						return err
+					}
+					if asJSON {
+						return printJSON(out, map[string]int{"retried": n})
+					}
+					fmt.Fprintf(out, "retried %d failed job(s)\n", n)
+					return nil
+				}
+				newID, err := svc.Retry(c.Context(), id)
+				if err != nil {
+					return notFound(id, err)
+				}
+				if asJSON {
+					return printJSON(out, map[string]int64{"failed_id": id, "job_id": newID})
+				}
+				fmt.Fprintf(out, "retried failed job %d as job %d\n", id, newID)
+				return nil
+			})
+		},
+	}
+	c.Flags().BoolVar(&all, "all", false, "retry every failed job (or those matching --search/--queue)")
+	c.Flags().StringVar(&f.Search, "search", "", "with --all: match name, queue, payload or error")
+	c.Flags().StringVar(&f.Queue, "queue", "", "with --all: only this queue")
+	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return c
+}
+
+func (r *runner) forgetCommand() *cobra.Command {
+	var f store.FailedFilter
+	var all, asJSON bool
+	c := &cobra.Command{
+		Use:   "fleet:forget ID | --all [--search S] [--queue Q]",
+		Short: "Delete failed jobs",
+		Args:  cobra.MaximumNArgs(1),
+		RunE: func(c *cobra.Command, args []string) error {
+			id, err := idOrAll(args, all, f.Search, f.Queue)
+			if err != nil {
+				return err
+			}
+			return r.withService(c.Context(), func(_ *config.Config, svc *fleet.Service) error {
+				out := c.OutOrStdout()
+				if all {
+					n, err := svc.ForgetAll(c.Context(), f)
+					if err != nil {
+						return err
+					}
+					if asJSON {
+						return printJSON(out, map[string]int{"forgotten": n})
+					}
+					fmt.Fprintf(out, "forgot %d failed job(s)\n", n)
+					return nil
+				}
+				if err := svc.Forget(c.Context(), id); err != nil {
+					return notFound(id, err)
+				}
+				if asJSON {
+					return printJSON(out, map[string]int64{"forgotten": id})
+				}
+				fmt.Fprintf(out, "forgot failed job %d\n", id)
+				return nil
+			})
+		},
+	}
+	c.Flags().BoolVar(&all, "all", false, "delete every failed job (or those matching --search/--queue)")
+	c.Flags().StringVar(&f.Search, "search", "", "with --all: match name, queue, payload or error")
+	c.Flags().StringVar(&f.Queue, "queue", "", "with --all: only this queue")
+	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return c
+}
+
+func (r *runner) jobsCommand() *cobra.Command {
+	var pending, completed, asJSON bool
+	var p fleet.Page
+	c := &cobra.Command{
+		Use:   "fleet:jobs --pending | --completed [--queue Q] [--limit N]",
+		Short: "List queued jobs (pending, delayed, running) or completed ones",
+		Args:  cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			if pending == completed {
+				return errors.New("give exactly one of --pending or --completed")
+			}
+			if p.Limit < 1 || p.Offset < 0 {
+				return errors.New("--limit must be at least 1 and --offset at least 0")
+			}
+			return r.withService(c.Context(), func(_ *config.Config, svc *fleet.Service) error {
+				out := c.OutOrStdout()
+				tw := table(out)
+				if pending {
+					jobs, err := svc.PendingJobs(c.Context(), p)
+					if err != nil {
+						return err
+					}
+					if asJSON {
+						if jobs == nil {
+							jobs = []store.QueuedJob{}
+						}
+						return printJSON(out, jobs)
+					}
+					fmt.Fprintln(tw, "ID\tQUEUE\tNAME\tSTATE\tATTEMPTS\tAVAILABLE AT\tPAYLOAD\t")
+					for _, j := range jobs {
+						fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\t%s\t\n", j.ID, j.Queue, j.Name, j.State, j.Attempts,
+							j.AvailableAt.Format(time.DateTime), clip(string(j.Payload), 80))
+					}
+					return tw.Flush()
+				}
+				jobs, err := svc.CompletedJobs(c.Context(), p)
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					if jobs == nil {
+						jobs = []store.FinishedJob{}
+					}
+					return printJSON(out, jobs)
+				}
+				fmt.Fprintln(tw, "JOB\tQUEUE\tNAME\tATTEMPT\tFINISHED AT\tRUNTIME\t")
+				for _, j := range jobs {
+					fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\t%.1fms\t\n", j.JobID, j.Queue, j.Name, j.Attempt,
+						j.FinishedAt.Format(time.DateTime), j.RuntimeMs)
+				}
+				return tw.Flush()
+			})
+		},
+	}
+	fl := c.Flags()
+	fl.BoolVar(&pending, "pending", false, "jobs not finished yet")
+	fl.BoolVar(&completed, "completed", false, "completed jobs, newest first")
+	fl.StringVar(&p.Queue, "queue", "", "only this queue")
+	fl.IntVar(&p.Limit, "limit", 50, "at most N jobs")
+	fl.IntVar(&p.Offset, "offset", 0, "skip the first N")
+	fl.BoolVar(&asJSON, "json", false, "print JSON")
+	return c
+}

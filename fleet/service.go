@@ -1,0 +1,411 @@
+// Package fleet is the Go API over a running fleet: pause and resume,
+// status, masters, workload, long waits, failed jobs, job lists and metrics.
+// Everything it answers comes from PostgreSQL, so it works from any process
+// that can reach the database: the commands, the dashboard, or your app.
+package fleet
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/fleet-go/fleet/config"
+	"github.com/fleet-go/fleet/redact"
+	"github.com/fleet-go/fleet/store"
+)
+
+// ErrFailedJobNotFound is returned by Retry, Forget and FailedJob for an id
+// that does not exist (any more).
+var ErrFailedJobNotFound = store.ErrFailedJobNotFound
+
+// StatusWindow is how recently a master must have beaten to count as
+// alive.
+const StatusWindow = 30 * time.Second
+
+// Options configure a Service.
+type Options struct {
+	// LongWait maps a queue to the wait in seconds that counts as long (0:
+	// off).
+	LongWait map[string]int
+	// Redact lists payload field-name fragments to hide in results meant for
+	// display (default redact.DefaultFragments).
+	Redact []string
+}
+
+// Service answers questions about the fleet and changes its shared state.
+type Service struct {
+	st       *store.Store
+	longWait map[string]int
+	redactor *redact.Redactor
+}
+
+// New returns a Service on pool.
+func New(pool *pgxpool.Pool, opts Options) *Service {
+	fragments := opts.Redact
+	if fragments == nil {
+		fragments = redact.DefaultFragments
+	}
+	return &Service{st: store.New(pool), longWait: opts.LongWait, redactor: redact.New(fragments)}
+}
+
+// FromConfig returns a Service configured from the app's configuration.
+func FromConfig(pool *pgxpool.Pool, cfg *config.Config) *Service {
+	return New(pool, Options{LongWait: cfg.Fleet.LongWait, Redact: cfg.Log.Redact})
+}
+
+// Redactor hides payload secrets the way the service does.
+func (s *Service) Redactor() *redact.Redactor { return s.redactor }
+
+// Pause pauses one supervisor, or every supervisor when name is empty:
+// running jobs finish, no new job starts. Every master applies it within a
+// tick, and it survives restarts.
+func (s *Service) Pause(ctx context.Context, supervisor string) error {
+	if supervisor == "" {
+		return s.st.StateSet(ctx, store.StatePauseAll)
+	}
+	return s.st.StateSet(ctx, store.StatePauseSupervisorPrefix+supervisor)
+}
+
+// Resume resumes one supervisor, or every supervisor when name is empty.
+// Resuming one supervisor while every supervisor is paused fails: the
+// fleet-wide pause would still hold it.
+func (s *Service) Resume(ctx context.Context, supervisor string) error {
+	if supervisor == "" {
+		if _, err := s.st.StateDelete(ctx, store.StatePauseAll); err != nil {
+			return err
+		}
+		_, err := s.st.StateDeletePrefix(ctx, store.StatePauseSupervisorPrefix)
+		return err
+	}
+	if _, err := s.st.StateDelete(ctx, store.StatePauseSupervisorPrefix+supervisor); err != nil {
+		return err
+	}
+	all, err := s.st.StateList(ctx, store.StatePauseAll)
+	if err != nil {
+		return err
+	}
+	if len(all) > 0 {
+		return ErrAllPaused
+	}
+	return nil
+}
+
+// ErrAllPaused is returned when resuming one supervisor while every
+// supervisor is paused.
+var ErrAllPaused = errors.New("every supervisor is paused: resume them all (no name) instead")
+
+// PauseQueue pauses one queue in every supervisor that works it.
+func (s *Service) PauseQueue(ctx context.Context, queue string) error {
+	if queue == "" {
+		return errors.New("a queue name is required")
+	}
+	return s.st.StateSet(ctx, store.StatePauseQueuePrefix+queue)
+}
+
+// ResumeQueue resumes a paused queue.
+func (s *Service) ResumeQueue(ctx context.Context, queue string) error {
+	if queue == "" {
+		return errors.New("a queue name is required")
+	}
+	_, err := s.st.StateDelete(ctx, store.StatePauseQueuePrefix+queue)
+	return err
+}
+
+// Paused is what is paused right now.
+type Paused struct {
+	All         bool     `json:"all"`
+	Supervisors []string `json:"supervisors"`
+	Queues      []string `json:"queues"`
+}
+
+// PausedState reads what is paused.
+func (s *Service) PausedState(ctx context.Context) (Paused, error) {
+	rows, err := s.st.StateList(ctx, "pause:")
+	if err != nil {
+		return Paused{}, err
+	}
+	p := Paused{Supervisors: []string{}, Queues: []string{}}
+	for _, r := range rows {
+		if r.Key == store.StatePauseAll {
+			p.All = true
+		} else if name, ok := strings.CutPrefix(r.Key, store.StatePauseSupervisorPrefix); ok {
+			p.Supervisors = append(p.Supervisors, name)
+		} else if name, ok := strings.CutPrefix(r.Key, store.StatePauseQueuePrefix); ok {
+			p.Queues = append(p.Queues, name)
+		}
+	}
+	return p, nil
+}
+
+// Status is the fleet's state.
+type Status string
+
+// Statuses.
+const (
+	// StatusRunning: at least one master beat in the last 30 s and not
+	// every one is paused.
+	StatusRunning Status = "Running"
+	// StatusPaused: every live master is paused.
+	StatusPaused Status = "Paused"
+	// StatusInactive: no master beat in the last 30 s.
+	StatusInactive Status = "Inactive"
+)
+
+// Status reports Running, Paused or Inactive.
+func (s *Service) Status(ctx context.Context) (Status, error) {
+	masters, err := s.Masters(ctx)
+	if err != nil {
+		return "", err
+	}
+	return StatusOf(masters), nil
+}
+
+// StatusOf decides the status from the live masters.
+func StatusOf(masters []store.Master) Status {
+	if len(masters) == 0 {
+		return StatusInactive
+	}
+	for _, m := range masters {
+		if m.State != "paused" {
+			return StatusRunning
+		}
+	}
+	return StatusPaused
+}
+
+// Masters lists the masters that beat in the last 30 s, newest first.
+func (s *Service) Masters(ctx context.Context) ([]store.Master, error) {
+	return s.st.MasterList(ctx, StatusWindow)
+}
+
+// QueueWorkload is one queue's load.
+type QueueWorkload struct {
+	Queue    string `json:"queue"`
+	Pending  int64  `json:"pending"`
+	Delayed  int64  `json:"delayed"`
+	Reserved int64  `json:"reserved"`
+	// OldestWaitSecs is the age of the oldest ready job: how long it has
+	// been available without a worker taking it.
+	OldestWaitSecs float64 `json:"oldest_wait_secs"`
+	// AvgRuntimeMs is the average runtime over the last 5 minutes.
+	AvgRuntimeMs float64 `json:"avg_runtime_ms"`
+	// WorkloadSecs is (pending + reserved) × average runtime (1 s per job
+	// when nothing ran lately): the work waiting, in seconds.
+	WorkloadSecs float64 `json:"workload_secs"`
+	// Processes counts live worker processes working the queue.
+	Processes int64 `json:"processes"`
+	// JobsPerMinute is the attempts finished in the last 60 s.
+	JobsPerMinute float64 `json:"jobs_per_minute"`
+	// Paused says the queue is paused on its own (fleet:pause --queue).
+	Paused bool `json:"paused"`
+}
+
+// Workload returns every queue's load, in one query.
+func (s *Service) Workload(ctx context.Context) ([]QueueWorkload, error) {
+	loads, err := s.st.Workload(ctx)
+	if err != nil {
+		return nil, err
+	}
+	paused, err := s.PausedState(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]QueueWorkload, len(loads))
+	for i, l := range loads {
+		runtime := cmp.Or(l.AvgRuntimeMs, 1000)
+		out[i] = QueueWorkload{
+			Queue: l.Queue, Pending: l.Pending, Delayed: l.Delayed, Reserved: l.Reserved,
+			OldestWaitSecs: round(l.OldestWaitSecs, 3), AvgRuntimeMs: round(l.AvgRuntimeMs, 3),
+			WorkloadSecs: round(float64(l.Pending+l.Reserved)*runtime/1000, 3),
+			Processes:    l.Processes, JobsPerMinute: float64(l.JobsLastMinute),
+			Paused: slices.Contains(paused.Queues, l.Queue),
+		}
+	}
+	return out, nil
+}
+
+func round(x float64, places int) float64 {
+	p := math.Pow(10, float64(places))
+	return math.Round(x*p) / p
+}
+
+// LongWaitDetected says a queue's oldest ready job has waited longer than
+// the queue's threshold.
+type LongWaitDetected struct {
+	Queue         string  `json:"queue"`
+	WaitSecs      float64 `json:"wait_secs"`
+	ThresholdSecs int     `json:"threshold_secs"`
+}
+
+// LongWaits returns the queues whose oldest ready job has waited at least
+// their [fleet.long_wait] threshold.
+func (s *Service) LongWaits(ctx context.Context) ([]LongWaitDetected, error) {
+	if len(s.longWait) == 0 {
+		return nil, nil
+	}
+	loads, err := s.st.Workload(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return LongWaits(loads, s.longWait), nil
+}
+
+// LongWaits is the pure decision: queues in loads whose oldest wait reached
+// their threshold (a threshold of 0 or none is off), sorted by queue.
+func LongWaits(loads []store.QueueLoad, thresholds map[string]int) []LongWaitDetected {
+	var out []LongWaitDetected
+	for _, l := range loads {
+		t := thresholds[l.Queue]
+		if t > 0 && l.Pending > 0 && l.OldestWaitSecs >= float64(t) {
+			out = append(out, LongWaitDetected{Queue: l.Queue, WaitSecs: round(l.OldestWaitSecs, 3), ThresholdSecs: t})
+		}
+	}
+	return out
+}
+
+// FailedFilter selects failed jobs. Search matches the name, queue, payload
+// or error, case-insensitively.
+type FailedFilter = store.FailedFilter
+
+// FailedJobs lists failed jobs, newest first, payloads redacted.
+func (s *Service) FailedJobs(ctx context.Context, f FailedFilter) ([]store.FailedJob, error) {
+	jobs, err := s.st.FailedJobList(ctx, f)
+	if err != nil {
+		return nil, err
+	}
+	for i := range jobs {
+		s.redactFailed(&jobs[i])
+	}
+	return jobs, nil
+}
+
+// FailedJob returns one failed job, payload redacted, or
+// ErrFailedJobNotFound.
+func (s *Service) FailedJob(ctx context.Context, id int64) (store.FailedJob, error) {
+	j, err := s.st.FailedJobGet(ctx, id)
+	if err != nil {
+		return j, err
+	}
+	s.redactFailed(&j)
+	return j, nil
+}
+
+func (s *Service) redactFailed(j *store.FailedJob) {
+	j.Payload = s.redactor.JSON(j.Payload)
+	j.Error = s.redactor.Text(j.Error)
+}
+
+// Retry dispatches a failed job again with fresh attempts, linked to the
+// original, and returns the new job's id (ErrFailedJobNotFound when gone).
+func (s *Service) Retry(ctx context.Context, id int64) (int64, error) {
+	return s.st.FailedJobRetry(ctx, id)
+}
+
+// RetryAll retries every failed job matching f and returns how many.
+func (s *Service) RetryAll(ctx context.Context, f FailedFilter) (int, error) {
+	return s.st.FailedJobRetryAll(ctx, f)
+}
+
+// Forget deletes a failed job (ErrFailedJobNotFound when gone).
+func (s *Service) Forget(ctx context.Context, id int64) error {
+	return s.st.FailedJobForget(ctx, id)
+}
+
+// ForgetAll deletes every failed job matching f and returns how many.
+func (s *Service) ForgetAll(ctx context.Context, f FailedFilter) (int, error) {
+	return s.st.FailedJobForgetAll(ctx, f)
+}
+
+// Page selects a page of a list; Limit 0 means 50.
+type Page struct {
+	Queue  string
+	Limit  int
+	Offset int
+}
+
+func (p Page) params() store.JobListParams {
+	return store.JobListParams{Queue: p.Queue, Limit: cmp.Or(p.Limit, 50), Offset: max(p.Offset, 0)}
+}
+
+// PendingJobs lists jobs not finished yet (pending, delayed or reserved),
+// oldest first, payloads redacted.
+func (s *Service) PendingJobs(ctx context.Context, p Page) ([]store.QueuedJob, error) {
+	jobs, err := s.st.JobList(ctx, p.params())
+	if err != nil {
+		return nil, err
+	}
+	for i := range jobs {
+		jobs[i].Payload = s.redactor.JSON(jobs[i].Payload)
+		if jobs[i].LastError != nil {
+			e := s.redactor.Text(*jobs[i].LastError)
+			jobs[i].LastError = &e
+		}
+	}
+	return jobs, nil
+}
+
+// CompletedJobs lists completed attempts from the job history, newest
+// first.
+func (s *Service) CompletedJobs(ctx context.Context, p Page) ([]store.FinishedJob, error) {
+	return s.st.JobHistoryList(ctx, "completed", p.params())
+}
+
+// JobHistory lists every recorded attempt of one job, newest first.
+func (s *Service) JobHistory(ctx context.Context, jobID int64) ([]store.FinishedJob, error) {
+	jobs, err := s.st.JobHistoryGet(ctx, jobID)
+	if err != nil {
+		return nil, err
+	}
+	for i := range jobs {
+		if jobs[i].Error != nil {
+			e := s.redactor.Text(*jobs[i].Error)
+			jobs[i].Error = &e
+		}
+	}
+	return jobs, nil
+}
+
+// Period is the span Metrics covers.
+type Period string
+
+// Periods.
+const (
+	PeriodHour Period = "hour"
+	PeriodDay  Period = "day"
+	PeriodWeek Period = "week"
+)
+
+// ParsePeriod reads "hour", "day" or "week".
+func ParsePeriod(s string) (Period, error) {
+	switch p := Period(s); p {
+	case PeriodHour, PeriodDay, PeriodWeek:
+		return p, nil
+	}
+	return "", fmt.Errorf("period must be hour, day or week, got %q", s)
+}
+
+func (p Period) duration() time.Duration {
+	switch p {
+	case PeriodDay:
+		return 24 * time.Hour
+	case PeriodWeek:
+		return 7 * 24 * time.Hour
+	default:
+		return time.Hour
+	}
+}
+
+// Metrics returns the per-minute snapshots of the last hour, day or week.
+func (s *Service) Metrics(ctx context.Context, period Period) ([]store.MetricsRow, error) {
+	if _, err := ParsePeriod(string(period)); err != nil {
+		return nil, err
+	}
+	return s.st.MetricsList(ctx, time.Now().Add(-period.duration()))
+}

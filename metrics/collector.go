@@ -1,0 +1,280 @@
+// Package metrics exposes fleet's state to Prometheus. A Collector reads the
+// queues, masters, processes, pause switches, counters and recent runtimes
+// from PostgreSQL when scraped, in one statement (store.ScrapeRead), cached
+// for a few seconds so that however many scrapers ask, the database answers
+// once per CacheTTL. Handler serves it with the Go and process metrics.
+//
+// Families (all labels are snake_case):
+//
+//	fleet_queue_jobs{queue,state}                gauge: state is pending, delayed or reserved
+//	fleet_queue_oldest_wait_seconds{queue}       gauge: age of the oldest ready job, 0 with none
+//	fleet_queue_paused{queue}                    gauge: 1 for each paused queue
+//	fleet_processes{supervisor,group}            gauge: worker processes over the live masters
+//	fleet_jobs_processed_total{queue}            counter: from fleet_counters
+//	fleet_jobs_failed_total{queue}               counter: from fleet_counters
+//	fleet_job_runtime_seconds{queue,stat}        gauge: stat is mean or p95, over the last 5 minutes
+//	fleet_masters{state}                         gauge: live masters by state, all four states always
+//	fleet_supervisor_paused{supervisor}          gauge: 1 for each paused supervisor
+//	fleet_paused_all                             gauge: 1 when every supervisor is paused, else 0
+//	fleet_master_beat_errors_total               counter: the master's failed beats (with Options.Beat)
+//	fleet_master_beat_duration_seconds           gauge: the master's last beat (with Options.Beat)
+//	fleet_scrape_errors_total                    counter: failed reads of the database
+//
+// When a read fails, a scrape holds only fleet_scrape_errors_total and the
+// beat metrics, which come from the process rather than the database.
+package metrics
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/fleet-go/fleet/store"
+)
+
+// DefaultCacheTTL is how long a read serves scrapes when Options.CacheTTL is
+// not set.
+const DefaultCacheTTL = 5 * time.Second
+
+// readTimeout bounds one read of the database; Collect has no context of its
+// own.
+const readTimeout = 10 * time.Second
+
+// masterStates are the states fleet_masters always shows, 0 when no master
+// is in them.
+func masterStates() [4]string { return [...]string{"starting", "running", "paused", "draining"} }
+
+// Options configure a Collector.
+type Options struct {
+	// CacheTTL is how long one read of the database serves scrapes; zero or
+	// less means DefaultCacheTTL.
+	CacheTTL time.Duration
+	// Now tells the time for the cache; nil means time.Now. For tests.
+	Now func() time.Time
+	// Logger receives read failures, once per streak; nil means
+	// slog.Default().
+	Logger *slog.Logger
+	// Beat, when set, adds the master's own beat stats.
+	Beat BeatStats
+}
+
+// BeatStats is implemented by the master: counts of failed beats and the
+// duration of the last beat.
+type BeatStats interface {
+	// BeatErrors is how many beats have failed since the master started.
+	BeatErrors() uint64
+	// LastBeatDuration is how long the last beat took.
+	LastBeatDuration() time.Duration
+}
+
+// Collector is a prometheus.Collector reading fleet state from PostgreSQL at
+// scrape time through one cached query per CacheTTL: concurrent or repeated
+// scrapes within CacheTTL share one ScrapeRead. It is safe for concurrent
+// use.
+type Collector struct {
+	read func(context.Context) (store.Scrape, error)
+	ttl  time.Duration
+	now  func() time.Time
+	log  *slog.Logger
+	beat BeatStats
+
+	queueJobs    *prometheus.Desc
+	queueOldest  *prometheus.Desc
+	queuePaused  *prometheus.Desc
+	processes    *prometheus.Desc
+	processed    *prometheus.Desc
+	failed       *prometheus.Desc
+	runtime      *prometheus.Desc
+	masters      *prometheus.Desc
+	supPaused    *prometheus.Desc
+	pausedAll    *prometheus.Desc
+	beatErrors   *prometheus.Desc
+	beatDuration *prometheus.Desc
+	scrapeErrors *prometheus.Desc
+
+	// mu guards the cache and is held across a read, so that scrapes
+	// arriving meanwhile wait for it and share its result.
+	mu      sync.Mutex
+	readAt  time.Time // when the cached read finished; zero before the first
+	last    store.Scrape
+	lastErr error
+	errors  uint64 // failed reads
+	failing bool   // the last read failed: the streak is logged already
+}
+
+// NewCollector returns a Collector reading through st.
+func NewCollector(st *store.Store, opts Options) *Collector {
+	c := &Collector{
+		read: st.ScrapeRead,
+		ttl:  opts.CacheTTL,
+		now:  opts.Now,
+		log:  opts.Logger,
+		beat: opts.Beat,
+
+		queueJobs: prometheus.NewDesc("fleet_queue_jobs",
+			"Jobs in the queue by state: pending (ready now), delayed (available later) or reserved (held by a worker).",
+			[]string{"queue", "state"}, nil),
+		queueOldest: prometheus.NewDesc("fleet_queue_oldest_wait_seconds",
+			"How long the oldest ready job of the queue has waited since it became available, 0 with none.",
+			[]string{"queue"}, nil),
+		queuePaused: prometheus.NewDesc("fleet_queue_paused",
+			"1 for each queue paused in every supervisor.",
+			[]string{"queue"}, nil),
+		processes: prometheus.NewDesc("fleet_processes",
+			"Worker processes of a supervisor's group (a queue, or queues joined by commas), summed over the live masters.",
+			[]string{"supervisor", "group"}, nil),
+		processed: prometheus.NewDesc("fleet_jobs_processed_total",
+			"Jobs of the queue processed.",
+			[]string{"queue"}, nil),
+		failed: prometheus.NewDesc("fleet_jobs_failed_total",
+			"Jobs of the queue failed.",
+			[]string{"queue"}, nil),
+		runtime: prometheus.NewDesc("fleet_job_runtime_seconds",
+			"Runtime of the queue's attempts finished in the last 5 minutes: mean or 95th percentile (p95).",
+			[]string{"queue", "stat"}, nil),
+		masters: prometheus.NewDesc("fleet_masters",
+			"Live masters by state.",
+			[]string{"state"}, nil),
+		supPaused: prometheus.NewDesc("fleet_supervisor_paused",
+			"1 for each supervisor paused by name.",
+			[]string{"supervisor"}, nil),
+		pausedAll: prometheus.NewDesc("fleet_paused_all",
+			"1 when every supervisor is paused, else 0.",
+			nil, nil),
+		beatErrors: prometheus.NewDesc("fleet_master_beat_errors_total",
+			"Beats of this master that failed.",
+			nil, nil),
+		beatDuration: prometheus.NewDesc("fleet_master_beat_duration_seconds",
+			"How long the last beat of this master took.",
+			nil, nil),
+		scrapeErrors: prometheus.NewDesc("fleet_scrape_errors_total",
+			"Reads of fleet state from the database that failed.",
+			nil, nil),
+	}
+	if c.ttl <= 0 {
+		c.ttl = DefaultCacheTTL
+	}
+	if c.now == nil {
+		c.now = time.Now
+	}
+	if c.log == nil {
+		c.log = slog.Default()
+	}
+	return c
+}
+
+// Describe sends the descriptors of every family the collector emits.
+func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{
+		c.queueJobs, c.queueOldest, c.queuePaused, c.processes, c.processed, c.failed,
+		c.runtime, c.masters, c.supPaused, c.pausedAll, c.scrapeErrors,
+	} {
+		ch <- d
+	}
+	if c.beat != nil {
+		ch <- c.beatErrors
+		ch <- c.beatDuration
+	}
+}
+
+// Collect reads fleet state, or takes the read of the last CacheTTL, and
+// sends its metrics. After a failed read it sends only
+// fleet_scrape_errors_total and the beat metrics.
+func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	sc, errs, err := c.scrape()
+	ch <- prometheus.MustNewConstMetric(c.scrapeErrors, prometheus.CounterValue, float64(errs))
+	if c.beat != nil {
+		ch <- prometheus.MustNewConstMetric(c.beatErrors, prometheus.CounterValue, float64(c.beat.BeatErrors()))
+		ch <- prometheus.MustNewConstMetric(c.beatDuration, prometheus.GaugeValue, c.beat.LastBeatDuration().Seconds())
+	}
+	if err != nil {
+		return
+	}
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	for _, q := range sc.Queues {
+		gauge(c.queueJobs, float64(q.Pending), q.Queue, "pending")
+		gauge(c.queueJobs, float64(q.Delayed), q.Queue, "delayed")
+		gauge(c.queueJobs, float64(q.Reserved), q.Queue, "reserved")
+		gauge(c.queueOldest, q.OldestWaitSecs, q.Queue)
+	}
+	for _, q := range sc.PausedQueues {
+		gauge(c.queuePaused, 1, q)
+	}
+	for _, p := range sc.Processes {
+		gauge(c.processes, float64(p.Processes), p.Supervisor, p.Group)
+	}
+	for _, n := range sc.Counters {
+		ch <- prometheus.MustNewConstMetric(c.processed, prometheus.CounterValue, float64(n.Processed), n.Queue)
+		ch <- prometheus.MustNewConstMetric(c.failed, prometheus.CounterValue, float64(n.Failed), n.Queue)
+	}
+	for _, r := range sc.Runtimes {
+		gauge(c.runtime, r.MeanSecs, r.Queue, "mean")
+		gauge(c.runtime, r.P95Secs, r.Queue, "p95")
+	}
+	states := masterStates()
+	for _, state := range states {
+		gauge(c.masters, float64(sc.Masters[state]), state)
+	}
+	for state, n := range sc.Masters { // a state this version does not know
+		if !slices.Contains(states[:], state) {
+			gauge(c.masters, float64(n), state)
+		}
+	}
+	for _, s := range sc.PausedSupervisors {
+		gauge(c.supPaused, 1, s)
+	}
+	pausedAll := 0.0
+	if sc.PausedAll {
+		pausedAll = 1
+	}
+	gauge(c.pausedAll, pausedAll)
+}
+
+// scrape returns the cached read while it is younger than the TTL, else
+// reads again, along with the count of failed reads. A failed read is
+// cached like a good one, so a database that is down is asked once per TTL.
+func (c *Collector) scrape() (store.Scrape, uint64, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if now := c.now(); !c.readAt.IsZero() && !now.Before(c.readAt) && now.Sub(c.readAt) < c.ttl {
+		return c.last, c.errors, c.lastErr
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), readTimeout)
+	sc, err := c.read(ctx)
+	cancel()
+	c.readAt, c.last, c.lastErr = c.now(), sc, err
+	switch {
+	case err != nil:
+		c.errors++
+		if !c.failing {
+			c.log.Error("metrics: read fleet state", "err", err)
+			c.failing = true
+		}
+	case c.failing:
+		c.log.Info("metrics: read fleet state again")
+		c.failing = false
+	}
+	return c.last, c.errors, c.lastErr
+}
+
+// Handler returns an http.Handler serving /metrics for a fresh registry
+// holding the collector plus the Go and process collectors. It answers on
+// whatever path it is mounted at.
+func Handler(c *Collector) http.Handler {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(c,
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{
+		ErrorLog: slog.NewLogLogger(c.log.Handler(), slog.LevelError),
+	})
+}

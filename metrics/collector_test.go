@@ -1,0 +1,354 @@
+package metrics
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/fleet-go/fleet/pgtest"
+	"github.com/fleet-go/fleet/store"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+func mustExec(t *testing.T, pool *pgxpool.Pool, sqls ...string) {
+	t.Helper()
+	for _, sql := range sqls {
+		if _, err := pool.Exec(context.Background(), sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+}
+
+// seed fills a fresh database with jobs of every state in two queues, a
+// drained queue known from its counters, live and expired masters, pause
+// switches and recent attempts.
+func seed(t *testing.T, pool *pgxpool.Pool) {
+	t.Helper()
+	mustExec(t, pool,
+		// fleet_counters, in case the migration does not create it yet.
+		`CREATE TABLE IF NOT EXISTS fleet_counters (
+			queue      text PRIMARY KEY,
+			processed  bigint NOT NULL DEFAULT 0,
+			failed     bigint NOT NULL DEFAULT 0,
+			updated_at timestamptz NOT NULL DEFAULT now())`,
+		`INSERT INTO queue_jobs (queue, name, available_at) VALUES
+			('mail', 'm', now() - interval '30 seconds'), ('mail', 'm', now() - interval '5 seconds'),
+			('mail', 'm', now()), ('mail', 'm', now() + interval '1 hour'),
+			('default', 'd', now() - interval '2 seconds'),
+			('default', 'd', now() + interval '1 minute'), ('default', 'd', now() + interval '2 minutes')`,
+		`INSERT INTO queue_jobs (queue, name, available_at, reserved_by, reserved_master, reserved_at, attempts) VALUES
+			('mail', 'm', now() - interval '1 hour', 'w1', 'm1', now(), 1),
+			('mail', 'm', now() - interval '1 hour', 'w2', 'm1', now(), 1),
+			('default', 'd', now() - interval '1 hour', 'w3', 'm1', now(), 1)`,
+		`INSERT INTO fleet_counters (queue, processed, failed) VALUES ('mail', 40, 3), ('default', 12, 0), ('drained', 7, 1)`,
+		`INSERT INTO fleet_masters (name, host, pid, nonce, state, supervisors, expires_at) VALUES
+			('m1', 'h1', 1, 'n', 'running', '[
+				{"name":"default","queues":["default","mail"],"balance":"auto","paused":false,"processes":{"default":1,"mail":3}},
+				{"name":"batch","queues":["default","mail"],"balance":"off","paused":true,"processes":{"default,mail":2}}]',
+			 now() + interval '1 minute'),
+			('m2', 'h2', 2, 'n', 'draining', '[{"name":"default","queues":["mail"],"processes":{"mail":1}}]', now() + interval '1 minute'),
+			('gone', 'h3', 3, 'n', 'paused', '[{"name":"default","processes":{"mail":50}}]', now() - interval '1 second')`,
+		`INSERT INTO fleet_state (key) VALUES ('pause:*'), ('pause:supervisor:batch'), ('pause:queue:mail'), ('terminate')`,
+		// mail ran 100..1000 ms within the last 5 minutes; older attempts do not count.
+		`INSERT INTO fleet_jobs (job_id, queue, name, attempt, status, started_at, finished_at, runtime_ms)
+		 SELECT g, 'mail', 'm', 1, 'completed', now(), now() - interval '1 minute', g * 100
+		 FROM generate_series(1, 10) g`,
+		`INSERT INTO fleet_jobs (job_id, queue, name, attempt, status, started_at, finished_at, runtime_ms)
+		 VALUES (11, 'default', 'd', 1, 'completed', now(), now() - interval '1 hour', 5000)`,
+	)
+}
+
+// clock is a settable Options.Now.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *clock) Add(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+// countReads wraps the collector's read and returns the number of reads.
+func countReads(c *Collector) *atomic.Int64 {
+	var n atomic.Int64
+	read := c.read
+	c.read = func(ctx context.Context) (store.Scrape, error) {
+		n.Add(1)
+		return read(ctx)
+	}
+	return &n
+}
+
+type fakeBeat struct{}
+
+func (fakeBeat) BeatErrors() uint64              { return 4 }
+func (fakeBeat) LastBeatDuration() time.Duration { return 25 * time.Millisecond }
+
+func TestCollectorFamilies(t *testing.T) {
+	pool := pgtest.Pool(t)
+	seed(t, pool)
+	c := NewCollector(store.New(pool), Options{Beat: fakeBeat{}})
+	reg := prometheus.NewPedanticRegistry() // checks Describe against Collect
+	reg.MustRegister(c)
+
+	const want = `
+# HELP fleet_jobs_failed_total Jobs of the queue failed.
+# TYPE fleet_jobs_failed_total counter
+fleet_jobs_failed_total{queue="default"} 0
+fleet_jobs_failed_total{queue="drained"} 1
+fleet_jobs_failed_total{queue="mail"} 3
+# HELP fleet_jobs_processed_total Jobs of the queue processed.
+# TYPE fleet_jobs_processed_total counter
+fleet_jobs_processed_total{queue="default"} 12
+fleet_jobs_processed_total{queue="drained"} 7
+fleet_jobs_processed_total{queue="mail"} 40
+# HELP fleet_master_beat_duration_seconds How long the last beat of this master took.
+# TYPE fleet_master_beat_duration_seconds gauge
+fleet_master_beat_duration_seconds 0.025
+# HELP fleet_master_beat_errors_total Beats of this master that failed.
+# TYPE fleet_master_beat_errors_total counter
+fleet_master_beat_errors_total 4
+# HELP fleet_masters Live masters by state.
+# TYPE fleet_masters gauge
+fleet_masters{state="draining"} 1
+fleet_masters{state="paused"} 0
+fleet_masters{state="running"} 1
+fleet_masters{state="starting"} 0
+# HELP fleet_paused_all 1 when every supervisor is paused, else 0.
+# TYPE fleet_paused_all gauge
+fleet_paused_all 1
+# HELP fleet_processes Worker processes of a supervisor's group (a queue, or queues joined by commas), summed over the live masters.
+# TYPE fleet_processes gauge
+fleet_processes{group="default",supervisor="default"} 1
+fleet_processes{group="default,mail",supervisor="batch"} 2
+fleet_processes{group="mail",supervisor="default"} 4
+# HELP fleet_queue_jobs Jobs in the queue by state: pending (ready now), delayed (available later) or reserved (held by a worker).
+# TYPE fleet_queue_jobs gauge
+fleet_queue_jobs{queue="default",state="delayed"} 2
+fleet_queue_jobs{queue="default",state="pending"} 1
+fleet_queue_jobs{queue="default",state="reserved"} 1
+fleet_queue_jobs{queue="drained",state="delayed"} 0
+fleet_queue_jobs{queue="drained",state="pending"} 0
+fleet_queue_jobs{queue="drained",state="reserved"} 0
+fleet_queue_jobs{queue="mail",state="delayed"} 1
+fleet_queue_jobs{queue="mail",state="pending"} 3
+fleet_queue_jobs{queue="mail",state="reserved"} 2
+# HELP fleet_queue_paused 1 for each queue paused in every supervisor.
+# TYPE fleet_queue_paused gauge
+fleet_queue_paused{queue="mail"} 1
+# HELP fleet_scrape_errors_total Reads of fleet state from the database that failed.
+# TYPE fleet_scrape_errors_total counter
+fleet_scrape_errors_total 0
+# HELP fleet_supervisor_paused 1 for each supervisor paused by name.
+# TYPE fleet_supervisor_paused gauge
+fleet_supervisor_paused{supervisor="batch"} 1
+`
+	// The two families with measured values are checked below.
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want),
+		"fleet_jobs_failed_total", "fleet_jobs_processed_total",
+		"fleet_master_beat_duration_seconds", "fleet_master_beat_errors_total",
+		"fleet_masters", "fleet_paused_all", "fleet_processes", "fleet_queue_jobs",
+		"fleet_queue_paused", "fleet_scrape_errors_total", "fleet_supervisor_paused",
+	); err != nil {
+		t.Error(err)
+	}
+
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]map[string]float64{} // family -> labels -> value
+	for _, f := range families {
+		got[f.GetName()] = map[string]float64{}
+		for _, m := range f.GetMetric() {
+			got[f.GetName()][labelString(m)] = m.GetGauge().GetValue() + m.GetCounter().GetValue()
+		}
+	}
+	if len(got) != 13 {
+		t.Errorf("got %d families, want 13", len(got))
+	}
+	wait := got["fleet_queue_oldest_wait_seconds"]
+	if len(wait) != 3 || wait["queue=drained"] != 0 || !between(wait["queue=mail"], 30, 60) ||
+		!between(wait["queue=default"], 2, 32) {
+		t.Errorf("fleet_queue_oldest_wait_seconds: got %v, want mail ~30 s, default ~2 s, drained 0", wait)
+	}
+	rt := got["fleet_job_runtime_seconds"]
+	if len(rt) != 2 || math.Abs(rt["queue=mail,stat=mean"]-0.55) > 1e-9 || math.Abs(rt["queue=mail,stat=p95"]-0.955) > 1e-9 {
+		t.Errorf("fleet_job_runtime_seconds: got %v, want mail mean 0.55, p95 0.955, nothing for default", rt)
+	}
+
+	if problems, err := testutil.CollectAndLint(c); err != nil || len(problems) > 0 {
+		t.Errorf("lint: %v %+v", err, problems)
+	}
+}
+
+func labelString(m *dto.Metric) string {
+	var parts []string
+	for _, l := range m.GetLabel() {
+		parts = append(parts, l.GetName()+"="+l.GetValue())
+	}
+	return strings.Join(parts, ",")
+}
+
+func between(v, lo, hi float64) bool { return v >= lo && v <= hi }
+
+func TestCollectorCache(t *testing.T) {
+	pool := pgtest.Pool(t)
+	seed(t, pool)
+	clk := &clock{now: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}
+	c := NewCollector(store.New(pool), Options{CacheTTL: 5 * time.Second, Now: clk.Now})
+	reads := countReads(c)
+	mailPending := func() float64 {
+		t.Helper()
+		reg := prometheus.NewRegistry()
+		reg.MustRegister(c)
+		families, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range families {
+			if f.GetName() != "fleet_queue_jobs" {
+				continue
+			}
+			for _, m := range f.GetMetric() {
+				if labelString(m) == "queue=mail,state=pending" {
+					return m.GetGauge().GetValue()
+				}
+			}
+		}
+		t.Fatal("no fleet_queue_jobs{queue=mail,state=pending}")
+		return 0
+	}
+
+	if got := mailPending(); got != 3 {
+		t.Fatalf("mail pending: got %v, want 3", got)
+	}
+	mustExec(t, pool, `INSERT INTO queue_jobs (queue, name) VALUES ('mail', 'm')`)
+	clk.Add(4 * time.Second)
+	if got := mailPending(); got != 3 {
+		t.Errorf("within the TTL: mail pending %v, want the cached 3", got)
+	}
+	if n := reads.Load(); n != 1 {
+		t.Errorf("two scrapes within the TTL made %d reads, want 1", n)
+	}
+
+	clk.Add(time.Second) // 5 s: the read is stale
+	if got := mailPending(); got != 4 {
+		t.Errorf("after the TTL: mail pending %v, want 4", got)
+	}
+	if n := reads.Load(); n != 2 {
+		t.Errorf("a scrape after the TTL made %d reads in all, want 2", n)
+	}
+
+	// Concurrent scrapes of a stale cache share one read.
+	clk.Add(time.Minute)
+	read := c.read
+	c.read = func(ctx context.Context) (store.Scrape, error) {
+		time.Sleep(50 * time.Millisecond) // let the other scrapes arrive
+		return read(ctx)
+	}
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			if n := testutil.CollectAndCount(c, "fleet_queue_jobs"); n != 9 {
+				t.Errorf("concurrent scrape: %d fleet_queue_jobs series, want 9", n)
+			}
+		})
+	}
+	wg.Wait()
+	if n := reads.Load(); n != 3 {
+		t.Errorf("8 concurrent scrapes made %d reads, want 1 (3 in all)", n-2)
+	}
+}
+
+func TestHandler(t *testing.T) {
+	pool := pgtest.Pool(t)
+	seed(t, pool)
+	h := Handler(NewCollector(store.New(pool), Options{}))
+
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	body := rec.Body.String()
+	if rec.Code != http.StatusOK {
+		t.Fatalf("GET /metrics: status %d\n%s", rec.Code, body)
+	}
+	for _, want := range []string{
+		`fleet_queue_jobs{queue="mail",state="pending"} 3`,
+		`fleet_masters{state="running"} 1`,
+		`go_goroutines `,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("GET /metrics lacks %q:\n%s", want, body)
+		}
+	}
+	if strings.Contains(body, "fleet_master_beat") {
+		t.Error("beat metrics without Options.Beat")
+	}
+}
+
+func TestCollectorReadError(t *testing.T) {
+	pool := pgtest.Pool(t)
+	pool.Close() // every read fails
+	var logs bytes.Buffer
+	clk := &clock{now: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}
+	c := NewCollector(store.New(pool), Options{
+		Now:    clk.Now,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+	})
+
+	want := func(errors int) string {
+		return `
+# HELP fleet_scrape_errors_total Reads of fleet state from the database that failed.
+# TYPE fleet_scrape_errors_total counter
+fleet_scrape_errors_total ` + strconv.Itoa(errors) + "\n"
+	}
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want(1))); err != nil {
+		t.Error(err)
+	}
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want(1))); err != nil {
+		t.Errorf("within the TTL, the failed read stands: %v", err)
+	}
+	clk.Add(DefaultCacheTTL)
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want(2))); err != nil {
+		t.Errorf("after the TTL: %v", err)
+	}
+	if n := strings.Count(logs.String(), "level=ERROR"); n != 1 {
+		t.Errorf("a streak of 2 failed reads logged %d errors, want 1:\n%s", n, logs.String())
+	}
+
+	// The handler keeps serving.
+	rec := httptest.NewRecorder()
+	Handler(c).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), "fleet_scrape_errors_total 2") {
+		t.Errorf("GET /metrics after failed reads: status %d\n%s", rec.Code, rec.Body.String())
+	}
+
+	// The beat metrics come from the process and survive a failed read.
+	b := NewCollector(store.New(pool), Options{Beat: fakeBeat{}, Logger: slog.New(slog.DiscardHandler)})
+	if n := testutil.CollectAndCount(b); n != 3 {
+		t.Errorf("failed read with Beat: %d metrics, want 3 (scrape errors and two beat metrics)", n)
+	}
+}

@@ -1,0 +1,234 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// JobHistoryRow is one finished attempt for fleet_jobs.
+type JobHistoryRow struct {
+	JobID      int64
+	Queue      string
+	Name       string
+	Attempt    int
+	Status     string // completed, failed, timed_out or lost
+	ReservedAt time.Time
+	StartedAt  time.Time
+	FinishedAt time.Time
+	RuntimeMs  float64
+	Error      string
+	Master     string
+	Worker     string
+}
+
+// QueueHistoryInsert queues on batch the INSERT of rows into fleet_jobs and
+// the matching increments of fleet_counters, so that the caller's batch of
+// job outcomes carries the history in the same round trip. Empty strings
+// and zero times are stored as NULL.
+func QueueHistoryInsert(batch *pgx.Batch, rows []JobHistoryRow) {
+	if len(rows) == 0 {
+		return
+	}
+	n := len(rows)
+	ids, attempts := make([]int64, n), make([]int32, n)
+	queues, names, statuses, errs, masters, workers := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	reserved, started, finished := make([]*time.Time, n), make([]time.Time, n), make([]time.Time, n)
+	runtimes := make([]float64, n)
+	for i, r := range rows {
+		ids[i], attempts[i] = r.JobID, int32(r.Attempt)
+		queues[i], names[i], statuses[i] = r.Queue, r.Name, r.Status
+		errs[i], masters[i], workers[i] = r.Error, r.Master, r.Worker
+		if !r.ReservedAt.IsZero() {
+			t := r.ReservedAt
+			reserved[i] = &t
+		}
+		started[i], finished[i], runtimes[i] = r.StartedAt, r.FinishedAt, r.RuntimeMs
+	}
+	batch.Queue(`
+		INSERT INTO fleet_jobs (job_id, queue, name, attempt, status, reserved_at, started_at, finished_at,
+		                        runtime_ms, error, master, worker)
+		SELECT u.id, u.q, u.n, u.a, u.s, u.r, u.st, u.f, u.rt, NULLIF(u.e, ''), NULLIF(u.m, ''), NULLIF(u.w, '')
+		FROM unnest($1::bigint[], $2::text[], $3::text[], $4::integer[], $5::text[], $6::timestamptz[],
+		            $7::timestamptz[], $8::timestamptz[], $9::float8[], $10::text[], $11::text[], $12::text[])
+		     AS u(id, q, n, a, s, r, st, f, rt, e, m, w)`,
+		ids, queues, names, attempts, statuses, reserved, started, finished, runtimes, errs, masters, workers)
+	batch.Queue(counterUpsert+`
+		SELECT q, count(*), count(*) FILTER (WHERE s <> 'completed')
+		FROM unnest($1::text[], $2::text[]) AS u(q, s)
+		GROUP BY q ORDER BY q`+counterConflict, queues, statuses)
+}
+
+// counterUpsert and counterConflict wrap a SELECT of (queue, processed,
+// failed) increments into fleet_counters; rows are taken in queue order so
+// concurrent writers never deadlock.
+const (
+	counterUpsert   = `INSERT INTO fleet_counters AS c (queue, processed, failed)`
+	counterConflict = `
+		ON CONFLICT (queue) DO UPDATE SET processed = c.processed + EXCLUDED.processed,
+		    failed = c.failed + EXCLUDED.failed, updated_at = now()`
+)
+
+// PartitionsEnsure creates the history partitions from now up to
+// hoursAhead hours (daysAhead days) ahead and reports how many it created.
+func (s *Store) PartitionsEnsure(ctx context.Context, hoursAhead, daysAhead int) (int, error) {
+	var n int
+	if err := s.pool.QueryRow(ctx, `SELECT fleet_partitions_ensure(now(), $1, $2)`, hoursAhead, daysAhead).Scan(&n); err != nil {
+		return 0, fmt.Errorf("create history partitions: %w", err)
+	}
+	return n, nil
+}
+
+// TrimParams say how long history is kept.
+type TrimParams struct {
+	CompletedHours int
+	FailedDays     int
+	MetricsDays    int
+}
+
+// PartitionsTrim drops the history partitions past their retention and
+// reports how many it dropped. It never deletes rows one by one.
+func (s *Store) PartitionsTrim(ctx context.Context, p TrimParams) (int, error) {
+	if p.CompletedHours < 1 || p.FailedDays < 1 || p.MetricsDays < 1 {
+		return 0, errors.New("trim: every retention must be at least 1")
+	}
+	var n int
+	err := s.pool.QueryRow(ctx, `SELECT fleet_partitions_trim(now(), $1, $2, $3)`,
+		p.CompletedHours, p.FailedDays, p.MetricsDays).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("trim history partitions: %w", err)
+	}
+	return n, nil
+}
+
+// DutyClaim decides which master does a periodic duty: it sets the
+// fleet_state row "duty:"+name to now only if it is older than every, and
+// reports whether this caller did. Of concurrent callers exactly one wins
+// per period.
+func (s *Store) DutyClaim(ctx context.Context, name string, every time.Duration) (bool, error) {
+	var key string
+	err := s.pool.QueryRow(ctx, `
+		INSERT INTO fleet_state AS s (key, updated_at) VALUES ($1, now())
+		ON CONFLICT (key) DO UPDATE SET updated_at = now()
+		WHERE s.updated_at <= now() - $2 * interval '1 millisecond'
+		RETURNING key`, "duty:"+name, every.Milliseconds()).Scan(&key)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("claim duty %s: %w", name, err)
+	}
+	return true, nil
+}
+
+// QueueRuntime is a queue's recent history.
+type QueueRuntime struct {
+	Queue        string
+	Jobs         int64
+	AvgRuntimeMs float64
+}
+
+// JobHistoryStats returns per queue the attempts finished in the last
+// window and their average runtime (lost attempts, which no worker timed,
+// left out).
+func (s *Store) JobHistoryStats(ctx context.Context, window time.Duration) ([]QueueRuntime, error) {
+	rows, err := s.pool.Query(ctx, `
+		SELECT queue, count(*), avg(runtime_ms)::float8
+		FROM fleet_jobs
+		WHERE finished_at > now() - $1 * interval '1 millisecond' AND status <> 'lost'
+		GROUP BY queue ORDER BY queue`, window.Milliseconds())
+	if err != nil {
+		return nil, fmt.Errorf("read job history stats: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[QueueRuntime])
+	if err != nil {
+		return nil, fmt.Errorf("read job history stats: %w", err)
+	}
+	return out, nil
+}
+
+// MetricsSnapshot writes the fleet_metrics rows of the minute that just
+// ended, per queue and per job name, from the attempts' real finish times;
+// queue rows also carry the backlog at snapshot time. Writing the same
+// minute again changes nothing. It returns the rows written.
+func (s *Store) MetricsSnapshot(ctx context.Context) (int, error) {
+	tag, err := s.pool.Exec(ctx, `
+		WITH w AS (
+			SELECT date_trunc('minute', now()) - interval '1 minute' AS lo, date_trunc('minute', now()) AS hi
+		), h AS (
+			SELECT j.queue, j.name, j.status, j.runtime_ms
+			FROM fleet_jobs j, w WHERE j.finished_at >= w.lo AND j.finished_at < w.hi
+		), per AS (
+			SELECT 'queue' AS kind, queue AS subject, count(*) AS jobs,
+			       count(*) FILTER (WHERE status <> 'completed') AS failed,
+			       percentile_cont(0.5) WITHIN GROUP (ORDER BY runtime_ms) AS p50,
+			       percentile_cont(0.95) WITHIN GROUP (ORDER BY runtime_ms) AS p95,
+			       percentile_cont(0.99) WITHIN GROUP (ORDER BY runtime_ms) AS p99,
+			       avg(runtime_ms) AS mean
+			FROM h GROUP BY queue
+			UNION ALL
+			SELECT 'job', name, count(*), count(*) FILTER (WHERE status <> 'completed'),
+			       percentile_cont(0.5) WITHIN GROUP (ORDER BY runtime_ms),
+			       percentile_cont(0.95) WITHIN GROUP (ORDER BY runtime_ms),
+			       percentile_cont(0.99) WITHIN GROUP (ORDER BY runtime_ms),
+			       avg(runtime_ms)
+			FROM h GROUP BY name
+		), `+queueCountsCTE+`, backlog AS (
+			SELECT queue, pending, COALESCE(EXTRACT(EPOCH FROM now() - oldest)::float8, 0) AS wait FROM qcounts
+		), rows AS (
+			SELECT p.kind, p.subject, p.jobs, p.failed, p.p50, p.p95, p.p99, p.mean,
+			       COALESCE(b.wait, 0) AS wait, COALESCE(b.pending, 0) AS pending
+			FROM per p LEFT JOIN backlog b ON p.kind = 'queue' AND b.queue = p.subject
+			UNION ALL
+			SELECT 'queue', b.queue, 0, 0, 0, 0, 0, 0, b.wait, b.pending
+			FROM backlog b WHERE NOT EXISTS (SELECT 1 FROM per p WHERE p.kind = 'queue' AND p.subject = b.queue)
+		)
+		INSERT INTO fleet_metrics (taken_at, kind, subject, jobs, failed, jobs_per_minute, runtime_p50_ms,
+		                           runtime_p95_ms, runtime_p99_ms, runtime_mean_ms, wait_secs, clear_secs, pending)
+		SELECT w.lo, r.kind, r.subject, r.jobs, r.failed, r.jobs, r.p50, r.p95, r.p99, r.mean, r.wait,
+		       CASE WHEN r.pending = 0 THEN 0 WHEN r.jobs = 0 THEN NULL ELSE r.pending::float8 / r.jobs * 60 END,
+		       r.pending
+		FROM rows r, w
+		ON CONFLICT (taken_at, kind, subject) DO NOTHING`)
+	if err != nil {
+		return 0, fmt.Errorf("write metrics snapshot: %w", err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+// MetricsRow is a row of fleet_metrics.
+type MetricsRow struct {
+	TakenAt       time.Time `json:"taken_at"`
+	Kind          string    `json:"kind"`
+	Subject       string    `json:"subject"`
+	Jobs          int64     `json:"jobs"`
+	Failed        int64     `json:"failed"`
+	JobsPerMinute float64   `json:"jobs_per_minute"`
+	RuntimeP50Ms  float64   `json:"runtime_p50_ms"`
+	RuntimeP95Ms  float64   `json:"runtime_p95_ms"`
+	RuntimeP99Ms  float64   `json:"runtime_p99_ms"`
+	RuntimeMeanMs float64   `json:"runtime_mean_ms"`
+	WaitSecs      float64   `json:"wait_secs"`
+	ClearSecs     *float64  `json:"clear_secs"`
+	Pending       int64     `json:"pending"`
+}
+
+// MetricsList returns the snapshots taken since since, oldest first.
+func (s *Store) MetricsList(ctx context.Context, since time.Time) ([]MetricsRow, error) {
+	rows, err := s.pool.Query(ctx, `
+		SELECT taken_at, kind, subject, jobs, failed, jobs_per_minute, runtime_p50_ms, runtime_p95_ms,
+		       runtime_p99_ms, runtime_mean_ms, wait_secs, clear_secs, pending
+		FROM fleet_metrics WHERE taken_at >= $1
+		ORDER BY taken_at, kind, subject`, since)
+	if err != nil {
+		return nil, fmt.Errorf("read metrics: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[MetricsRow])
+	if err != nil {
+		return nil, fmt.Errorf("read metrics: %w", err)
+	}
+	return out, nil
+}

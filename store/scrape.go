@@ -1,0 +1,160 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// ScrapeRuntimeWindow is how far back ScrapeRead looks in fleet_jobs for
+// runtimes.
+const ScrapeRuntimeWindow = 5 * time.Minute
+
+// Scrape is everything the fleet_* gauges show, read in one statement.
+type Scrape struct {
+	// Queues holds every queue that has jobs or a counters row, by name; a
+	// drained queue reports zeros.
+	Queues []ScrapeQueue `json:"queues"`
+	// Masters counts the live masters (not expired) by state.
+	Masters map[string]int `json:"masters"`
+	// Processes holds the worker processes of each supervisor and group,
+	// summed over the live masters, by supervisor then group.
+	Processes []ScrapeProcesses `json:"processes"`
+	// PausedAll says every supervisor is paused (key StatePauseAll).
+	PausedAll bool `json:"paused_all"`
+	// PausedSupervisors and PausedQueues name the supervisors and queues
+	// paused one by one, sorted.
+	PausedSupervisors []string `json:"paused_supervisors"`
+	PausedQueues      []string `json:"paused_queues"`
+	// Counters holds the rows of fleet_counters, by queue.
+	Counters []ScrapeCounter `json:"counters"`
+	// Runtimes holds, by queue, the attempts finished within
+	// ScrapeRuntimeWindow (lost ones aside: no worker timed them).
+	Runtimes []ScrapeRuntime `json:"runtimes"`
+}
+
+// ScrapeQueue is how many jobs of one queue are pending (ready now), delayed
+// (available later) and reserved (held by a worker), and how long the oldest
+// ready job has waited since it became available (0 with none).
+type ScrapeQueue struct {
+	Queue          string  `json:"queue"`
+	Pending        int64   `json:"pending"`
+	Delayed        int64   `json:"delayed"`
+	Reserved       int64   `json:"reserved"`
+	OldestWaitSecs float64 `json:"oldest_wait_secs"`
+}
+
+// ScrapeProcesses is how many worker processes one group of a supervisor
+// runs over every live master. Group is a queue name, or "a,b" for a group
+// working several queues.
+type ScrapeProcesses struct {
+	Supervisor string `json:"supervisor"`
+	Group      string `json:"group"`
+	Processes  int    `json:"processes"`
+}
+
+// ScrapeCounter is one row of fleet_counters: the jobs of a queue processed
+// and failed since the counters began.
+type ScrapeCounter struct {
+	Queue     string `json:"queue"`
+	Processed int64  `json:"processed"`
+	Failed    int64  `json:"failed"`
+}
+
+// ScrapeRuntime is how many attempts of a queue finished within
+// ScrapeRuntimeWindow and their mean and 95th percentile runtime.
+type ScrapeRuntime struct {
+	Queue    string  `json:"queue"`
+	Jobs     int64   `json:"jobs"`
+	MeanSecs float64 `json:"mean_secs"`
+	P95Secs  float64 `json:"p95_secs"`
+}
+
+// scrapeSQL builds the whole scrape as one json document.
+//
+// Job counts come from queueCountsCTE: the trigger-maintained
+// queue_counts, not a scan of queue_jobs. fleet_jobs is read only with a finished_at bound, so that partitions
+// outside the window are pruned. A malformed supervisors document (not an
+// array, processes not an object, a count not a number) is skipped rather
+// than failing the scrape.
+const scrapeSQL = `
+	WITH ` + queueCountsCTE + `, ready AS (
+		SELECT queue, pending, delayed, oldest FROM qcounts
+	), reserved AS (
+		SELECT queue, reserved FROM qcounts
+	), counters AS (
+		SELECT queue, processed, failed FROM fleet_counters
+	), live AS (
+		SELECT state, supervisors FROM fleet_masters WHERE expires_at > now()
+	)
+	SELECT json_build_object(
+		'queues', (
+			SELECT COALESCE(json_agg(json_build_object(
+				'queue', n.queue,
+				'pending', COALESCE(r.pending, 0),
+				'delayed', COALESCE(r.delayed, 0),
+				'reserved', COALESCE(x.reserved, 0),
+				'oldest_wait_secs', COALESCE(EXTRACT(EPOCH FROM now() - r.oldest)::float8, 0)
+			) ORDER BY n.queue), '[]')
+			FROM (SELECT queue FROM ready UNION SELECT queue FROM reserved
+			      UNION SELECT queue FROM counters) n
+			LEFT JOIN ready r ON r.queue = n.queue
+			LEFT JOIN reserved x ON x.queue = n.queue),
+		'masters', (
+			SELECT COALESCE(json_object_agg(state, n), '{}')
+			FROM (SELECT state, count(*) AS n FROM live GROUP BY state) m),
+		'processes', (
+			SELECT COALESCE(json_agg(json_build_object(
+				'supervisor', supervisor, 'group', grp, 'processes', n
+			) ORDER BY supervisor, grp), '[]')
+			FROM (
+				SELECT s.value->>'name' AS supervisor, p.key AS grp,
+				       sum((p.value)::numeric)::bigint AS n
+				FROM live m
+				CROSS JOIN LATERAL jsonb_array_elements(CASE WHEN jsonb_typeof(m.supervisors) = 'array'
+					THEN m.supervisors ELSE '[]' END) s
+				CROSS JOIN LATERAL jsonb_each(CASE WHEN jsonb_typeof(s.value->'processes') = 'object'
+					THEN s.value->'processes' ELSE '{}' END) p
+				WHERE jsonb_typeof(p.value) = 'number' AND s.value->>'name' IS NOT NULL
+				GROUP BY 1, 2) t),
+		'paused_all', EXISTS (SELECT 1 FROM fleet_state WHERE key = $1::text),
+		'paused_supervisors', (
+			SELECT COALESCE(json_agg(substr(key, length($2::text) + 1) ORDER BY key), '[]')
+			FROM fleet_state WHERE starts_with(key, $2::text)),
+		'paused_queues', (
+			SELECT COALESCE(json_agg(substr(key, length($3::text) + 1) ORDER BY key), '[]')
+			FROM fleet_state WHERE starts_with(key, $3::text)),
+		'counters', (
+			SELECT COALESCE(json_agg(json_build_object(
+				'queue', queue, 'processed', processed, 'failed', failed
+			) ORDER BY queue), '[]')
+			FROM counters),
+		'runtimes', (
+			SELECT COALESCE(json_agg(json_build_object(
+				'queue', queue, 'jobs', jobs, 'mean_secs', mean_secs, 'p95_secs', p95_secs
+			) ORDER BY queue), '[]')
+			FROM (
+				SELECT queue, count(*) AS jobs,
+				       avg(runtime_ms) / 1000 AS mean_secs,
+				       percentile_cont(0.95) WITHIN GROUP (ORDER BY runtime_ms) / 1000 AS p95_secs
+				FROM fleet_jobs
+				WHERE finished_at > now() - $4 * interval '1 millisecond' AND status <> 'lost'
+				GROUP BY queue) t)
+	)`
+
+// ScrapeRead reads everything the fleet_* gauges show in one statement (one
+// round trip), taking every age from the database clock.
+func (s *Store) ScrapeRead(ctx context.Context) (Scrape, error) {
+	var doc []byte
+	err := s.pool.QueryRow(ctx, scrapeSQL, StatePauseAll, StatePauseSupervisorPrefix, StatePauseQueuePrefix,
+		ScrapeRuntimeWindow.Milliseconds()).Scan(&doc)
+	if err != nil {
+		return Scrape{}, fmt.Errorf("read scrape: %w", err)
+	}
+	var out Scrape
+	if err := json.Unmarshal(doc, &out); err != nil {
+		return Scrape{}, fmt.Errorf("decode scrape: %w", err)
+	}
+	return out, nil
+}

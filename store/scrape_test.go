@@ -1,0 +1,145 @@
+package store_test
+
+import (
+	"context"
+	"math"
+	"reflect"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/fleet-go/fleet/pgtest"
+	"github.com/fleet-go/fleet/store"
+)
+
+// scrapeCountersDDL creates fleet_counters where the migration does not yet.
+const scrapeCountersDDL = `
+	CREATE TABLE IF NOT EXISTS fleet_counters (
+		queue      text PRIMARY KEY,
+		processed  bigint NOT NULL DEFAULT 0,
+		failed     bigint NOT NULL DEFAULT 0,
+		updated_at timestamptz NOT NULL DEFAULT now()
+	)`
+
+func scrapeExec(t testing.TB, pool *pgxpool.Pool, sqls ...string) {
+	t.Helper()
+	for _, sql := range sqls {
+		if _, err := pool.Exec(context.Background(), sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+}
+
+func TestScrapeRead(t *testing.T) {
+	pool := pgtest.Pool(t)
+	st := store.New(pool)
+	ctx := t.Context()
+
+	scrapeExec(t, pool, scrapeCountersDDL)
+	empty, err := st.ScrapeRead(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := store.Scrape{
+		Queues: []store.ScrapeQueue{}, Masters: map[string]int{}, Processes: []store.ScrapeProcesses{},
+		PausedSupervisors: []string{}, PausedQueues: []string{},
+		Counters: []store.ScrapeCounter{}, Runtimes: []store.ScrapeRuntime{},
+	}
+	if !reflect.DeepEqual(empty, want) {
+		t.Fatalf("empty database:\n got %+v\nwant %+v", empty, want)
+	}
+
+	scrapeExec(t, pool,
+		// mail: 3 pending (oldest ready for 60 s), 1 delayed, 2 reserved.
+		`INSERT INTO queue_jobs (queue, name, available_at) VALUES
+			('mail', 'a', now() - interval '60 seconds'), ('mail', 'a', now() - interval '10 seconds'),
+			('mail', 'a', now()), ('mail', 'a', now() + interval '1 hour')`,
+		`INSERT INTO queue_jobs (queue, name, available_at, reserved_by, reserved_master, reserved_at, attempts) VALUES
+			('mail', 'a', now() - interval '1 hour', 'w1', 'm1', now(), 1),
+			('mail', 'a', now() - interval '1 hour', 'w2', 'm1', now(), 1)`,
+		// default: only delayed, so no ready job and no wait.
+		`INSERT INTO queue_jobs (queue, name, available_at) VALUES ('default', 'b', now() + interval '1 minute')`,
+		// drained: only counters.
+		`INSERT INTO fleet_counters (queue, processed, failed) VALUES ('mail', 40, 3), ('drained', 7, 0)`,
+		`INSERT INTO fleet_masters (name, host, pid, nonce, state, supervisors, expires_at) VALUES
+			('m1', 'h1', 1, 'n', 'running', '[
+				{"name":"default","queues":["default","mail"],"balance":"auto","paused":false,"processes":{"default":1,"mail":3}},
+				{"name":"batch","queues":["default","mail"],"balance":"off","paused":true,"processes":{"default,mail":2}}]',
+			 now() + interval '1 minute'),
+			('m2', 'h2', 2, 'n', 'running', '[{"name":"default","processes":{"mail":2}}]', now() + interval '1 minute'),
+			('m3', 'h3', 3, 'n', 'draining', '[{"name":"default","processes":null}, 7, {"processes":{"x":1}}]', now() + interval '1 minute'),
+			('m4', 'h4', 4, 'n', 'paused', '"not an array"', now() + interval '1 minute'),
+			('gone', 'h5', 5, 'n', 'running', '[{"name":"default","processes":{"mail":50}}]', now() - interval '1 second')`,
+		`INSERT INTO fleet_state (key) VALUES ('pause:*'), ('pause:supervisor:batch'), ('pause:queue:mail'),
+			('pause:queue:zeta'), ('terminate')`,
+		// mail ran 100..1000 ms within the window; old and lost attempts do not count.
+		`INSERT INTO fleet_jobs (job_id, queue, name, attempt, status, started_at, finished_at, runtime_ms)
+		 SELECT g, 'mail', 'a', 1, CASE WHEN g % 2 = 0 THEN 'completed' ELSE 'failed' END, now(), now() - interval '1 minute', g * 100
+		 FROM generate_series(1, 10) g`,
+		`INSERT INTO fleet_jobs (job_id, queue, name, attempt, status, started_at, finished_at, runtime_ms) VALUES
+			(11, 'mail', 'a', 1, 'completed', now(), now() - interval '10 minutes', 999999),
+			(12, 'mail', 'a', 1, 'lost', now(), now(), 999999)`,
+	)
+
+	got, err := st.ScrapeRead(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Queues) != 3 {
+		t.Fatalf("queues: got %+v", got.Queues)
+	}
+	if w := got.Queues[2].OldestWaitSecs; w < 60 || w > 90 {
+		t.Errorf("mail oldest wait: got %v s, want about 60", w)
+	}
+	if len(got.Runtimes) != 1 {
+		t.Fatalf("runtimes: got %+v", got.Runtimes)
+	}
+	r := got.Runtimes[0]
+	if r.Queue != "mail" || r.Jobs != 10 || math.Abs(r.MeanSecs-0.55) > 1e-9 || math.Abs(r.P95Secs-0.955) > 1e-9 {
+		t.Errorf("runtimes: got %+v, want mail 10 jobs, mean 0.55 s, p95 0.955 s", r)
+	}
+	got.Queues[2].OldestWaitSecs = 0
+	got.Runtimes = nil
+	want = store.Scrape{
+		Queues: []store.ScrapeQueue{
+			{Queue: "default", Delayed: 1},
+			{Queue: "drained"},
+			{Queue: "mail", Pending: 3, Delayed: 1, Reserved: 2},
+		},
+		Masters: map[string]int{"running": 2, "draining": 1, "paused": 1},
+		Processes: []store.ScrapeProcesses{
+			{Supervisor: "batch", Group: "default,mail", Processes: 2},
+			{Supervisor: "default", Group: "default", Processes: 1},
+			{Supervisor: "default", Group: "mail", Processes: 5},
+		},
+		PausedAll:         true,
+		PausedSupervisors: []string{"batch"},
+		PausedQueues:      []string{"mail", "zeta"},
+		Counters:          []store.ScrapeCounter{{Queue: "drained", Processed: 7}, {Queue: "mail", Processed: 40, Failed: 3}},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("scrape:\n got %+v\nwant %+v", got, want)
+	}
+}
+
+// BenchmarkScrapeRead1M reads the scrape of a database holding 1,000,000
+// pending jobs in 4 queues (after VACUUM ANALYZE, as autovacuum would leave
+// the table), the kind of backlog the gauges must keep up with.
+func BenchmarkScrapeRead1M(b *testing.B) {
+	pool := pgtest.Pool(b)
+	st := store.New(pool)
+	scrapeExec(b, pool, scrapeCountersDDL,
+		`INSERT INTO queue_jobs (queue, name, payload, available_at)
+		 SELECT 'q' || (g % 4), 'job', '{"to":"someone@example.com"}', now() - g * interval '1 millisecond'
+		 FROM generate_series(1, 1000000) g`,
+		`VACUUM ANALYZE queue_jobs`)
+	for b.Loop() {
+		sc, err := st.ScrapeRead(b.Context())
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(sc.Queues) != 4 || sc.Queues[0].Pending != 250000 {
+			b.Fatalf("queues: %+v", sc.Queues)
+		}
+	}
+}

@@ -1,0 +1,161 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// QueueLoad is what one queue holds and how fast it moves.
+type QueueLoad struct {
+	Queue    string
+	Pending  int64
+	Delayed  int64
+	Reserved int64
+	// OldestWaitSecs is the age of the oldest ready job (since it became
+	// available), 0 with none.
+	OldestWaitSecs float64
+	// AvgRuntimeMs is the average runtime over the last 5 minutes, 0 when
+	// nothing ran.
+	AvgRuntimeMs float64
+	// JobsLastMinute counts attempts finished in the last 60 s.
+	JobsLastMinute int64
+	// Processes counts live worker processes working the queue, over every
+	// master (a process of a group working several queues counts for each).
+	Processes int64
+}
+
+// Workload returns every queue that has jobs, history in the last 5 minutes
+// or processes, in one statement.
+func (s *Store) Workload(ctx context.Context) ([]QueueLoad, error) {
+	rows, err := s.pool.Query(ctx, `
+		WITH `+queueCountsCTE+`, counts AS (
+			SELECT * FROM qcounts
+		), hist AS (
+			SELECT queue, avg(runtime_ms) AS avg_ms,
+			       count(*) FILTER (WHERE finished_at > now() - interval '1 minute') AS last_minute
+			FROM fleet_jobs WHERE finished_at > now() - interval '5 minutes'
+			GROUP BY queue
+		), procs AS (
+			SELECT q.queue, sum(p.value::int) AS n
+			FROM fleet_masters m,
+			     jsonb_array_elements(m.supervisors) s,
+			     jsonb_each_text(s->'processes') p,
+			     unnest(string_to_array(p.key, ',')) AS q(queue)
+			WHERE m.expires_at > now()
+			GROUP BY q.queue
+		), names AS (
+			SELECT queue FROM counts UNION SELECT queue FROM hist UNION SELECT queue FROM procs
+		)
+		SELECT n.queue,
+		       COALESCE(c.pending, 0), COALESCE(c.delayed, 0), COALESCE(c.reserved, 0),
+		       COALESCE(EXTRACT(EPOCH FROM now() - c.oldest)::float8, 0),
+		       COALESCE(h.avg_ms, 0)::float8, COALESCE(h.last_minute, 0), COALESCE(p.n, 0)::bigint
+		FROM names n
+		LEFT JOIN counts c ON c.queue = n.queue
+		LEFT JOIN hist h ON h.queue = n.queue
+		LEFT JOIN procs p ON p.queue = n.queue
+		ORDER BY n.queue`)
+	if err != nil {
+		return nil, fmt.Errorf("read workload: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[QueueLoad])
+	if err != nil {
+		return nil, fmt.Errorf("read workload: %w", err)
+	}
+	return out, nil
+}
+
+// QueuedJob is a job still in queue_jobs: pending, delayed or reserved.
+type QueuedJob struct {
+	ID          int64           `json:"id"`
+	Queue       string          `json:"queue"`
+	Name        string          `json:"name"`
+	Payload     json.RawMessage `json:"payload"`
+	State       string          `json:"state"`
+	Attempts    int             `json:"attempts"`
+	AvailableAt time.Time       `json:"available_at"`
+	CreatedAt   time.Time       `json:"created_at"`
+	ReservedBy  *string         `json:"reserved_by,omitempty"`
+	LastError   *string         `json:"last_error,omitempty"`
+}
+
+// JobListParams pages through jobs of one queue (empty: every queue).
+type JobListParams struct {
+	Queue  string
+	Limit  int
+	Offset int
+}
+
+// JobList returns queued jobs oldest first.
+func (s *Store) JobList(ctx context.Context, p JobListParams) ([]QueuedJob, error) {
+	rows, err := s.pool.Query(ctx, `
+		SELECT id, queue, name, payload,
+		       CASE WHEN reserved_by IS NOT NULL THEN 'reserved'
+		            WHEN available_at > now() THEN 'delayed' ELSE 'pending' END,
+		       attempts, available_at, created_at, reserved_by, last_error
+		FROM queue_jobs
+		WHERE $1 = '' OR queue = $1
+		ORDER BY id
+		LIMIT $2 OFFSET $3`, p.Queue, p.Limit, p.Offset)
+	if err != nil {
+		return nil, fmt.Errorf("list jobs: %w", err)
+	}
+	jobs, err := pgx.CollectRows(rows, pgx.RowToStructByPos[QueuedJob])
+	if err != nil {
+		return nil, fmt.Errorf("list jobs: %w", err)
+	}
+	return jobs, nil
+}
+
+// FinishedJob is a row of the job history (fleet_jobs).
+type FinishedJob struct {
+	JobID      int64     `json:"job_id"`
+	Queue      string    `json:"queue"`
+	Name       string    `json:"name"`
+	Attempt    int       `json:"attempt"`
+	Status     string    `json:"status"`
+	StartedAt  time.Time `json:"started_at"`
+	FinishedAt time.Time `json:"finished_at"`
+	RuntimeMs  float64   `json:"runtime_ms"`
+	Error      *string   `json:"error,omitempty"`
+	Master     *string   `json:"master,omitempty"`
+	Worker     *string   `json:"worker,omitempty"`
+}
+
+// JobHistoryList returns finished attempts with the given status (empty:
+// any), newest first.
+func (s *Store) JobHistoryList(ctx context.Context, status string, p JobListParams) ([]FinishedJob, error) {
+	rows, err := s.pool.Query(ctx, `
+		SELECT job_id, queue, name, attempt, status, started_at, finished_at, runtime_ms, error, master, worker
+		FROM fleet_jobs
+		WHERE ($1 = '' OR status = $1) AND ($2 = '' OR queue = $2)
+		ORDER BY finished_at DESC
+		LIMIT $3 OFFSET $4`, status, p.Queue, p.Limit, p.Offset)
+	if err != nil {
+		return nil, fmt.Errorf("list job history: %w", err)
+	}
+	jobs, err := pgx.CollectRows(rows, pgx.RowToStructByPos[FinishedJob])
+	if err != nil {
+		return nil, fmt.Errorf("list job history: %w", err)
+	}
+	return jobs, nil
+}
+
+// JobHistoryGet returns every recorded attempt of one job, newest first.
+func (s *Store) JobHistoryGet(ctx context.Context, jobID int64) ([]FinishedJob, error) {
+	rows, err := s.pool.Query(ctx, `
+		SELECT job_id, queue, name, attempt, status, started_at, finished_at, runtime_ms, error, master, worker
+		FROM fleet_jobs WHERE job_id = $1 ORDER BY finished_at DESC`, jobID)
+	if err != nil {
+		return nil, fmt.Errorf("read history of job %d: %w", jobID, err)
+	}
+	jobs, err := pgx.CollectRows(rows, pgx.RowToStructByPos[FinishedJob])
+	if err != nil {
+		return nil, fmt.Errorf("read history of job %d: %w", jobID, err)
+	}
+	return jobs, nil
+}
