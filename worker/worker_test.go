@@ -433,3 +433,57 @@ func TestWorkerReports(t *testing.T) {
 		t.Fatalf("reports = %v, want ready first and exiting last", types)
 	}
 }
+
+func TestWorkerRecordsHistoryAndCounts(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.jobs.Handle("ok", func(context.Context, *queue.Job) error { return nil })
+	b.jobs.Handle("bad", func(context.Context, *queue.Job) error { return errors.New("nope") })
+	b.dispatch(t, queue.NewJob("ok", nil), queue.NewJob("ok", nil).OnQueue("mail"), queue.NewJob("bad", nil).Tries(2).Backoff(0))
+	if _, err := b.worker(t, worker.Config{Queues: []string{"default", "mail"}, Name: "w1", Master: "m1", StopWhenEmpty: true}).Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if n := b.count(t, `SELECT count(*) FROM fleet_jobs WHERE status = 'completed' AND worker = 'w1' AND master = 'm1' AND runtime_ms >= 0 AND finished_at >= started_at`); n != 2 {
+		t.Errorf("%d completed attempts recorded, want 2", n)
+	}
+	if n := b.count(t, `SELECT count(*) FROM fleet_jobs WHERE status = 'failed' AND name = 'bad' AND error = 'nope'`); n != 2 {
+		t.Errorf("%d failed attempts recorded, want 2", n)
+	}
+	if n := b.count(t, `SELECT sum(processed)::int FROM fleet_counters`); n != 4 {
+		t.Errorf("processed counter = %d, want 4", n)
+	}
+	if n := b.count(t, `SELECT failed FROM fleet_counters WHERE queue = 'default'`); n != 2 {
+		t.Errorf("failed counter = %d, want 2", n)
+	}
+	// queue_counts follows every insert, claim, retry and completion.
+	if n := b.count(t, `SELECT COALESCE(sum(unreserved + reserved), 0)::int FROM queue_counts`); n != 0 {
+		t.Errorf("queue_counts sums to %d with an empty queue", n)
+	}
+}
+
+func TestWorkerSkipsPausedQueues(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var ran sync.Map
+	b.jobs.Handle("rec", func(_ context.Context, j *queue.Job) error { ran.Store(j.Queue, true); return nil })
+	b.dispatch(t, queue.NewJob("rec", nil).OnQueue("mail"), queue.NewJob("rec", nil))
+	w := b.worker(t, worker.Config{Queues: []string{"default", "mail"}, PausedQueues: []string{"mail"}, StopWhenEmpty: false, MaxTime: 300 * time.Millisecond})
+	if _, err := w.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := ran.Load("mail"); ok {
+		t.Fatal("a paused queue's job ran")
+	}
+	if _, ok := ran.Load("default"); !ok {
+		t.Fatal("the other queue's job did not run")
+	}
+	w = b.worker(t, worker.Config{Queues: []string{"mail"}, PausedQueues: []string{"mail"}})
+	errc := make(chan error, 1)
+	go func() { _, err := w.Run(context.Background()); errc <- err }()
+	w.PauseQueues(nil)
+	waitFor(t, "the resumed queue's job", func() bool { _, ok := ran.Load("mail"); return ok })
+	w.Stop()
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+}
