@@ -3,6 +3,7 @@ package cmd_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -37,6 +38,8 @@ func run(t *testing.T, dir string, env []string, args ...string) result {
 	var out, errb bytes.Buffer
 	jobs := queue.NewRegistry()
 	jobs.Handle("demo.noop", func(context.Context, *queue.Job) error { return nil })
+	// test.echo fails with its payload in the error, as careless handlers do.
+	jobs.Handle("test.echo", func(_ context.Context, j *queue.Job) error { return fmt.Errorf("bad input %s", j.Payload) })
 	code := cmd.ExecuteContext(context.Background(), cmd.App{
 		Jobs: jobs, Args: args, Environ: env, Dir: dir, Stdout: &out, Stderr: &errb,
 	})

@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/fleet-go/fleet/fleet"
 	"github.com/fleet-go/fleet/master"
 	"github.com/fleet-go/fleet/pgtest"
 	"github.com/fleet-go/fleet/queue"
@@ -443,5 +444,66 @@ func TestMasterReleasesJobsOfStandaloneWorkerLongPastTimeout(t *testing.T) {
 	// The other is within its timeout: still held.
 	if n := b.count(t, `SELECT count(*) FROM queue_jobs WHERE id = $1 AND reserved_by = 'by-hand'`, ids[1]); n != 1 {
 		t.Fatal("a job within its timeout was released")
+	}
+}
+
+func TestLongWaitAlertOncePerCooldownAcrossMasters(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	ctx := context.Background()
+	st := store.New(pool)
+	// The supervisor is paused, so the job waits.
+	if err := st.StateSet(ctx, store.StatePauseAll); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := queue.NewClient(pool, queue.Defaults{}).Dispatch(ctx, queue.NewJob("x", nil)); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var alerts []fleet.LongWaitDetected
+	listen := func(s *master.Settings) {
+		s.LongWait = map[string]int{"default": 1, "other": 1}
+		s.LongWaitCooldown = time.Hour
+		s.OnLongWait = func(_ context.Context, e fleet.LongWaitDetected) {
+			mu.Lock()
+			alerts = append(alerts, e)
+			mu.Unlock()
+		}
+	}
+	start(t, pool, resolve(t, nil), nil, listen)
+	start(t, pool, resolve(t, nil), nil, listen)
+	count := func() int { mu.Lock(); defer mu.Unlock(); return len(alerts) }
+	poll(t, "the alert", func() bool { return count() >= 1 })
+	time.Sleep(500 * time.Millisecond) // 25 ticks of each master: no second alert within the cooldown
+	mu.Lock()
+	defer mu.Unlock()
+	if len(alerts) != 1 || alerts[0].Queue != "default" || alerts[0].ThresholdSecs != 1 || alerts[0].WaitSecs < 1 {
+		t.Fatalf("alerts = %+v, want exactly one for default", alerts)
+	}
+}
+
+func TestMasterPausesQueues(t *testing.T) {
+	t.Parallel()
+	b := start(t, nil, twoQueues(t), nil)
+	wait(t, b.fake.WaitRunning(waitCtx(t), 2))
+	if err := b.st.StateSet(context.Background(), store.StatePauseQueuePrefix+"mail"); err != nil {
+		t.Fatal(err)
+	}
+	mailProc := 0
+	if b.fake.Specs()[1].Group() == "mail" {
+		mailProc = 1
+	}
+	poll(t, "a pause_queues command to the mail worker", func() bool {
+		for _, c := range b.fake.Commands(mailProc) {
+			if c.Type == spawner.CommandPauseQueues && len(c.Queues) == 1 && c.Queues[0] == "mail" {
+				return true
+			}
+		}
+		return false
+	})
+	for _, c := range b.fake.Commands(1 - mailProc) {
+		if c.Type == spawner.CommandPauseQueues && len(c.Queues) > 0 {
+			t.Fatalf("the default worker was told to pause %v", c.Queues)
+		}
 	}
 }

@@ -1,0 +1,146 @@
+package cmd_test
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/fleet-go/fleet/pgtest"
+)
+
+func TestFailedRetryForgetCommands(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	env := dbEnv(url)
+	dir := t.TempDir()
+	must := func(args ...string) result {
+		t.Helper()
+		r := run(t, dir, env, args...)
+		if r.code != 0 {
+			t.Fatalf("%v: %+v", args, r)
+		}
+		return r
+	}
+	must("dispatch", "--name", "test.echo", "--count", "5", "--tries", "2", "--backoff", "0", "--payload", `{"password":"hunter2","to":"ann"}`)
+	must("dispatch", "--name", "demo.noop", "--count", "3")
+	work := must("fleet:work", "--stop-when-empty")
+	if strings.Contains(work.stderr, "hunter2") || !strings.Contains(work.stderr, "[redacted]") {
+		t.Fatalf("worker logs leak or do not redact:\n%s", work.stderr)
+	}
+
+	type failed struct {
+		ID       int64           `json:"id"`
+		Attempts int             `json:"attempts"`
+		Error    string          `json:"error"`
+		Payload  json.RawMessage `json:"payload"`
+	}
+	list := func() []failed {
+		t.Helper()
+		r := must("fleet:failed", "--json")
+		var out []failed
+		if err := json.Unmarshal([]byte(r.stdout), &out); err != nil {
+			t.Fatalf("fleet:failed --json: %v\n%s", err, r.stdout)
+		}
+		if strings.Contains(r.stdout, "hunter2") {
+			t.Fatalf("fleet:failed --json leaks the password:\n%s", r.stdout)
+		}
+		return out
+	}
+	jobs := list()
+	if len(jobs) != 5 {
+		t.Fatalf("%d failed jobs, want 5", len(jobs))
+	}
+	for _, j := range jobs {
+		if j.Attempts != 2 || !strings.HasPrefix(j.Error, "bad input") || !strings.Contains(string(j.Payload), `"[redacted]"`) {
+			t.Fatalf("failed job = %+v", j)
+		}
+	}
+	if table := must("fleet:failed", "--search", "ann"); strings.Contains(table.stdout, "hunter2") || strings.Count(table.stdout, "test.echo") != 5 {
+		t.Fatalf("fleet:failed table:\n%s", table.stdout)
+	}
+	if r := must("fleet:retry", "--all"); !strings.Contains(r.stdout, "retried 5 failed job(s)") {
+		t.Fatalf("retry --all: %+v", r)
+	}
+	if n := len(list()); n != 0 {
+		t.Fatalf("%d failed jobs right after retry --all", n)
+	}
+	must("fleet:work", "--stop-when-empty")
+	again := list()
+	if len(again) != 5 || again[0].Attempts != 2 {
+		t.Fatalf("after the retry: %+v, want 5 failed again with 2 fresh attempts", again)
+	}
+	if r := must("fleet:forget", jsonID(again[0].ID)); !strings.Contains(r.stdout, "forgot failed job") {
+		t.Fatalf("forget: %+v", r)
+	}
+	if n := len(list()); n != 4 {
+		t.Fatalf("%d failed jobs after forgetting one, want 4", n)
+	}
+	for _, args := range [][]string{{"fleet:forget", "999999"}, {"fleet:retry", "999999"}} {
+		r := run(t, dir, env, args...)
+		if r.code != 1 || !strings.Contains(r.stderr, "no failed job with id 999999") {
+			t.Errorf("%v: %+v", args, r)
+		}
+	}
+	if r := run(t, dir, env, "fleet:retry", "abc"); r.code == 0 || !strings.Contains(r.stderr, `ID "abc"`) {
+		t.Errorf("bad id: %+v", r)
+	}
+	completed := must("fleet:jobs", "--completed", "--json")
+	var done []map[string]any
+	if err := json.Unmarshal([]byte(completed.stdout), &done); err != nil || len(done) != 3 {
+		t.Fatalf("completed jobs: %v %s", err, completed.stdout)
+	}
+	if r := must("fleet:forget", "--all"); !strings.Contains(r.stdout, "forgot 4") {
+		t.Fatalf("forget --all: %+v", r)
+	}
+}
+
+func jsonID(id int64) string { b, _ := json.Marshal(id); return string(b) }
+
+func TestWorkloadAndQueuePauseCommands(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	env := dbEnv(url)
+	dir := t.TempDir()
+	for _, args := range [][]string{
+		{"dispatch", "--name", "demo.noop", "--count", "7"},
+		{"dispatch", "--name", "demo.noop", "--count", "2", "--queue", "mail", "--delay", "1h"},
+		{"dispatch", "--name", "demo.noop", "--count", "1", "--queue", "mail", "--payload", `{"api_key":"hunter2"}`},
+		{"fleet:pause", "--queue", "mail"},
+	} {
+		if r := run(t, dir, env, args...); r.code != 0 {
+			t.Fatalf("%v: %+v", args, r)
+		}
+	}
+	r := run(t, dir, env, "fleet:workload", "--json")
+	var loads []struct {
+		Queue   string `json:"queue"`
+		Pending int    `json:"pending"`
+		Delayed int    `json:"delayed"`
+		Paused  bool   `json:"paused"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &loads); err != nil || len(loads) != 2 {
+		t.Fatalf("workload: %v %+v", err, r)
+	}
+	if l := loads[0]; l.Queue != "default" || l.Pending != 7 || l.Delayed != 0 || l.Paused {
+		t.Errorf("default = %+v", l)
+	}
+	if l := loads[1]; l.Queue != "mail" || l.Pending != 1 || l.Delayed != 2 || !l.Paused {
+		t.Errorf("mail = %+v", l)
+	}
+	if r := run(t, dir, env, "fleet:workload"); r.code != 0 || !strings.Contains(r.stdout, "mail (paused)") {
+		t.Errorf("workload table: %+v", r)
+	}
+	pending := run(t, dir, env, "fleet:jobs", "--pending", "--queue", "mail")
+	if pending.code != 0 || strings.Contains(pending.stdout, "hunter2") || !strings.Contains(pending.stdout, "[redacted]") {
+		t.Errorf("pending jobs: %+v", pending)
+	}
+	if r := run(t, dir, env, "fleet:continue", "--queue", "mail"); r.code != 0 {
+		t.Fatalf("continue: %+v", r)
+	}
+	if r := run(t, dir, env, "fleet:jobs"); r.code == 0 || !strings.Contains(r.stderr, "--pending or --completed") {
+		t.Errorf("fleet:jobs without a kind: %+v", r)
+	}
+	if r := run(t, dir, env, "fleet:masters", "--json"); r.code != 0 || strings.TrimSpace(r.stdout) != "[]" {
+		t.Errorf("masters: %+v", r)
+	}
+}
