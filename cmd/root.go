@@ -141,13 +141,22 @@ func (r *runner) loadConfig() (*config.Config, error) {
 	return config.Load(config.Options{Path: r.configPath, Dir: r.app.Dir, Environ: r.app.Environ})
 }
 
-// logger builds the process's logger from the log section.
+// logger builds the process's logger from the log section and, when it
+// writes to the process's stderr, makes it slog's default.
 func (r *runner) logger(cfg *config.Config) *slog.Logger {
 	var level slog.Level
 	_ = level.UnmarshalText([]byte(cfg.Log.Level))
 	opts := &slog.HandlerOptions{Level: level}
+	var log *slog.Logger
 	if cfg.Log.Format == "json" {
-		return slog.New(slog.NewJSONHandler(r.app.Stderr, opts))
+		log = slog.New(slog.NewJSONHandler(r.app.Stderr, opts))
+	} else {
+		log = slog.New(slog.NewTextHandler(r.app.Stderr, opts))
 	}
-	return slog.New(slog.NewTextHandler(r.app.Stderr, opts))
+	// The app's own handlers and listeners log through slog's default:
+	// give them the configured format and level too.
+	if r.app.Stderr == os.Stderr {
+		slog.SetDefault(log)
+	}
+	return log
 }
