@@ -241,11 +241,19 @@ func checkSupervisor(cfg *config.Config, name string) error {
 	return nil
 }
 
-func (r *runner) pauseCommand() *cobra.Command {
+// pauseAction is what fleet:pause or fleet:continue does to a queue, a
+// supervisor, or every supervisor ("").
+type pauseAction struct {
+	use, short, verb, queueHelp string
+	queue                       func(*fleet.Service, context.Context, string) error
+	supervisor                  func(*fleet.Service, context.Context, string) error
+}
+
+func (r *runner) pauseActionCommand(a pauseAction) *cobra.Command {
 	var queue string
 	c := &cobra.Command{
-		Use:   "fleet:pause [SUPERVISOR] | --queue Q",
-		Short: "Pause a supervisor (none: every supervisor) or one queue: running jobs finish, no new job starts",
+		Use:   a.use,
+		Short: a.short,
 		Args:  cobra.MaximumNArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
 			return r.withService(c.Context(), func(cfg *config.Config, svc *fleet.Service) error {
@@ -254,69 +262,52 @@ func (r *runner) pauseCommand() *cobra.Command {
 				case queue != "" && len(args) > 0:
 					return errors.New("give a supervisor or --queue, not both")
 				case queue != "":
-					if err := svc.PauseQueue(ctx, queue); err != nil {
+					if err := a.queue(svc, ctx, queue); err != nil {
 						return err
 					}
-					fmt.Fprintf(out, "paused queue %s in every supervisor: every master applies it within a tick\n", queue)
+					fmt.Fprintf(out, "%s queue %s in every supervisor: every master applies it within a tick\n", a.verb, queue)
 				case len(args) == 1:
 					if err := checkSupervisor(cfg, args[0]); err != nil {
 						return err
 					}
-					if err := svc.Pause(ctx, args[0]); err != nil {
+					if err := a.supervisor(svc, ctx, args[0]); err != nil {
 						return err
 					}
-					fmt.Fprintf(out, "paused supervisor %s: every master applies it within a tick\n", args[0])
+					fmt.Fprintf(out, "%s supervisor %s: every master applies it within a tick\n", a.verb, args[0])
 				default:
-					if err := svc.Pause(ctx, ""); err != nil {
+					if err := a.supervisor(svc, ctx, ""); err != nil {
 						return err
 					}
-					fmt.Fprintln(out, "paused every supervisor: every master applies it within a tick")
+					fmt.Fprintf(out, "%s every supervisor: every master applies it within a tick\n", a.verb)
 				}
 				return nil
 			})
 		},
 	}
-	c.Flags().StringVar(&queue, "queue", "", "pause this queue in every supervisor that works it")
+	c.Flags().StringVar(&queue, "queue", "", a.queueHelp)
 	return c
 }
 
+func (r *runner) pauseCommand() *cobra.Command {
+	return r.pauseActionCommand(pauseAction{
+		use:        "fleet:pause [SUPERVISOR] | --queue Q",
+		short:      "Pause a supervisor (none: every supervisor) or one queue: running jobs finish, no new job starts",
+		verb:       "paused",
+		queueHelp:  "pause this queue in every supervisor that works it",
+		queue:      (*fleet.Service).PauseQueue,
+		supervisor: (*fleet.Service).Pause,
+	})
+}
+
 func (r *runner) continueCommand() *cobra.Command {
-	var queue string
-	c := &cobra.Command{
-		Use:   "fleet:continue [SUPERVISOR] | --queue Q",
-		Short: "Resume a paused supervisor (none: every supervisor) or queue",
-		Args:  cobra.MaximumNArgs(1),
-		RunE: func(c *cobra.Command, args []string) error {
-			return r.withService(c.Context(), func(cfg *config.Config, svc *fleet.Service) error {
-				ctx, out := c.Context(), c.OutOrStdout()
-				switch {
-				case queue != "" && len(args) > 0:
-					return errors.New("give a supervisor or --queue, not both")
-				case queue != "":
-					if err := svc.ResumeQueue(ctx, queue); err != nil {
-						return err
-					}
-					fmt.Fprintf(out, "continued queue %s\n", queue)
-				case len(args) == 1:
-					if err := checkSupervisor(cfg, args[0]); err != nil {
-						return err
-					}
-					if err := svc.Resume(ctx, args[0]); err != nil {
-						return err
-					}
-					fmt.Fprintf(out, "continued supervisor %s\n", args[0])
-				default:
-					if err := svc.Resume(ctx, ""); err != nil {
-						return err
-					}
-					fmt.Fprintln(out, "continued every supervisor")
-				}
-				return nil
-			})
-		},
-	}
-	c.Flags().StringVar(&queue, "queue", "", "resume this queue")
-	return c
+	return r.pauseActionCommand(pauseAction{
+		use:        "fleet:continue [SUPERVISOR] | --queue Q",
+		short:      "Resume a paused supervisor (none: every supervisor) or queue",
+		verb:       "continued",
+		queueHelp:  "resume this queue",
+		queue:      (*fleet.Service).ResumeQueue,
+		supervisor: (*fleet.Service).Resume,
+	})
 }
 
 func (r *runner) statusCommand() *cobra.Command {

@@ -215,12 +215,24 @@ func notFound(id int64, err error) error {
 	return err
 }
 
-func (r *runner) retryCommand() *cobra.Command {
+// failedAction describes a command acting on one failed job by ID or on
+// every failed job matching --search/--queue with --all.
+type failedAction struct {
+	use, short, verb string
+	// all acts on every match and returns how many.
+	all func(*fleet.Service, context.Context, store.FailedFilter) (int, error)
+	// one acts on a single job and returns its result for --json and a
+	// line for people.
+	one func(context.Context, *fleet.Service, int64) (any, string, error)
+}
+
+// failedActionCommand builds a fleet:retry / fleet:forget style command.
+func (r *runner) failedActionCommand(a failedAction) *cobra.Command {
 	var f store.FailedFilter
 	var all, asJSON bool
 	c := &cobra.Command{
-		Use:   "fleet:retry ID | --all [--search S] [--queue Q]",
-		Short: "Dispatch failed jobs again with fresh attempts",
+		Use:   a.use,
+		Short: a.short,
 		Args:  cobra.MaximumNArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
 			id, err := idOrAll(args, all, f.Search, f.Queue)
@@ -230,76 +242,60 @@ func (r *runner) retryCommand() *cobra.Command {
 			return r.withService(c.Context(), func(_ *config.Config, svc *fleet.Service) error {
 				out := c.OutOrStdout()
 				if all {
-					n, err := svc.RetryAll(c.Context(), f)
+					n, err := a.all(svc, c.Context(), f)
 					if err != nil {
 						return err
 					}
 					if asJSON {
-						return printJSON(out, map[string]int{"retried": n})
+						return printJSON(out, map[string]int{a.verb: n})
 					}
-					fmt.Fprintf(out, "retried %d failed job(s)\n", n)
+					fmt.Fprintf(out, "%s %d failed job(s)\n", a.verb, n)
 					return nil
 				}
-				newID, err := svc.Retry(c.Context(), id)
+				res, line, err := a.one(c.Context(), svc, id)
 				if err != nil {
 					return notFound(id, err)
 				}
 				if asJSON {
-					return printJSON(out, map[string]int64{"failed_id": id, "job_id": newID})
+					return printJSON(out, res)
 				}
-				fmt.Fprintf(out, "retried failed job %d as job %d\n", id, newID)
+				fmt.Fprintln(out, line)
 				return nil
 			})
 		},
 	}
-	c.Flags().BoolVar(&all, "all", false, "retry every failed job (or those matching --search/--queue)")
+	c.Flags().BoolVar(&all, "all", false, "act on every failed job (or those matching --search/--queue)")
 	c.Flags().StringVar(&f.Search, "search", "", "with --all: match name, queue, payload or error")
 	c.Flags().StringVar(&f.Queue, "queue", "", "with --all: only this queue")
 	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return c
 }
 
-func (r *runner) forgetCommand() *cobra.Command {
-	var f store.FailedFilter
-	var all, asJSON bool
-	c := &cobra.Command{
-		Use:   "fleet:forget ID | --all [--search S] [--queue Q]",
-		Short: "Delete failed jobs",
-		Args:  cobra.MaximumNArgs(1),
-		RunE: func(c *cobra.Command, args []string) error {
-			id, err := idOrAll(args, all, f.Search, f.Queue)
-			if err != nil {
-				return err
-			}
-			return r.withService(c.Context(), func(_ *config.Config, svc *fleet.Service) error {
-				out := c.OutOrStdout()
-				if all {
-					n, err := svc.ForgetAll(c.Context(), f)
-					if err != nil {
-						return err
-					}
-					if asJSON {
-						return printJSON(out, map[string]int{"forgotten": n})
-					}
-					fmt.Fprintf(out, "forgot %d failed job(s)\n", n)
-					return nil
-				}
-				if err := svc.Forget(c.Context(), id); err != nil {
-					return notFound(id, err)
-				}
-				if asJSON {
-					return printJSON(out, map[string]int64{"forgotten": id})
-				}
-				fmt.Fprintf(out, "forgot failed job %d\n", id)
-				return nil
-			})
+func (r *runner) retryCommand() *cobra.Command {
+	return r.failedActionCommand(failedAction{
+		use:   "fleet:retry ID | --all [--search S] [--queue Q]",
+		short: "Dispatch failed jobs again with fresh attempts",
+		verb:  "retried",
+		all:   (*fleet.Service).RetryAll,
+		one: func(ctx context.Context, svc *fleet.Service, id int64) (any, string, error) {
+			newID, err := svc.Retry(ctx, id)
+			return map[string]int64{"failed_id": id, "job_id": newID},
+				fmt.Sprintf("retried failed job %d as job %d", id, newID), err
 		},
-	}
-	c.Flags().BoolVar(&all, "all", false, "delete every failed job (or those matching --search/--queue)")
-	c.Flags().StringVar(&f.Search, "search", "", "with --all: match name, queue, payload or error")
-	c.Flags().StringVar(&f.Queue, "queue", "", "with --all: only this queue")
-	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
-	return c
+	})
+}
+
+func (r *runner) forgetCommand() *cobra.Command {
+	return r.failedActionCommand(failedAction{
+		use:   "fleet:forget ID | --all [--search S] [--queue Q]",
+		short: "Delete failed jobs",
+		verb:  "forgot",
+		all:   (*fleet.Service).ForgetAll,
+		one: func(ctx context.Context, svc *fleet.Service, id int64) (any, string, error) {
+			err := svc.Forget(ctx, id)
+			return map[string]int64{"forgotten": id}, fmt.Sprintf("forgot failed job %d", id), err
+		},
+	})
 }
 
 func (r *runner) jobsCommand() *cobra.Command {
