@@ -507,3 +507,24 @@ func TestMasterPausesQueues(t *testing.T) {
 		}
 	}
 }
+
+func TestMasterWritesMetricsSnapshot(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	ctx := context.Background()
+	if _, err := pool.Exec(ctx, `
+		INSERT INTO fleet_jobs (job_id, queue, name, attempt, status, started_at, finished_at, runtime_ms)
+		SELECT g, 'mail', 'send', 1, 'completed', ts, ts, 20
+		FROM generate_series(1, 30) g,
+		     LATERAL (SELECT date_trunc('minute', now()) - interval '1 minute' + g * interval '1 second' AS ts) x`); err != nil {
+		t.Fatal(err)
+	}
+	b := start(t, pool, resolve(t, nil), nil)
+	start(t, pool, resolve(t, nil), nil) // a second master competes for the duty
+	poll(t, "the snapshot", func() bool {
+		return b.count(t, `SELECT count(*) FROM fleet_metrics WHERE kind = 'queue' AND subject = 'mail' AND jobs = 30`) == 1
+	})
+	if n := b.count(t, `SELECT count(*) FROM fleet_state WHERE key = 'duty:metrics'`); n != 1 {
+		t.Fatal("the snapshot duty was not claimed through fleet_state")
+	}
+}
