@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 )
@@ -13,7 +14,10 @@ import (
 // are at least 0; queue.timeout_secs is at least 1;
 // queue.timeout_grace_secs is at least 0; queue.poll_interval_ms is at
 // least 10; queue.default_queue and the names in queue.queues are not
-// empty. The rules of supervisors belong to the package that resolves them.
+// empty; the fleet section's cooldowns, shift and retentions are at least 1,
+// fleet.master_ttl_secs at least 3 (three beats) and long-wait thresholds
+// at least 0. The rules of supervisors belong to the package that resolves
+// them.
 //
 // Each error names its key, e.g. "queue.workers: must be at least 1, got 0";
 // all problems are reported, joined with errors.Join.
@@ -44,6 +48,20 @@ func (c *Config) Validate() error {
 		oneOf("log.level", c.Log.Level, secrets, "debug", "info", "warn", "error"),
 		oneOf("log.format", c.Log.Format, secrets, "text", "json"),
 	)
+	f := c.Fleet
+	errs = append(errs,
+		atLeast("fleet.balance_cooldown_secs", f.BalanceCooldownSecs, 1),
+		atLeast("fleet.balance_max_shift", f.BalanceMaxShift, 1),
+		// The master beats every second: a row must outlive three beats.
+		atLeast("fleet.master_ttl_secs", f.MasterTTLSecs, 3),
+		atLeast("fleet.long_wait_cooldown_minutes", f.LongWaitCooldownMinutes, 1),
+		atLeast("fleet.trim.completed_hours", f.Trim.CompletedHours, 1),
+		atLeast("fleet.trim.failed_days", f.Trim.FailedDays, 1),
+		atLeast("fleet.trim.metrics_days", f.Trim.MetricsDays, 1),
+	)
+	for _, q := range slices.Sorted(maps.Keys(f.LongWait)) {
+		errs = append(errs, atLeast("fleet.long_wait."+q, f.LongWait[q], 0))
+	}
 	return errors.Join(errs...)
 }
 

@@ -1,6 +1,9 @@
 package config
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 func TestValidate(t *testing.T) {
 	tests := []struct {
@@ -124,5 +127,23 @@ func TestValidateNil(t *testing.T) {
 	var c *Config
 	if err := c.Validate(); err == nil {
 		t.Fatal("Validate on nil Config: got no error")
+	}
+}
+
+func TestValidateFleetSection(t *testing.T) {
+	t.Parallel()
+	c := Default()
+	c.Fleet.MasterTTLSecs = 2
+	c.Fleet.BalanceMaxShift = 0
+	c.Fleet.LongWait = map[string]int{"mail": -1}
+	err := c.Validate()
+	for _, want := range []string{"fleet.master_ttl_secs: must be at least 3, got 2", "fleet.balance_max_shift", "fleet.long_wait.mail"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Validate() = %v, want it to mention %q", err, want)
+		}
+	}
+	d := Default()
+	if err := d.Validate(); err != nil {
+		t.Errorf("defaults do not validate: %v", err)
 	}
 }
