@@ -528,3 +528,27 @@ func TestMasterWritesMetricsSnapshot(t *testing.T) {
 		t.Fatal("the snapshot duty was not claimed through fleet_state")
 	}
 }
+
+func TestMasterKillsWorkerHoldingJobPastTimeout(t *testing.T) {
+	t.Parallel()
+	sups := resolve(t, map[string]supervisor.SupervisorOptions{"solo": {Queues: []string{"q"}, MaxProcesses: intp(1)}})
+	b := start(t, nil, sups, nil, func(s *master.Settings) { s.TimeoutGrace = time.Second })
+	wait(t, b.fake.WaitSpawned(waitCtx(t), 1))
+	ctx := context.Background()
+	if _, err := queue.NewClient(b.pool, queue.Defaults{Queue: "q"}).Dispatch(ctx, queue.NewJob("x", nil).Timeout(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	spec := b.fake.Specs()[0]
+	if _, err := b.st.JobClaim(ctx, store.JobClaimParams{Queue: "q", Limit: 1, Worker: spec.Worker, Master: spec.Master}); err != nil {
+		t.Fatal(err)
+	}
+	// Reserved for a minute with a 1 s timeout: far past timeout plus grace.
+	if _, err := b.pool.Exec(ctx, `UPDATE queue_jobs SET reserved_at = now() - interval '1 minute'`); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, "the stuck worker to be killed", func() bool { return b.fake.Killed(0) })
+	wait(t, b.fake.WaitSpawned(waitCtx(t), 2))
+	poll(t, "its job to be released", func() bool {
+		return b.count(t, `SELECT count(*) FROM queue_jobs WHERE reserved_by IS NULL AND attempts = 1`) == 1
+	})
+}
