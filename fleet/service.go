@@ -391,21 +391,26 @@ func ParsePeriod(s string) (Period, error) {
 	return "", fmt.Errorf("period must be hour, day or week, got %q", s)
 }
 
-func (p Period) duration() time.Duration {
+// span is how far back a period reaches and the bucket its points cover:
+// an hour by the minute, a day by 15 minutes, a week by the hour (about 60,
+// 96 and 168 points per series).
+func (p Period) span() (time.Duration, time.Duration) {
 	switch p {
 	case PeriodDay:
-		return 24 * time.Hour
+		return 24 * time.Hour, 15 * time.Minute
 	case PeriodWeek:
-		return 7 * 24 * time.Hour
+		return 7 * 24 * time.Hour, time.Hour
 	default:
-		return time.Hour
+		return time.Hour, time.Minute
 	}
 }
 
-// Metrics returns the per-minute snapshots of the last hour, day or week.
+// Metrics returns the snapshots of the last hour (per minute), day (per 15
+// minutes) or week (per hour), per queue and per job name.
 func (s *Service) Metrics(ctx context.Context, period Period) ([]store.MetricsRow, error) {
 	if _, err := ParsePeriod(string(period)); err != nil {
 		return nil, err
 	}
-	return s.st.MetricsList(ctx, time.Now().Add(-period.duration()))
+	back, bucket := period.span()
+	return s.st.MetricsList(ctx, time.Now().Add(-back), bucket)
 }

@@ -184,3 +184,34 @@ func TestPendingJobsRedacted(t *testing.T) {
 		t.Fatalf("pending job = %+v (%s)", jobs[0], got)
 	}
 }
+
+func TestMetricsBuckets(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	ctx := context.Background()
+	svc := fleet.New(pool, fleet.Options{})
+	// 30 per-minute snapshots of queue mail, 10 attempts each, in the two
+	// quarter-hours before the current one.
+	if _, err := pool.Exec(ctx, `
+		INSERT INTO fleet_metrics (taken_at, kind, subject, jobs, jobs_per_minute, runtime_mean_ms, runtime_p95_ms, pending)
+		SELECT date_bin(interval '15 minutes', now(), TIMESTAMPTZ '2000-01-01') - interval '30 minutes' + g * interval '1 minute',
+		       'queue', 'mail', 10, 10, g, g * 2, g
+		FROM generate_series(0, 29) g`); err != nil {
+		t.Fatal(err)
+	}
+	hour, err := svc.Metrics(ctx, fleet.PeriodHour)
+	if err != nil || len(hour) != 30 {
+		t.Fatalf("hour: %d points, %v; want one per minute", len(hour), err)
+	}
+	day, err := svc.Metrics(ctx, fleet.PeriodDay)
+	if err != nil || len(day) != 2 {
+		t.Fatalf("day: %d points, %v; want two quarter-hours", len(day), err)
+	}
+	first := day[0]
+	if first.Jobs != 150 || first.JobsPerMinute != 10 || first.RuntimeMeanMs != 7 || first.RuntimeP95Ms != 28 || first.Pending != 14 {
+		t.Fatalf("first quarter-hour = %+v", first)
+	}
+	if _, err := fleet.ParsePeriod("month"); err == nil {
+		t.Fatal("month is not a period")
+	}
+}

@@ -216,13 +216,22 @@ type MetricsRow struct {
 	Pending       int64     `json:"pending"`
 }
 
-// MetricsList returns the snapshots taken since since, oldest first.
-func (s *Store) MetricsList(ctx context.Context, since time.Time) ([]MetricsRow, error) {
+// MetricsList returns the snapshots taken since since, oldest first,
+// merged into buckets of bucket (one minute or more): attempts and failures
+// add up, jobs per minute is their rate over the bucket, the mean runtime is
+// weighted by attempts, percentiles, wait and backlog take the bucket's
+// worst minute.
+func (s *Store) MetricsList(ctx context.Context, since time.Time, bucket time.Duration) ([]MetricsRow, error) {
+	minutes := max(bucket/time.Minute, 1)
 	rows, err := s.pool.Query(ctx, `
-		SELECT taken_at, kind, subject, jobs, failed, jobs_per_minute, runtime_p50_ms, runtime_p95_ms,
-		       runtime_p99_ms, runtime_mean_ms, wait_secs, clear_secs, pending
+		SELECT date_bin($2 * interval '1 minute', taken_at, TIMESTAMPTZ '2000-01-01') AS t, kind, subject,
+		       sum(jobs)::bigint, sum(failed)::bigint, sum(jobs)::float8 / $2,
+		       max(runtime_p50_ms), max(runtime_p95_ms), max(runtime_p99_ms),
+		       COALESCE(sum(runtime_mean_ms * jobs) / NULLIF(sum(jobs), 0), 0)::float8,
+		       max(wait_secs), max(clear_secs), max(pending)
 		FROM fleet_metrics WHERE taken_at >= $1
-		ORDER BY taken_at, kind, subject`, since)
+		GROUP BY t, kind, subject
+		ORDER BY t, kind, subject`, since, int64(minutes))
 	if err != nil {
 		return nil, fmt.Errorf("read metrics: %w", err)
 	}

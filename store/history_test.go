@@ -196,7 +196,7 @@ func TestMetricsSnapshot(t *testing.T) {
 	if err != nil || n != 4 {
 		t.Fatalf("snapshot wrote %d rows, %v; want mail, slow, send, bounce", n, err)
 	}
-	rows, err := st.MetricsList(ctx, time.Now().Add(-time.Hour))
+	rows, err := st.MetricsList(ctx, time.Now().Add(-time.Hour), time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
