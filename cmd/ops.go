@@ -361,3 +361,52 @@ func (r *runner) jobsCommand() *cobra.Command {
 	fl.BoolVar(&asJSON, "json", false, "print JSON")
 	return c
 }
+
+func (r *runner) metricsCommand() *cobra.Command {
+	var period, subject string
+	var asJSON bool
+	c := &cobra.Command{
+		Use:   "fleet:metrics [--period hour|day|week] [--subject NAME]",
+		Short: "Per-minute snapshots per queue and job name: throughput, runtime percentiles, wait",
+		Args:  cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			p, err := fleet.ParsePeriod(period)
+			if err != nil {
+				return fmt.Errorf("--period: %w", err)
+			}
+			return r.withService(c.Context(), func(_ *config.Config, svc *fleet.Service) error {
+				rows, err := svc.Metrics(c.Context(), p)
+				if err != nil {
+					return err
+				}
+				kept := rows[:0]
+				for _, m := range rows {
+					if subject == "" || m.Subject == subject {
+						kept = append(kept, m)
+					}
+				}
+				if asJSON {
+					if kept == nil {
+						kept = []store.MetricsRow{}
+					}
+					return printJSON(c.OutOrStdout(), kept)
+				}
+				tw := table(c.OutOrStdout())
+				fmt.Fprintln(tw, "AT\tKIND\tNAME\tJOBS\tFAILED\tJOBS/MIN\tP50\tP95\tP99\tMEAN\tWAIT\tPENDING\t")
+				for _, m := range kept {
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%.0f\t%.1fms\t%.1fms\t%.1fms\t%.1fms\t%s\t%d\t\n",
+						m.TakenAt.Local().Format("01-02 15:04"), m.Kind, m.Subject, m.Jobs, m.Failed, m.JobsPerMinute,
+						m.RuntimeP50Ms, m.RuntimeP95Ms, m.RuntimeP99Ms, m.RuntimeMeanMs, secs(m.WaitSecs), m.Pending)
+				}
+				if len(kept) == 0 {
+					fmt.Fprintln(tw, "(no snapshots yet: a running master writes one a minute)")
+				}
+				return tw.Flush()
+			})
+		},
+	}
+	c.Flags().StringVar(&period, "period", "hour", "hour (per minute), day (per 15 minutes) or week (per hour)")
+	c.Flags().StringVar(&subject, "subject", "", "only this queue or job name")
+	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return c
+}

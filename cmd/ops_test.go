@@ -143,4 +143,10 @@ func TestWorkloadAndQueuePauseCommands(t *testing.T) {
 	if r := run(t, dir, env, "fleet:masters", "--json"); r.code != 0 || strings.TrimSpace(r.stdout) != "[]" {
 		t.Errorf("masters: %+v", r)
 	}
+	if r := run(t, dir, env, "fleet:metrics", "--period", "month"); r.code == 0 || !strings.Contains(r.stderr, "--period: period must be hour, day or week") {
+		t.Errorf("metrics with a bad period: %+v", r)
+	}
+	if r := run(t, dir, env, "fleet:metrics", "--json"); r.code != 0 || strings.TrimSpace(r.stdout) != "[]" {
+		t.Errorf("metrics: %+v", r)
+	}
 }

@@ -132,6 +132,7 @@ func (r *runner) rootCommand() *cobra.Command {
 		r.retryCommand(),
 		r.forgetCommand(),
 		r.jobsCommand(),
+		r.metricsCommand(),
 	)
 	return root
 }
