@@ -25,10 +25,12 @@ type JobHistoryRow struct {
 	Worker     string
 }
 
-// QueueHistoryInsert queues on batch the INSERT of rows into fleet_jobs and
-// the matching increments of fleet_counters, so that the caller's batch of
-// job outcomes carries the history in the same round trip. Empty strings
-// and zero times are stored as NULL.
+// QueueHistoryInsert queues on batch one INSERT of rows into fleet_jobs and
+// one upsert of fleet_counters adding, per queue, every row to processed
+// and those not completed to failed, so that the caller's batch of job
+// outcomes carries the history in the same round trip. Empty Error, Master
+// and Worker and a zero ReservedAt are stored as NULL. It queues nothing for
+// no rows.
 func QueueHistoryInsert(batch *pgx.Batch, rows []JobHistoryRow) {
 	if len(rows) == 0 {
 		return
@@ -72,8 +74,11 @@ const (
 		    failed = c.failed + EXCLUDED.failed, updated_at = now()`
 )
 
-// PartitionsEnsure creates the history partitions from now up to
-// hoursAhead hours (daysAhead days) ahead and reports how many it created.
+// PartitionsEnsure creates the missing history partitions from the hour
+// (day) before now up to hoursAhead hours (daysAhead days) ahead, and those
+// of any hour (day) whose rows wait in a default partition, moving such rows
+// in; it reports how many it created. A partition whose table is busy for
+// over a second is left for the next call.
 func (s *Store) PartitionsEnsure(ctx context.Context, hoursAhead, daysAhead int) (int, error) {
 	var n int
 	if err := s.pool.QueryRow(ctx, `SELECT fleet_partitions_ensure(now(), $1, $2)`, hoursAhead, daysAhead).Scan(&n); err != nil {
@@ -89,8 +94,10 @@ type TrimParams struct {
 	MetricsDays    int
 }
 
-// PartitionsTrim drops the history partitions past their retention and
-// reports how many it dropped. It never deletes rows one by one.
+// PartitionsTrim drops the history partitions whose range ended at least
+// their retention ago and reports how many it dropped. It drops whole
+// partitions only, never a default one, and never deletes rows one by one;
+// a table busy for over a second keeps its partitions until the next call.
 func (s *Store) PartitionsTrim(ctx context.Context, p TrimParams) (int, error) {
 	if p.CompletedHours < 1 || p.FailedDays < 1 || p.MetricsDays < 1 {
 		return 0, errors.New("trim: every retention must be at least 1")
@@ -151,9 +158,15 @@ func (s *Store) JobHistoryStats(ctx context.Context, window time.Duration) ([]Qu
 }
 
 // MetricsSnapshot writes the fleet_metrics rows of the minute that just
-// ended, per queue and per job name, from the attempts' real finish times;
-// queue rows also carry the backlog at snapshot time. Writing the same
-// minute again changes nothing. It returns the rows written.
+// ended, [date_trunc('minute', now()) - 1 minute, date_trunc('minute',
+// now())), per queue and per job name, from the attempts' real finish
+// times, in one statement. Jobs and failed count every attempt; the runtime
+// figures leave lost attempts out (no worker timed them; 0 when none is
+// left). Queue rows also carry the backlog at snapshot time: pending (ready)
+// jobs, the age of the oldest, and the seconds to clear them at this
+// minute's rate (NULL when nothing finished, 0 with no backlog); a queue
+// with a backlog and no history gets a row too. Writing the same minute
+// again changes nothing. It returns the rows written.
 func (s *Store) MetricsSnapshot(ctx context.Context) (int, error) {
 	tag, err := s.pool.Exec(ctx, `
 		WITH w AS (
@@ -164,17 +177,17 @@ func (s *Store) MetricsSnapshot(ctx context.Context) (int, error) {
 		), per AS (
 			SELECT 'queue' AS kind, queue AS subject, count(*) AS jobs,
 			       count(*) FILTER (WHERE status <> 'completed') AS failed,
-			       percentile_cont(0.5) WITHIN GROUP (ORDER BY runtime_ms) AS p50,
-			       percentile_cont(0.95) WITHIN GROUP (ORDER BY runtime_ms) AS p95,
-			       percentile_cont(0.99) WITHIN GROUP (ORDER BY runtime_ms) AS p99,
-			       avg(runtime_ms) AS mean
+			       percentile_cont(0.5) WITHIN GROUP (ORDER BY runtime_ms) FILTER (WHERE status <> 'lost') AS p50,
+			       percentile_cont(0.95) WITHIN GROUP (ORDER BY runtime_ms) FILTER (WHERE status <> 'lost') AS p95,
+			       percentile_cont(0.99) WITHIN GROUP (ORDER BY runtime_ms) FILTER (WHERE status <> 'lost') AS p99,
+			       avg(runtime_ms) FILTER (WHERE status <> 'lost') AS mean
 			FROM h GROUP BY queue
 			UNION ALL
 			SELECT 'job', name, count(*), count(*) FILTER (WHERE status <> 'completed'),
-			       percentile_cont(0.5) WITHIN GROUP (ORDER BY runtime_ms),
-			       percentile_cont(0.95) WITHIN GROUP (ORDER BY runtime_ms),
-			       percentile_cont(0.99) WITHIN GROUP (ORDER BY runtime_ms),
-			       avg(runtime_ms)
+			       percentile_cont(0.5) WITHIN GROUP (ORDER BY runtime_ms) FILTER (WHERE status <> 'lost'),
+			       percentile_cont(0.95) WITHIN GROUP (ORDER BY runtime_ms) FILTER (WHERE status <> 'lost'),
+			       percentile_cont(0.99) WITHIN GROUP (ORDER BY runtime_ms) FILTER (WHERE status <> 'lost'),
+			       avg(runtime_ms) FILTER (WHERE status <> 'lost')
 			FROM h GROUP BY name
 		), `+queueCountsCTE+`, backlog AS (
 			SELECT queue, pending, COALESCE(EXTRACT(EPOCH FROM now() - oldest)::float8, 0) AS wait FROM qcounts
@@ -188,7 +201,8 @@ func (s *Store) MetricsSnapshot(ctx context.Context) (int, error) {
 		)
 		INSERT INTO fleet_metrics (taken_at, kind, subject, jobs, failed, jobs_per_minute, runtime_p50_ms,
 		                           runtime_p95_ms, runtime_p99_ms, runtime_mean_ms, wait_secs, clear_secs, pending)
-		SELECT w.lo, r.kind, r.subject, r.jobs, r.failed, r.jobs, r.p50, r.p95, r.p99, r.mean, r.wait,
+		SELECT w.lo, r.kind, r.subject, r.jobs, r.failed, r.jobs, COALESCE(r.p50, 0), COALESCE(r.p95, 0),
+		       COALESCE(r.p99, 0), COALESCE(r.mean, 0), r.wait,
 		       CASE WHEN r.pending = 0 THEN 0 WHEN r.jobs = 0 THEN NULL ELSE r.pending::float8 / r.jobs * 60 END,
 		       r.pending
 		FROM rows r, w

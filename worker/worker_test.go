@@ -487,3 +487,38 @@ func TestWorkerSkipsPausedQueues(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestWorkerSurvivesLostListenConnection(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	done := make(chan int64, 4)
+	b.jobs.Handle("ping", func(_ context.Context, j *queue.Job) error { done <- j.ID; return nil })
+	w := b.worker(t, worker.Config{PollInterval: 200 * time.Millisecond})
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { _, err := w.Run(ctx); errc <- err }()
+	listening := func() bool {
+		return b.count(t, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'LISTEN%'`) > 0
+	}
+	waitFor(t, "the listener", listening)
+	// The notification connection dies: polling still finds the job, and
+	// the listener comes back.
+	if _, err := b.pool.Exec(context.Background(), `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+		WHERE datname = current_database() AND query LIKE 'LISTEN%'`); err != nil {
+		t.Fatal(err)
+	}
+	ids := b.dispatch(t, queue.NewJob("ping", nil))
+	select {
+	case id := <-done:
+		if id != ids[0] {
+			t.Fatalf("ran %d, want %d", id, ids[0])
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the job was not picked up after the listen connection died")
+	}
+	waitFor(t, "the listener to reconnect", listening)
+	cancel()
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+}

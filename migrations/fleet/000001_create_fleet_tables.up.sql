@@ -84,15 +84,31 @@ CREATE TABLE fleet_counters (
     updated_at timestamptz NOT NULL DEFAULT now()
 );
 
--- fleet_partition_create creates one range partition of parent for
--- [lo, hi) named name, moving any rows of that range out of the parent's
--- default partition first. It returns false when the partition exists.
+-- Partition upkeep. Partitions are named and bounded in UTC whatever the
+-- session's TimeZone: fleet_jobs_completed_pYYYYMMDDHH holds the completed
+-- attempts that finished in that hour, fleet_jobs_failed_pYYYYMMDD and
+-- fleet_metrics_pYYYYMMDD the rows of that day. The functions pin DateStyle
+-- (bounds are written and read back as text) and wait at most a second for
+-- a lock: a partition that cannot be had now is left for the next run
+-- rather than stalling the writers queued behind the upkeep. Both take the
+-- same advisory lock, so two runs never race.
+
+-- fleet_partition_create creates the range partition name of parent for
+-- [lo, hi) unless it exists, and reports whether it did. Rows of that range
+-- already waiting in the parent's default partition are moved into it: the
+-- table is created on its own, filled from the default partition, then
+-- attached. The parent and its default partition are locked first (in the
+-- order ATTACH takes them), so no row of the range can land in the default
+-- partition meanwhile.
 CREATE FUNCTION fleet_partition_create(parent text, name text, lo timestamptz, hi timestamptz, col text)
-RETURNS boolean LANGUAGE plpgsql AS $$
+RETURNS boolean LANGUAGE plpgsql
+SET datestyle = 'ISO, YMD' AS $$
 BEGIN
-    IF to_regclass(name) IS NOT NULL THEN
+    IF to_regclass(quote_ident(name)) IS NOT NULL THEN
         RETURN false;
     END IF;
+    EXECUTE format('LOCK TABLE ONLY %I IN SHARE UPDATE EXCLUSIVE MODE', parent);
+    EXECUTE format('LOCK TABLE %I IN ACCESS EXCLUSIVE MODE', parent || '_default');
     EXECUTE format('CREATE TABLE %I (LIKE %I INCLUDING DEFAULTS INCLUDING CONSTRAINTS)', name, parent);
     EXECUTE format('WITH moved AS (DELETE FROM %I WHERE %I >= $1 AND %I < $2 RETURNING *) INSERT INTO %I SELECT * FROM moved',
                    parent || '_default', col, col, name) USING lo, hi;
@@ -101,66 +117,113 @@ BEGIN
 END;
 $$;
 
--- fleet_partitions_ensure creates the partitions from an hour (a day) before
--- now up to hours_ahead hours (days_ahead days) after it, in UTC, and
--- returns how many it created.
-CREATE FUNCTION fleet_partitions_ensure(at timestamptz, hours_ahead integer, days_ahead integer)
-RETURNS integer LANGUAGE plpgsql AS $$
+-- fleet_partitions_ensure creates the missing partitions from the hour (the
+-- day) before now up to hours_ahead hours (days_ahead days) after it: hourly
+-- ones for completed attempts, daily ones for the other attempts and for
+-- metrics. It also creates the partitions of any hour or day that has rows
+-- waiting in a default partition (written while no partition existed, say
+-- during an outage), so that those rows move out and are trimmed in time
+-- like the others. It returns how many partitions it created.
+CREATE FUNCTION fleet_partitions_ensure(now timestamptz, hours_ahead integer, days_ahead integer)
+RETURNS integer LANGUAGE plpgsql
+SET datestyle = 'ISO, YMD' SET lock_timeout = '1s' AS $$
 DECLARE
     created integer := 0;
-    h timestamp;
-    d timestamp;
+    busy text[] := '{}';
+    p record;
 BEGIN
-    FOR i IN -1 .. hours_ahead LOOP
-        h := date_trunc('hour', at AT TIME ZONE 'UTC') + i * interval '1 hour';
-        IF fleet_partition_create('fleet_jobs_completed', 'fleet_jobs_completed_p' || to_char(h, 'YYYYMMDDHH24'),
-                                  h AT TIME ZONE 'UTC', (h + interval '1 hour') AT TIME ZONE 'UTC', 'finished_at') THEN
-            created := created + 1;
-        END IF;
-    END LOOP;
-    FOR i IN -1 .. days_ahead LOOP
-        d := date_trunc('day', at AT TIME ZONE 'UTC') + i * interval '1 day';
-        IF fleet_partition_create('fleet_jobs_failed', 'fleet_jobs_failed_p' || to_char(d, 'YYYYMMDD'),
-                                  d AT TIME ZONE 'UTC', (d + interval '1 day') AT TIME ZONE 'UTC', 'finished_at') THEN
-            created := created + 1;
-        END IF;
-        IF fleet_partition_create('fleet_metrics', 'fleet_metrics_p' || to_char(d, 'YYYYMMDD'),
-                                  d AT TIME ZONE 'UTC', (d + interval '1 day') AT TIME ZONE 'UTC', 'taken_at') THEN
-            created := created + 1;
-        END IF;
+    PERFORM pg_advisory_xact_lock(hashtext('fleet_partitions'));
+    FOR p IN
+        WITH t AS (
+            SELECT date_trunc('hour', now AT TIME ZONE 'UTC') AS h0, date_trunc('day', now AT TIME ZONE 'UTC') AS d0
+        ), want (parent, col, fmt, span, start) AS (
+            SELECT 'fleet_jobs_completed', 'finished_at', 'YYYYMMDDHH24', interval '1 hour', s
+            FROM t, generate_series(t.h0 - interval '1 hour', t.h0 + hours_ahead * interval '1 hour', interval '1 hour') s
+            UNION
+            SELECT 'fleet_jobs_completed', 'finished_at', 'YYYYMMDDHH24', interval '1 hour',
+                   date_trunc('hour', finished_at AT TIME ZONE 'UTC')
+            FROM fleet_jobs_completed_default
+            UNION
+            SELECT 'fleet_jobs_failed', 'finished_at', 'YYYYMMDD', interval '1 day', s
+            FROM t, generate_series(t.d0 - interval '1 day', t.d0 + days_ahead * interval '1 day', interval '1 day') s
+            UNION
+            SELECT 'fleet_jobs_failed', 'finished_at', 'YYYYMMDD', interval '1 day',
+                   date_trunc('day', finished_at AT TIME ZONE 'UTC')
+            FROM fleet_jobs_failed_default
+            UNION
+            SELECT 'fleet_metrics', 'taken_at', 'YYYYMMDD', interval '1 day', s
+            FROM t, generate_series(t.d0 - interval '1 day', t.d0 + days_ahead * interval '1 day', interval '1 day') s
+            UNION
+            SELECT 'fleet_metrics', 'taken_at', 'YYYYMMDD', interval '1 day',
+                   date_trunc('day', taken_at AT TIME ZONE 'UTC')
+            FROM fleet_metrics_default
+        )
+        SELECT parent, col, parent || '_p' || to_char(start, fmt) AS name,
+               start AT TIME ZONE 'UTC' AS lo, (start + span) AT TIME ZONE 'UTC' AS hi
+        FROM want WHERE isfinite(start) AND start >= '0001-01-01'
+        ORDER BY parent, start
+    LOOP
+        CONTINUE WHEN p.parent = ANY (busy);
+        BEGIN
+            IF fleet_partition_create(p.parent, p.name, p.lo, p.hi, p.col) THEN
+                created := created + 1;
+            END IF;
+        EXCEPTION WHEN lock_not_available THEN
+            RAISE WARNING 'fleet: % is busy; partition % and the later ones are left for the next run: %',
+                          p.parent, p.name, SQLERRM;
+            busy := busy || p.parent;
+        END;
     END LOOP;
     RETURN created;
 END;
 $$;
 
--- fleet_partitions_trim drops every partition whose range ended at least
--- its retention before at (never the default partitions) and returns how
--- many it dropped. Bounds are read from the catalog, not from names.
-CREATE FUNCTION fleet_partitions_trim(at timestamptz, completed_hours integer, failed_days integer, metrics_days integer)
-RETURNS integer LANGUAGE plpgsql AS $$
+-- fleet_partitions_trim drops every partition whose range ended at or
+-- before its retention back from now: completed_hours for completed
+-- attempts, failed_days for the others, metrics_days for metrics. It never
+-- drops a default partition and never deletes rows: upper bounds are read
+-- from the catalog, and dropping a partition is all it does. It returns how
+-- many partitions it dropped.
+CREATE FUNCTION fleet_partitions_trim(now timestamptz, completed_hours integer, failed_days integer, metrics_days integer)
+RETURNS integer LANGUAGE plpgsql
+SET datestyle = 'ISO, YMD' SET lock_timeout = '1s' AS $$
 DECLARE
     dropped integer := 0;
-    p record;
-    hi timestamptz;
+    n integer;
+    t record;
+    parts regclass[];
+    part regclass;
 BEGIN
-    FOR p IN
-        SELECT c.relname, parent.relname AS parent, pg_get_expr(c.relpartbound, c.oid) AS bound
-        FROM pg_inherits i
-        JOIN pg_class c ON c.oid = i.inhrelid
-        JOIN pg_class parent ON parent.oid = i.inhparent
-        WHERE parent.relname IN ('fleet_jobs_completed', 'fleet_jobs_failed', 'fleet_metrics')
-          AND pg_get_expr(c.relpartbound, c.oid) <> 'DEFAULT'
+    PERFORM pg_advisory_xact_lock(hashtext('fleet_partitions'));
+    FOR t IN
+        SELECT v.parent::regclass AS parent, v.cutoff
+        FROM (VALUES ('fleet_jobs_completed', now - completed_hours * interval '1 hour'),
+                     ('fleet_jobs_failed', now - failed_days * interval '1 day'),
+                     ('fleet_metrics', now - metrics_days * interval '1 day')) v (parent, cutoff)
     LOOP
-        hi := substring(p.bound FROM 'TO \(''([^'']+)''\)')::timestamptz;
-        IF (p.parent = 'fleet_jobs_completed' AND hi <= at - completed_hours * interval '1 hour')
-           OR (p.parent = 'fleet_jobs_failed' AND hi <= at - failed_days * interval '1 day')
-           OR (p.parent = 'fleet_metrics' AND hi <= at - metrics_days * interval '1 day') THEN
-            EXECUTE format('DROP TABLE %I', p.relname);
-            dropped := dropped + 1;
-        END IF;
+        -- A range bound reads FOR VALUES FROM ('...') TO ('...'); DEFAULT,
+        -- MINVALUE and MAXVALUE give no upper time, so are never dropped.
+        SELECT coalesce(array_agg(c.oid::regclass ORDER BY c.oid), '{}') INTO parts
+        FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+        WHERE i.inhparent = t.parent
+          AND substring(pg_get_expr(c.relpartbound, c.oid) FROM ' TO \(''([^'']+)''\)$')::timestamptz <= t.cutoff;
+        CONTINUE WHEN cardinality(parts) = 0;
+        n := 0;
+        BEGIN
+            -- Dropping a partition locks its parent; take that lock once.
+            EXECUTE format('LOCK TABLE ONLY %s IN ACCESS EXCLUSIVE MODE', t.parent);
+            FOREACH part IN ARRAY parts LOOP
+                EXECUTE format('DROP TABLE %s', part);
+                n := n + 1;
+            END LOOP;
+            dropped := dropped + n;
+        EXCEPTION WHEN lock_not_available THEN
+            RAISE WARNING 'fleet: % is busy; its expired partitions are left for the next run: %', t.parent, SQLERRM;
+        END;
     END LOOP;
     RETURN dropped;
 END;
 $$;
 
+-- Partitions exist as soon as the schema does.
 SELECT fleet_partitions_ensure(now(), 48, 8);
