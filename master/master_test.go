@@ -16,6 +16,7 @@ import (
 	"github.com/fleet-go/fleet/pgtest"
 	"github.com/fleet-go/fleet/queue"
 	"github.com/fleet-go/fleet/spawner"
+	"github.com/fleet-go/fleet/spawner/inprocess"
 	"github.com/fleet-go/fleet/spawner/spawnertest"
 	"github.com/fleet-go/fleet/store"
 	"github.com/fleet-go/fleet/supervisor"
@@ -397,7 +398,7 @@ func TestMasterWithInProcessWorkers(t *testing.T) {
 	st := store.New(pool)
 	jobs := queue.NewRegistry()
 	jobs.Handle("noop", func(context.Context, *queue.Job) error { return nil })
-	sp := worker.NewInProcessSpawner(st, jobs, worker.Config{PollInterval: 50 * time.Millisecond})
+	sp := inprocess.New(st, jobs, worker.Config{PollInterval: 50 * time.Millisecond})
 	client := queue.NewClient(pool, queue.Defaults{})
 	var batch []*queue.Job
 	for i := range 200 {

@@ -41,7 +41,7 @@ type Spec struct {
 func (s Spec) Group() string { return strings.Join(s.Queues, ",") }
 
 // Spawner starts workers. ProcessSpawner starts real processes,
-// InProcessSpawner runs workers as goroutines, and FakeSpawner (package
+// inprocess.Spawner (package spawner/inprocess) runs workers as goroutines, and FakeSpawner (package
 // spawnertest) lets a test drive them; a master cannot tell them apart.
 type Spawner interface {
 	// Spawn starts a worker for spec. Every report of the process and,

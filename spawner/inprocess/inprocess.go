@@ -1,4 +1,8 @@
-package worker
+// Package inprocess provides a spawner.Spawner that runs real workers as
+// goroutines against the real database, so a master test gets real claiming
+// and running without processes. It is a package of its own because it
+// builds workers, and package worker imports package spawner.
+package inprocess
 
 import (
 	"context"
@@ -9,33 +13,32 @@ import (
 	"github.com/fleet-go/fleet/queue"
 	"github.com/fleet-go/fleet/spawner"
 	"github.com/fleet-go/fleet/store"
+	"github.com/fleet-go/fleet/worker"
 )
 
-// InProcessSpawner runs real workers as goroutines against the real
-// database: a master test gets real claiming and running without processes.
-// It lives here rather than in package spawner because it builds workers.
-type InProcessSpawner struct {
+// Spawner runs each worker it spawns as a goroutine.
+type Spawner struct {
 	st       *store.Store
 	jobs     *queue.Registry
-	defaults Config
+	defaults worker.Config
 	wg       sync.WaitGroup
 }
 
-var _ spawner.Spawner = (*InProcessSpawner)(nil)
+var _ spawner.Spawner = (*Spawner)(nil)
 
-// NewInProcessSpawner returns a spawner whose workers run jobs from st with
-// the handlers in jobs. defaults fills what a Spec leaves open (poll
-// interval, timeout grace, logger).
-func NewInProcessSpawner(st *store.Store, jobs *queue.Registry, defaults Config) *InProcessSpawner {
-	return &InProcessSpawner{st: st, jobs: jobs, defaults: defaults}
+// New returns a spawner whose workers run jobs from st with the handlers in
+// jobs. defaults fills what a Spec leaves open (poll interval, timeout
+// grace, logger).
+func New(st *store.Store, jobs *queue.Registry, defaults worker.Config) *Spawner {
+	return &Spawner{st: st, jobs: jobs, defaults: defaults}
 }
 
 // Wait blocks until every worker it started has returned.
-func (s *InProcessSpawner) Wait() { s.wg.Wait() }
+func (s *Spawner) Wait() { s.wg.Wait() }
 
 // Spawn starts a worker goroutine for spec. Its reports and its exit are
 // sent to events; the goroutine ends after sending the exit.
-func (s *InProcessSpawner) Spawn(ctx context.Context, spec spawner.Spec, events chan<- spawner.Event) (spawner.Process, error) {
+func (s *Spawner) Spawn(ctx context.Context, spec spawner.Spec, events chan<- spawner.Event) (spawner.Process, error) {
 	cfg := s.defaults
 	cfg.Queues = spec.Queues
 	cfg.Concurrency = spec.Concurrency
@@ -61,7 +64,7 @@ func (s *InProcessSpawner) Spawn(ctx context.Context, spec spawner.Spec, events 
 	cfg.Logger = cfg.Logger.With("supervisor", spec.Supervisor)
 	p := &inProcess{spec: spec}
 	cfg.Reports = func(r spawner.Report) { events <- spawner.Event{Process: p, Report: &r} }
-	w, err := New(s.st, s.jobs, cfg)
+	w, err := worker.New(s.st, s.jobs, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -74,7 +77,7 @@ func (s *InProcessSpawner) Spawn(ctx context.Context, spec spawner.Spec, events 
 		exit := &spawner.Exit{Reason: res.Reason}
 		if err != nil {
 			exit.Code, exit.Err = 1, err
-			if errors.Is(err, ErrJobTimedOut) {
+			if errors.Is(err, worker.ErrJobTimedOut) {
 				exit.Code = 2
 			}
 		}
@@ -85,7 +88,7 @@ func (s *InProcessSpawner) Spawn(ctx context.Context, spec spawner.Spec, events 
 
 type inProcess struct {
 	spec   spawner.Spec
-	w      *Worker
+	w      *worker.Worker
 	cancel context.CancelFunc
 }
 
