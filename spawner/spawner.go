@@ -41,8 +41,9 @@ type Spec struct {
 func (s Spec) Group() string { return strings.Join(s.Queues, ",") }
 
 // Spawner starts workers. ProcessSpawner starts real processes,
-// inprocess.Spawner (package spawner/inprocess) runs workers as goroutines, and FakeSpawner (package
-// spawnertest) lets a test drive them; a master cannot tell them apart.
+// inprocess.Spawner (package spawner/inprocess) runs workers as
+// goroutines, and FakeSpawner (package spawner/spawnertest) lets a test
+// drive them; a master cannot tell them apart.
 type Spawner interface {
 	// Spawn starts a worker for spec. Every report of the process and,
 	// last, exactly one exit are sent to events as Event values. Sending may
