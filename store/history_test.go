@@ -2,24 +2,183 @@ package store_test
 
 import (
 	"context"
+	"math"
+	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/fleet-go/fleet/migrations"
 	"github.com/fleet-go/fleet/pgtest"
 	"github.com/fleet-go/fleet/store"
 )
 
-func scalar[T any](t testing.TB, pool *pgxpool.Pool, sql string, args ...any) T {
+// querier is a pool or a transaction.
+type querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+func scalar[T any](t testing.TB, q querier, sql string, args ...any) T {
 	t.Helper()
 	var v T
-	if err := pool.QueryRow(context.Background(), sql, args...).Scan(&v); err != nil {
+	if err := q.QueryRow(context.Background(), sql, args...).Scan(&v); err != nil {
 		t.Fatalf("%s: %v", sql, err)
 	}
 	return v
+}
+
+func exec(t testing.TB, pool *pgxpool.Pool, sql string, args ...any) {
+	t.Helper()
+	if _, err := pool.Exec(context.Background(), sql, args...); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+}
+
+// partitions returns the names of the partitions of parent, per the
+// catalog.
+func partitions(t testing.TB, q querier, parent string) []string {
+	t.Helper()
+	rows, err := q.Query(context.Background(), `
+		SELECT c.relname::text FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+		WHERE i.inhparent = $1::regclass ORDER BY 1`, parent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return names
+}
+
+func hourly(ts time.Time) string { return "fleet_jobs_completed_p" + ts.UTC().Format("2006010215") }
+func daily(ts time.Time) string  { return "fleet_jobs_failed_p" + ts.UTC().Format("20060102") }
+func metricsDay(ts time.Time) string {
+	return "fleet_metrics_p" + ts.UTC().Format("20060102")
+}
+
+// partitionOf returns the partition holding the fleet_jobs rows of job id.
+func partitionOf(t testing.TB, pool *pgxpool.Pool, id int64) string {
+	t.Helper()
+	return scalar[string](t, pool, `SELECT string_agg(DISTINCT tableoid::regclass::text, ',') FROM fleet_jobs WHERE job_id = $1`, id)
+}
+
+func TestMigrationCreatesPartitionsAhead(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := pgtest.URL(t)
+	// The test database is a copy of a template that may be days old: roll
+	// the fleet set back (which must remove all of it) and apply it now.
+	if err := migrations.Down(ctx, url, "fleet", 1); err != nil {
+		t.Fatal(err)
+	}
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	if n := scalar[int](t, pool, `SELECT count(*) FROM pg_class WHERE relname LIKE 'fleet\_%' AND relname NOT LIKE 'fleet\_schema\_migrations%'`); n != 0 {
+		t.Fatalf("%d fleet relations left after down", n)
+	}
+	if n := scalar[int](t, pool, `SELECT count(*) FROM pg_proc WHERE proname LIKE 'fleet\_%'`); n != 0 {
+		t.Fatalf("%d fleet functions left after down", n)
+	}
+	before := scalar[time.Time](t, pool, `SELECT now()`)
+	if _, err := migrations.Up(ctx, url); err != nil {
+		t.Fatal(err)
+	}
+	completed := partitions(t, pool, "fleet_jobs_completed")
+	failed := partitions(t, pool, "fleet_jobs_failed")
+	metrics := partitions(t, pool, "fleet_metrics")
+	for h := range 49 {
+		if ts := before.Add(time.Duration(h) * time.Hour); !slices.Contains(completed, hourly(ts)) {
+			t.Errorf("no partition %s after migrate", hourly(ts))
+		}
+	}
+	for d := range 9 {
+		ts := before.AddDate(0, 0, d)
+		if !slices.Contains(failed, daily(ts)) || !slices.Contains(metrics, metricsDay(ts)) {
+			t.Errorf("no partition for day %s after migrate", ts.UTC().Format(time.DateOnly))
+		}
+	}
+	for parent, names := range map[string][]string{"fleet_jobs_completed": completed, "fleet_jobs_failed": failed, "fleet_metrics": metrics} {
+		if !slices.Contains(names, parent+"_default") {
+			t.Errorf("%s has no default partition", parent)
+		}
+	}
+	if len(completed) != 51 || len(failed) != 11 || len(metrics) != 11 {
+		t.Errorf("%d, %d, %d partitions; want the hour and day before, 48 hours and 8 days ahead, and the defaults",
+			len(completed), len(failed), len(metrics))
+	}
+	// Ensuring again for the same instant creates nothing.
+	at := scalar[time.Time](t, pool, `SELECT now()`)
+	scalar[int](t, pool, `SELECT fleet_partitions_ensure($1, 48, 8)`, at)
+	if n := scalar[int](t, pool, `SELECT fleet_partitions_ensure($1, 48, 8)`, at); n != 0 {
+		t.Fatalf("a second ensure created %d partitions", n)
+	}
+}
+
+func TestPartitionsAreUTC(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	ctx := context.Background()
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	// Nepal is 5:45 ahead of UTC; the DateStyle changes how bounds print.
+	if _, err := tx.Exec(ctx, `SET LOCAL TimeZone = 'Asia/Kathmandu'; SET LOCAL DateStyle = 'SQL, DMY'`); err != nil {
+		t.Fatal(err)
+	}
+	if n := scalar[int](t, tx, `SELECT fleet_partitions_ensure('2001-03-01 23:30:00+00', 1, 1)`); n != 9 {
+		t.Fatalf("created %d partitions, want 3 hours + 3 days + 3 days", n)
+	}
+	if _, err := tx.Exec(ctx, `
+		INSERT INTO fleet_jobs (job_id, queue, name, attempt, status, started_at, finished_at, runtime_ms) VALUES
+			(1, 'q', 'n', 1, 'completed', '2001-03-01 23:00:00+00', '2001-03-01 23:59:59.999+00', 1),
+			(2, 'q', 'n', 1, 'completed', '2001-03-01 23:00:00+00', '2001-03-02 00:00:00+00', 1),
+			(3, 'q', 'n', 1, 'failed', '2001-03-01 23:00:00+00', '2001-03-01 23:59:59.999+00', 1),
+			(4, 'q', 'n', 1, 'lost', '2001-03-01 23:00:00+00', '2001-03-02 00:00:00+00', 1);
+		INSERT INTO fleet_metrics (taken_at, kind, subject) VALUES ('2001-03-01 23:59:00+00', 'queue', 'q')`); err != nil {
+		t.Fatal(err)
+	}
+	for id, want := range map[int]string{1: "fleet_jobs_completed_p2001030123", 2: "fleet_jobs_completed_p2001030200",
+		3: "fleet_jobs_failed_p20010301", 4: "fleet_jobs_failed_p20010302"} {
+		if got := scalar[string](t, tx, `SELECT tableoid::regclass::text FROM fleet_jobs WHERE job_id = $1`, id); got != want {
+			t.Errorf("job %d in %s, want %s", id, got, want)
+		}
+	}
+	if got := scalar[string](t, tx, `SELECT tableoid::regclass::text FROM fleet_metrics`); got != "fleet_metrics_p20010301" {
+		t.Errorf("metrics row in %s", got)
+	}
+	// At 01:00 UTC with one hour / one day of retention, the hours ending
+	// by 00:00 and the days ending by 1 March 01:00 go.
+	if n := scalar[int](t, tx, `SELECT fleet_partitions_trim('2001-03-02 01:00:00+00', 1, 1, 1)`); n != 4 {
+		t.Fatalf("trim dropped %d partitions, want 2 hours, 1 failed day, 1 metrics day", n)
+	}
+	var left []string
+	for _, parent := range []string{"fleet_jobs_completed", "fleet_jobs_failed", "fleet_metrics"} {
+		for _, name := range partitions(t, tx, parent) {
+			if strings.Contains(name, "_p2001") {
+				left = append(left, name)
+			}
+		}
+	}
+	want := []string{"fleet_jobs_completed_p2001030200", "fleet_jobs_failed_p20010301", "fleet_jobs_failed_p20010302",
+		"fleet_metrics_p20010301", "fleet_metrics_p20010302"}
+	if !slices.Equal(left, want) {
+		t.Fatalf("partitions left %v, want %v", left, want)
+	}
+	if n := scalar[int](t, tx, `SELECT count(*) FROM fleet_jobs`); n != 3 {
+		t.Fatalf("%d history rows left, want 3 (in kept partitions)", n)
+	}
 }
 
 func TestHistoryLandsInPartitionsAndCounters(t *testing.T) {
@@ -27,74 +186,289 @@ func TestHistoryLandsInPartitionsAndCounters(t *testing.T) {
 	pool := pgtest.Pool(t)
 	ctx := context.Background()
 	st := store.New(pool)
+	// The template may predate this hour: make sure partitions are current.
 	if _, err := st.PartitionsEnsure(ctx, 48, 8); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := st.PartitionsEnsure(ctx, 48, 8); err != nil || n != 0 {
-		t.Fatalf("second ensure = %d, %v; want 0", n, err)
-	}
 	now := time.Now()
-	rows := []store.JobHistoryRow{
-		{JobID: 1, Queue: "q", Name: "a", Attempt: 1, Status: "completed", StartedAt: now, FinishedAt: now, RuntimeMs: 5},
-		{JobID: 2, Queue: "q", Name: "a", Attempt: 1, Status: "failed", StartedAt: now, FinishedAt: now, RuntimeMs: 7, Error: "x"},
-		{JobID: 3, Queue: "r", Name: "b", Attempt: 2, Status: "timed_out", StartedAt: now, FinishedAt: now, RuntimeMs: 9},
+	at := map[int64]time.Time{1: now, 2: now.Add(-time.Hour), 3: now.Add(5 * time.Hour), 4: now.Add(47 * time.Hour),
+		5: now, 6: now.AddDate(0, 0, 2), 7: now.AddDate(0, 0, -1)}
+	row := func(id int64, queue, status string) store.JobHistoryRow {
+		return store.JobHistoryRow{JobID: id, Queue: queue, Name: "n", Attempt: 1, Status: status,
+			StartedAt: at[id].Add(-time.Second), FinishedAt: at[id], RuntimeMs: 1000}
 	}
+	rows := []store.JobHistoryRow{
+		row(1, "q", "completed"), row(2, "q", "completed"), row(3, "q", "completed"), row(4, "q", "completed"),
+		row(5, "q", "failed"), row(6, "r", "timed_out"), row(7, "r", "lost"),
+	}
+	rows[0].ReservedAt, rows[0].Error, rows[0].Master, rows[0].Worker = now.Add(-2*time.Second), "", "m1", "w1"
+	rows[4].Error = "boom"
 	for range 2 {
 		b := &pgx.Batch{}
 		store.QueueHistoryInsert(b, rows)
+		if b.Len() != 2 {
+			t.Fatalf("%d statements queued, want the insert and the counters", b.Len())
+		}
 		if err := pool.SendBatch(ctx, b).Close(); err != nil {
 			t.Fatal(err)
 		}
 	}
-	hour := now.UTC().Format("2006010215")
-	day := now.UTC().Format("20060102")
-	if got := scalar[string](t, pool, `SELECT tableoid::regclass::text FROM fleet_jobs WHERE job_id = 1 LIMIT 1`); got != "fleet_jobs_completed_p"+hour {
-		t.Errorf("completed row in %s", got)
+	b := &pgx.Batch{}
+	store.QueueHistoryInsert(b, nil)
+	if b.Len() != 0 {
+		t.Fatal("no rows must queue nothing")
 	}
-	if got := scalar[string](t, pool, `SELECT tableoid::regclass::text FROM fleet_jobs WHERE job_id = 3 LIMIT 1`); got != "fleet_jobs_failed_p"+day {
-		t.Errorf("timed-out row in %s", got)
+	for id, ts := range at {
+		want := daily(ts)
+		if id <= 4 {
+			want = hourly(ts)
+		}
+		if got := partitionOf(t, pool, id); got != want {
+			t.Errorf("job %d finished %s is in %s, want %s", id, ts.UTC().Format(time.RFC3339), got, want)
+		}
 	}
-	if got := scalar[int64](t, pool, `SELECT processed * 10 + failed FROM fleet_counters WHERE queue = 'q'`); got != 42 {
-		t.Errorf("counters of q = %d, want processed 4 failed 2", got)
+	if n := scalar[int](t, pool, `SELECT count(*) FROM fleet_jobs_completed_default`) + scalar[int](t, pool, `SELECT count(*) FROM fleet_jobs_failed_default`); n != 0 {
+		t.Errorf("%d rows in default partitions", n)
 	}
-	if got := scalar[*string](t, pool, `SELECT error FROM fleet_jobs WHERE job_id = 1 LIMIT 1`); got != nil {
-		t.Errorf("empty error stored as %q, want NULL", *got)
+	type counter struct{ processed, failed int64 }
+	for queue, want := range map[string]counter{"q": {10, 2}, "r": {4, 4}} {
+		var got counter
+		if err := pool.QueryRow(ctx, `SELECT processed, failed FROM fleet_counters WHERE queue = $1`, queue).Scan(&got.processed, &got.failed); err != nil {
+			t.Fatal(err)
+		}
+		if got != want {
+			t.Errorf("counters of %s = %+v, want %+v", queue, got, want)
+		}
+	}
+	var reserved *time.Time
+	var errText, master, worker *string
+	if err := pool.QueryRow(ctx, `SELECT reserved_at, error, master, worker FROM fleet_jobs WHERE job_id = 1 LIMIT 1`).Scan(&reserved, &errText, &master, &worker); err != nil {
+		t.Fatal(err)
+	}
+	if reserved == nil || errText != nil || master == nil || *master != "m1" || worker == nil || *worker != "w1" {
+		t.Errorf("job 1: reserved %v error %v master %v worker %v", reserved, errText, master, worker)
+	}
+	if err := pool.QueryRow(ctx, `SELECT reserved_at, error, master, worker FROM fleet_jobs WHERE job_id = 5 LIMIT 1`).Scan(&reserved, &errText, &master, &worker); err != nil {
+		t.Fatal(err)
+	}
+	if reserved != nil || errText == nil || *errText != "boom" || master != nil || worker != nil {
+		t.Errorf("job 5: zero and empty values must be NULL, error kept: %v %v %v %v", reserved, errText, master, worker)
 	}
 }
 
-func TestPartitionsMoveDefaultRowsAndTrim(t *testing.T) {
+func TestEnsureMovesDefaultRows(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t)
 	ctx := context.Background()
 	st := store.New(pool)
-	// A completed attempt five days ahead has no partition yet: it waits in
-	// the default partition until one is created, and is moved into it.
-	if _, err := pool.Exec(ctx, `INSERT INTO fleet_jobs (job_id, queue, name, attempt, status, started_at, finished_at, runtime_ms)
-		VALUES (1, 'q', 'n', 1, 'completed', now() + interval '5 days', now() + interval '5 days', 1)`); err != nil {
+	if _, err := st.PartitionsEnsure(ctx, 48, 8); err != nil {
 		t.Fatal(err)
 	}
-	if got := scalar[string](t, pool, `SELECT tableoid::regclass::text FROM fleet_jobs`); got != "fleet_jobs_completed_default" {
-		t.Fatalf("row in %s", got)
+	// Beyond the partitions made so far: rows wait in the defaults.
+	exec(t, pool, `
+		INSERT INTO fleet_jobs (job_id, queue, name, attempt, status, started_at, finished_at, runtime_ms) VALUES
+			(1, 'q', 'n', 1, 'completed', now() + interval '3 days', now() + interval '3 days', 1),
+			(2, 'q', 'n', 1, 'failed', now() + interval '10 days', now() + interval '10 days', 1);
+		INSERT INTO fleet_metrics (taken_at, kind, subject) VALUES (now() + interval '10 days', 'queue', 'q')`)
+	for id, want := range map[int64]string{1: "fleet_jobs_completed_default", 2: "fleet_jobs_failed_default"} {
+		if got := partitionOf(t, pool, id); got != want {
+			t.Fatalf("job %d in %s before ensure, want %s", id, got, want)
+		}
 	}
-	if n, err := st.PartitionsEnsure(ctx, 24*6, 8); err != nil || n == 0 {
-		t.Fatalf("ensure = %d, %v", n, err)
+	created, err := st.PartitionsEnsure(ctx, 3*24+1, 10)
+	if err != nil || created == 0 {
+		t.Fatalf("ensure = %d, %v", created, err)
 	}
-	if got := scalar[string](t, pool, `SELECT tableoid::regclass::text FROM fleet_jobs`); got == "fleet_jobs_completed_default" {
-		t.Fatal("the row stayed in the default partition")
+	in3, in10 := scalar[time.Time](t, pool, `SELECT finished_at FROM fleet_jobs WHERE job_id = 1`), scalar[time.Time](t, pool, `SELECT finished_at FROM fleet_jobs WHERE job_id = 2`)
+	if got := partitionOf(t, pool, 1); got != hourly(in3) {
+		t.Errorf("completed row in %s, want %s", got, hourly(in3))
 	}
-	// Trimming as if a week had passed drops the old completed hours and
-	// failed days, keeps what is within retention and never the defaults.
-	before := scalar[int](t, pool, `SELECT count(*) FROM pg_class WHERE relname LIKE 'fleet_jobs_completed_p%' AND relkind = 'r'`)
-	dropped := scalar[int](t, pool, `SELECT fleet_partitions_trim(now() + interval '2 days', 24, 7, 30)`)
-	after := scalar[int](t, pool, `SELECT count(*) FROM pg_class WHERE relname LIKE 'fleet_jobs_completed_p%' AND relkind = 'r'`)
-	if dropped == 0 || after != before-dropped {
-		t.Fatalf("dropped %d: %d completed partitions before, %d after", dropped, before, after)
+	if got := partitionOf(t, pool, 2); got != daily(in10) {
+		t.Errorf("failed row in %s, want %s", got, daily(in10))
 	}
-	if n := scalar[int](t, pool, `SELECT count(*) FROM fleet_jobs`); n != 1 {
-		t.Fatal("a row within retention was trimmed")
+	if got := scalar[string](t, pool, `SELECT tableoid::regclass::text FROM fleet_metrics`); got != metricsDay(in10) {
+		t.Errorf("metrics row in %s, want %s", got, metricsDay(in10))
 	}
-	if n := scalar[int](t, pool, `SELECT count(*) FROM pg_class WHERE relname IN ('fleet_jobs_completed_default', 'fleet_jobs_failed_default', 'fleet_metrics_default')`); n != 3 {
-		t.Fatal("a default partition was dropped")
+	if n := scalar[int](t, pool, `SELECT (SELECT count(*) FROM fleet_jobs_completed_default) + (SELECT count(*) FROM fleet_jobs_failed_default) + (SELECT count(*) FROM fleet_metrics_default)`); n != 0 {
+		t.Errorf("%d rows left in the defaults", n)
+	}
+	// The moved-into partitions are full partitions: indexed, constrained.
+	if n := scalar[int](t, pool, `SELECT count(*) FROM pg_indexes WHERE tablename = $1`, hourly(in3)); n != 3 {
+		t.Errorf("%s has %d indexes, want 3", hourly(in3), n)
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO fleet_jobs (job_id, queue, name, attempt, status, started_at, finished_at, runtime_ms)
+		VALUES (3, 'q', 'n', 1, 'bogus', now(), now(), 1)`); err == nil {
+		t.Error("a bogus status was accepted")
+	}
+}
+
+func TestEnsureDrainsOldDefaultRows(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	ctx := context.Background()
+	st := store.New(pool)
+	// Rows written during a long outage, when no partition of their hour or
+	// day was made, would sit in the defaults for good, out of reach of
+	// trimming. Ensure gives them partitions, and trimming then drops them.
+	exec(t, pool, `
+		INSERT INTO fleet_jobs (job_id, queue, name, attempt, status, started_at, finished_at, runtime_ms)
+		SELECT g, 'q', 'n', 1, CASE WHEN g % 2 = 0 THEN 'completed' ELSE 'failed' END, ts, ts, 1
+		FROM generate_series(1, 100) g, LATERAL (SELECT now() - interval '10 days' - g * interval '17 minutes' AS ts) x;
+		INSERT INTO fleet_metrics (taken_at, kind, subject) VALUES (now() - interval '40 days', 'queue', 'q')`)
+	if n := scalar[int](t, pool, `SELECT count(*) FROM fleet_jobs WHERE tableoid::regclass::text LIKE '%default'`); n != 100 {
+		t.Fatalf("%d rows in the defaults, want 100", n)
+	}
+	if _, err := st.PartitionsEnsure(ctx, 1, 1); err != nil {
+		t.Fatal(err)
+	}
+	if n := scalar[int](t, pool, `SELECT (SELECT count(*) FROM fleet_jobs_completed_default) + (SELECT count(*) FROM fleet_jobs_failed_default) + (SELECT count(*) FROM fleet_metrics_default)`); n != 0 {
+		t.Fatalf("%d rows left in the defaults", n)
+	}
+	if n, err := st.PartitionsEnsure(ctx, 1, 1); err != nil || n != 0 {
+		t.Fatalf("second ensure = %d, %v", n, err)
+	}
+	if _, err := st.PartitionsTrim(ctx, store.TrimParams{CompletedHours: 24, FailedDays: 7, MetricsDays: 30}); err != nil {
+		t.Fatal(err)
+	}
+	if n := scalar[int](t, pool, `SELECT (SELECT count(*) FROM fleet_jobs) + (SELECT count(*) FROM fleet_metrics)`); n != 0 {
+		t.Fatalf("%d old rows survived trimming", n)
+	}
+}
+
+func TestTrimDropsOnlyExpiredPartitions(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	ctx := context.Background()
+	// Partitions around 2001-01-10 12:00 UTC, one row in each, and one row
+	// in each default partition (1990: no partition holds it).
+	start := time.Date(2001, 1, 10, 12, 0, 0, 0, time.UTC)
+	if n := scalar[int](t, pool, `SELECT fleet_partitions_ensure($1, 24, 3)`, start); n != 26+5+5 {
+		t.Fatalf("created %d partitions", n)
+	}
+	type part struct {
+		name   string
+		lo, hi time.Time
+	}
+	var completed, failed, metrics []part
+	for h := -1; h <= 24; h++ {
+		lo := start.Add(time.Duration(h) * time.Hour)
+		completed = append(completed, part{hourly(lo), lo, lo.Add(time.Hour)})
+	}
+	for d := -1; d <= 3; d++ {
+		lo := start.Truncate(24*time.Hour).AddDate(0, 0, d)
+		failed = append(failed, part{daily(lo), lo, lo.AddDate(0, 0, 1)})
+		metrics = append(metrics, part{metricsDay(lo), lo, lo.AddDate(0, 0, 1)})
+	}
+	for i, p := range completed {
+		exec(t, pool, `INSERT INTO fleet_jobs (job_id, queue, name, attempt, status, started_at, finished_at, runtime_ms)
+			VALUES ($1, 'q', 'n', 1, 'completed', $2, $2, 1)`, i, p.lo.Add(30*time.Minute))
+	}
+	for i, p := range failed {
+		exec(t, pool, `INSERT INTO fleet_jobs (job_id, queue, name, attempt, status, started_at, finished_at, runtime_ms)
+			VALUES ($1, 'q', 'n', 1, 'timed_out', $2, $2, 1)`, 100+i, p.lo.Add(12*time.Hour))
+		exec(t, pool, `INSERT INTO fleet_metrics (taken_at, kind, subject) VALUES ($1, 'queue', 'q')`, metrics[i].lo.Add(12*time.Hour))
+	}
+	exec(t, pool, `
+		INSERT INTO fleet_jobs (job_id, queue, name, attempt, status, started_at, finished_at, runtime_ms) VALUES
+			(900, 'q', 'n', 1, 'completed', '1990-01-01', '1990-01-01', 1),
+			(901, 'q', 'n', 1, 'failed', '1990-01-01', '1990-01-01', 1);
+		INSERT INTO fleet_metrics (taken_at, kind, subject) VALUES ('1990-01-01', 'queue', 'q')`)
+	current := func() int {
+		return scalar[int](t, pool, `SELECT count(*) FROM pg_class WHERE relname ~ '^fleet_(jobs_completed|jobs_failed|metrics)_p' AND relname !~ '_p2001' AND relkind = 'r'`)
+	}
+	currentBefore := current()
+
+	at := time.Date(2001, 1, 11, 12, 30, 0, 0, time.UTC)
+	retention := map[*[]part]time.Duration{&completed: 6 * time.Hour, &failed: 24 * time.Hour, &metrics: 48 * time.Hour}
+	wantDropped, wantRows := 0, 0
+	kept := map[string]bool{}
+	for parts, keep := range retention {
+		for _, p := range *parts {
+			if !p.hi.After(at.Add(-keep)) {
+				wantDropped++
+			} else {
+				kept[p.name] = true
+				wantRows++
+			}
+		}
+	}
+	if n := scalar[int](t, pool, `SELECT fleet_partitions_trim($1, 6, 1, 2)`, at); n != wantDropped {
+		t.Fatalf("trim dropped %d partitions, want %d", n, wantDropped)
+	}
+	for parts := range retention {
+		for _, p := range *parts {
+			exists := scalar[bool](t, pool, `SELECT to_regclass($1) IS NOT NULL`, p.name)
+			if exists != kept[p.name] {
+				t.Errorf("partition %s (until %s): exists %v, kept %v", p.name, p.hi.Format(time.RFC3339), exists, kept[p.name])
+			}
+		}
+	}
+	if n := scalar[int](t, pool, `SELECT (SELECT count(*) FROM fleet_jobs WHERE finished_at >= '2001-01-01') + (SELECT count(*) FROM fleet_metrics WHERE taken_at >= '2001-01-01')`); n != wantRows {
+		t.Errorf("%d rows left in kept partitions, want %d", n, wantRows)
+	}
+	if n := scalar[int](t, pool, `SELECT (SELECT count(*) FROM fleet_jobs_completed_default) + (SELECT count(*) FROM fleet_jobs_failed_default) + (SELECT count(*) FROM fleet_metrics_default)`); n != 3 {
+		t.Errorf("%d rows left in the defaults, want 3", n)
+	}
+	if n := current(); n != currentBefore {
+		t.Errorf("%d current partitions before trimming 2001, %d after", currentBefore, n)
+	}
+	// Far in the future everything goes but the defaults.
+	scalar[int](t, pool, `SELECT fleet_partitions_trim('3000-01-01', 1, 1, 1)`)
+	if n := scalar[int](t, pool, `SELECT count(*) FROM pg_class WHERE relname ~ '^fleet_(jobs_completed|jobs_failed|metrics)_p[0-9]+$'`); n != 0 {
+		t.Errorf("%d partitions left after trimming everything", n)
+	}
+	if n := scalar[int](t, pool, `SELECT count(*) FROM fleet_jobs`) + scalar[int](t, pool, `SELECT count(*) FROM fleet_metrics`); n != 3 {
+		t.Errorf("%d rows left after trimming everything, want the 3 in the default partitions", n)
+	}
+	if _, err := store.New(pool).PartitionsTrim(ctx, store.TrimParams{CompletedHours: 0, FailedDays: 7, MetricsDays: 30}); err == nil {
+		t.Error("a retention of 0 was accepted")
+	}
+}
+
+func TestPartitionUpkeepSkipsBusyTables(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	ctx := context.Background()
+	hold := func(table string) pgx.Tx {
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Exec(ctx, `SELECT count(*) FROM `+table); err != nil {
+			t.Fatal(err)
+		}
+		return tx
+	}
+	// Creating completed partitions needs the completed default partition,
+	// which a reader holds: ensure makes the others and leaves those.
+	tx := hold("fleet_jobs_completed_default")
+	began := time.Now()
+	n := scalar[int](t, pool, `SELECT fleet_partitions_ensure('2040-06-01 12:00+00', 2, 1)`)
+	if n != 6 || time.Since(began) > 10*time.Second {
+		t.Fatalf("ensure with a busy default created %d partitions in %v, want 6 failed and metrics days", n, time.Since(began))
+	}
+	_ = tx.Rollback(ctx)
+	if n := scalar[int](t, pool, `SELECT fleet_partitions_ensure('2040-06-01 12:00+00', 2, 1)`); n != 4 {
+		t.Fatalf("ensure once the default is free created %d partitions, want 4 hours", n)
+	}
+	// Dropping completed partitions needs their parent, which a reader
+	// holds: trim drops the others and leaves those, without failing.
+	count := func(re string) int {
+		return scalar[int](t, pool, `SELECT count(*) FROM pg_class WHERE relname ~ $1`, re)
+	}
+	others, completed := count(`^fleet_(jobs_failed|metrics)_p[0-9]+$`), count(`^fleet_jobs_completed_p[0-9]+$`)
+	tx = hold("fleet_jobs_completed")
+	began = time.Now()
+	dropped := scalar[int](t, pool, `SELECT fleet_partitions_trim('2041-01-01', 1, 1, 1)`)
+	_ = tx.Rollback(ctx)
+	if dropped != others || time.Since(began) > 10*time.Second {
+		t.Fatalf("trim with a busy parent dropped %d partitions in %v, want the %d failed and metrics ones", dropped, time.Since(began), others)
+	}
+	if got := count(`^fleet_jobs_completed_p[0-9]+$`); got != completed {
+		t.Fatalf("%d completed partitions after a busy trim, want all %d", got, completed)
+	}
+	if got := scalar[int](t, pool, `SELECT fleet_partitions_trim('2041-01-01', 1, 1, 1)`); got != completed || count(`^fleet_jobs_completed_p[0-9]+$`) != 0 {
+		t.Fatalf("trim once free dropped %d partitions, want the %d completed ones", got, completed)
 	}
 }
 
@@ -103,6 +477,12 @@ func TestTrimDropsManyRowsByPartition(t *testing.T) {
 	pool := pgtest.Pool(t)
 	ctx := context.Background()
 	fillOldHistory(t, pool, 200_000, 24)
+	if n := scalar[int](t, pool, `SELECT count(*) FROM fleet_jobs_completed_default`); n != 0 {
+		t.Fatalf("%d rows in the default partition: they would not go by dropping partitions", n)
+	}
+	if n := scalar[int](t, pool, `SELECT count(DISTINCT tableoid) FROM fleet_jobs`); n != 24 {
+		t.Fatalf("rows spread over %d partitions, want 24", n)
+	}
 	n, err := store.New(pool).PartitionsTrim(ctx, store.TrimParams{CompletedHours: 24, FailedDays: 7, MetricsDays: 30})
 	if err != nil || n < 24 {
 		t.Fatalf("trim = %d, %v", n, err)
@@ -116,18 +496,13 @@ func TestTrimDropsManyRowsByPartition(t *testing.T) {
 // them with rows completed attempts, spread over hours hours.
 func fillOldHistory(t testing.TB, pool *pgxpool.Pool, rows, hours int) {
 	t.Helper()
-	ctx := context.Background()
-	if _, err := pool.Exec(ctx, `SELECT fleet_partitions_ensure(now() - interval '3 days', $1, 1)`, hours); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := pool.Exec(ctx, `
+	exec(t, pool, `SELECT fleet_partitions_ensure(now() - interval '3 days', $1, 1)`, hours)
+	exec(t, pool, `
 		INSERT INTO fleet_jobs (job_id, queue, name, attempt, status, started_at, finished_at, runtime_ms)
 		SELECT g, 'q', 'n', 1, 'completed', ts, ts, 1
 		FROM generate_series(1, $1) g,
 		     LATERAL (SELECT date_trunc('hour', now() - interval '3 days') + (g % $2) * interval '1 hour' + interval '1 second' AS ts) x`,
-		rows, hours); err != nil {
-		t.Fatal(err)
-	}
+		rows, hours)
 }
 
 func BenchmarkPartitionsTrim1M(b *testing.B) {
@@ -144,33 +519,52 @@ func BenchmarkPartitionsTrim1M(b *testing.B) {
 	}
 }
 
-func TestDutyClaimHasOneWinner(t *testing.T) {
+func TestDutyClaimHasOneWinnerPerPeriod(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t)
 	st := store.New(pool)
 	ctx := context.Background()
+	const every = 200 * time.Millisecond
+	began := time.Now()
+	var wins atomic.Int32
 	var wg sync.WaitGroup
-	var mu sync.Mutex
-	wins := 0
 	for range 8 {
 		wg.Go(func() {
-			won, err := st.DutyClaim(ctx, "x", time.Hour)
+			won, err := st.DutyClaim(ctx, "x", every)
 			if err != nil {
 				t.Error(err)
 			}
 			if won {
-				mu.Lock()
-				wins++
-				mu.Unlock()
+				wins.Add(1)
 			}
 		})
 	}
 	wg.Wait()
-	if wins != 1 {
-		t.Fatalf("%d winners, want 1", wins)
+	if wins.Load() != 1 {
+		t.Fatalf("%d winners, want 1", wins.Load())
 	}
-	if won, _ := st.DutyClaim(ctx, "x", 0); !won {
-		t.Fatal("a claim after its period must win again")
+	if won, err := st.DutyClaim(ctx, "x", every); err != nil || won {
+		t.Fatalf("claim within the period = %v, %v; want false", won, err)
+	}
+	if won, err := st.DutyClaim(ctx, "y", every); err != nil || !won {
+		t.Fatalf("another duty = %v, %v; want its own claim", won, err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		won, err := st.DutyClaim(ctx, "x", every)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if won {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no claim won after the period")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if took := time.Since(began); took < every-10*time.Millisecond {
+		t.Fatalf("won again after %v, within the period", took)
 	}
 }
 
@@ -179,43 +573,106 @@ func TestMetricsSnapshot(t *testing.T) {
 	pool := pgtest.Pool(t)
 	st := store.New(pool)
 	ctx := context.Background()
-	// Ten attempts finished during the previous minute, one of them failed;
-	// one queue has an old pending job and no history.
-	if _, err := pool.Exec(ctx, `
-		INSERT INTO fleet_jobs (job_id, queue, name, attempt, status, started_at, finished_at, runtime_ms)
-		SELECT g, 'mail', CASE WHEN g <= 5 THEN 'send' ELSE 'bounce' END, 1,
-		       CASE WHEN g = 10 THEN 'failed' ELSE 'completed' END, ts, ts, g * 10
-		FROM generate_series(1, 10) g,
-		     LATERAL (SELECT date_trunc('minute', now()) - interval '1 minute' + g * interval '1 second' AS ts) x`); err != nil {
-		t.Fatal(err)
+	// mail has two ready jobs (one 5 s old) and a delayed one; slow has a
+	// job ready for 90 s and no history.
+	exec(t, pool, `INSERT INTO queue_jobs (queue, name, available_at) VALUES
+		('mail', 'send', now()), ('mail', 'send', now() - interval '5 seconds'), ('mail', 'send', now() + interval '1 hour'),
+		('slow', 'x', now() - interval '90 seconds')`)
+	var lo time.Time
+	var first, second int
+	for try := 0; ; try++ {
+		// Ten attempts finished during the previous minute, runtimes 10..100,
+		// the last one failed, plus a lost one; two attempts outside it.
+		lo = scalar[time.Time](t, pool, `SELECT date_trunc('minute', now()) - interval '1 minute'`)
+		exec(t, pool, `
+			INSERT INTO fleet_jobs (job_id, queue, name, attempt, status, started_at, finished_at, runtime_ms)
+			SELECT g, 'mail', CASE WHEN g <= 5 THEN 'send' ELSE 'bounce' END, 1,
+			       CASE WHEN g = 10 THEN 'failed' ELSE 'completed' END, ts, ts, g * 10
+			FROM generate_series(1, 10) g, LATERAL (SELECT $1::timestamptz + g * interval '1 second' AS ts) x`, lo)
+		exec(t, pool, `
+			INSERT INTO fleet_jobs (job_id, queue, name, attempt, status, started_at, finished_at, runtime_ms) VALUES
+			    (11, 'mail', 'bounce', 1, 'lost', $1::timestamptz, $1::timestamptz + interval '59.999 seconds', 99999),
+			    (12, 'mail', 'send', 1, 'completed', $1::timestamptz, $1::timestamptz - interval '1 millisecond', 5000),
+			    (13, 'mail', 'send', 1, 'completed', $1::timestamptz, $1::timestamptz + interval '1 minute', 5000)`, lo)
+		var err error
+		if first, err = st.MetricsSnapshot(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if second, err = st.MetricsSnapshot(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if scalar[bool](t, pool, `SELECT date_trunc('minute', now()) - interval '1 minute' = $1`, lo) {
+			break
+		}
+		if try == 2 {
+			t.Fatal("the minute turned during every try")
+		}
+		exec(t, pool, `TRUNCATE fleet_jobs, fleet_metrics`) // the minute turned: again
 	}
-	if _, err := pool.Exec(ctx, `INSERT INTO queue_jobs (queue, name, available_at) VALUES ('slow', 'x', now() - interval '90 seconds')`); err != nil {
-		t.Fatal(err)
+	if first != 4 || second != 0 {
+		t.Fatalf("snapshots wrote %d then %d rows, want mail, slow, send, bounce then nothing", first, second)
 	}
-	n, err := st.MetricsSnapshot(ctx)
-	if err != nil || n != 4 {
-		t.Fatalf("snapshot wrote %d rows, %v; want mail, slow, send, bounce", n, err)
-	}
-	rows, err := st.MetricsList(ctx, time.Now().Add(-time.Hour), time.Minute)
+	rows, err := st.MetricsList(ctx, lo, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
 	by := map[string]store.MetricsRow{}
 	for _, r := range rows {
+		if !r.TakenAt.Equal(lo) {
+			t.Errorf("row %s:%s taken at %s, want %s", r.Kind, r.Subject, r.TakenAt, lo)
+		}
 		by[r.Kind+":"+r.Subject] = r
 	}
+	if len(by) != 4 {
+		t.Fatalf("rows %+v", rows)
+	}
+	near := func(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
 	mail := by["queue:mail"]
-	if mail.Jobs != 10 || mail.Failed != 1 || mail.JobsPerMinute != 10 || mail.RuntimeMeanMs != 55 || mail.RuntimeP50Ms != 55 || mail.RuntimeP99Ms < 99 {
+	if mail.Jobs != 11 || mail.Failed != 2 || mail.JobsPerMinute != 11 || !near(mail.RuntimeMeanMs, 55) ||
+		!near(mail.RuntimeP50Ms, 55) || !near(mail.RuntimeP95Ms, 95.5) || !near(mail.RuntimeP99Ms, 99.1) {
 		t.Errorf("mail = %+v", mail)
 	}
-	if send := by["job:send"]; send.Jobs != 5 || send.RuntimeMeanMs != 30 {
+	if mail.Pending != 2 || mail.WaitSecs < 5 || mail.WaitSecs > 60 || mail.ClearSecs == nil || !near(*mail.ClearSecs, 2.0/11*60) {
+		t.Errorf("mail backlog = pending %d wait %v clear %v; want 2 ready, the oldest 5 s, cleared in %v s",
+			mail.Pending, mail.WaitSecs, mail.ClearSecs, 2.0/11*60)
+	}
+	if send := by["job:send"]; send.Jobs != 5 || send.Failed != 0 || !near(send.RuntimeMeanMs, 30) || !near(send.RuntimeP50Ms, 30) ||
+		send.WaitSecs != 0 || send.Pending != 0 {
 		t.Errorf("send = %+v", send)
 	}
+	if bounce := by["job:bounce"]; bounce.Jobs != 6 || bounce.Failed != 2 || !near(bounce.RuntimeMeanMs, 80) || !near(bounce.RuntimeP50Ms, 80) {
+		t.Errorf("bounce = %+v (the lost attempt counts, its runtime does not)", bounce)
+	}
 	slow := by["queue:slow"]
-	if slow.Pending != 1 || slow.WaitSecs < 90 || slow.ClearSecs != nil {
+	if slow.Jobs != 0 || slow.Pending != 1 || slow.WaitSecs < 90 || slow.ClearSecs != nil || slow.RuntimeP50Ms != 0 {
 		t.Errorf("slow = %+v (no throughput: clear time unknown)", slow)
 	}
-	if n, err := st.MetricsSnapshot(ctx); err != nil || n != 0 {
-		t.Fatalf("second snapshot of the same minute wrote %d, %v", n, err)
+}
+
+func TestJobHistoryStats(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	st := store.New(pool)
+	ctx := context.Background()
+	exec(t, pool, `
+		INSERT INTO fleet_jobs (job_id, queue, name, attempt, status, started_at, finished_at, runtime_ms)
+		SELECT id, q, 'n', 1, s, now() - ago, now() - ago, ms
+		FROM (VALUES (1, 'a', 'completed', interval '1 minute', 10), (2, 'a', 'completed', interval '2 minutes', 20),
+		             (3, 'a', 'failed', interval '3 minutes', 30), (4, 'a', 'completed', interval '10 minutes', 1000),
+		             (5, 'b', 'timed_out', interval '30 seconds', 100), (6, 'b', 'lost', interval '1 second', 99999))
+		     AS v (id, q, s, ago, ms)`)
+	got, err := st.JobHistoryStats(ctx, 5*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []store.QueueRuntime{{Queue: "a", Jobs: 3, AvgRuntimeMs: 20}, {Queue: "b", Jobs: 1, AvgRuntimeMs: 100}}
+	if !slices.Equal(got, want) {
+		t.Fatalf("last 5 minutes: %+v, want %+v (lost attempts left out)", got, want)
+	}
+	if got, err = st.JobHistoryStats(ctx, 15*time.Minute); err != nil || len(got) != 2 || got[0].Jobs != 4 || got[0].AvgRuntimeMs != 265 {
+		t.Fatalf("last 15 minutes: %+v, %v", got, err)
+	}
+	if got, err = st.JobHistoryStats(ctx, time.Millisecond); err != nil || len(got) != 0 {
+		t.Fatalf("last millisecond: %+v, %v", got, err)
 	}
 }
