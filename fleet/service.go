@@ -60,9 +60,6 @@ func FromConfig(pool *pgxpool.Pool, cfg *config.Config) *Service {
 	return New(pool, Options{LongWait: cfg.Fleet.LongWait, Redact: cfg.Log.Redact})
 }
 
-// Redactor hides payload secrets the way the service does.
-func (s *Service) Redactor() *redact.Redactor { return s.redactor }
-
 // Pause pauses one supervisor, or every supervisor when name is empty:
 // running jobs finish, no new job starts. Every master applies it within a
 // tick, and it survives restarts.

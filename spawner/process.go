@@ -52,10 +52,6 @@ type ProcessOptions struct {
 	Output io.Writer
 	// Logger receives the spawner's own warnings; default slog.Default().
 	Logger *slog.Logger
-	// StopTimeout is how long a master should wait for a process to exit
-	// after sending it stop before it kills it. Spawn does not use it; the
-	// spawner only carries it for the master (see StopTimeout).
-	StopTimeout time.Duration
 }
 
 // ProcessSpawner starts workers as operating-system processes: by default
@@ -69,13 +65,12 @@ type ProcessOptions struct {
 //
 // It is safe for concurrent use.
 type ProcessSpawner struct {
-	exe         string
-	args        func(Spec) []string
-	dir         string
-	output      io.Writer
-	log         *slog.Logger
-	stopTimeout time.Duration
-	waitDelay   time.Duration
+	exe       string
+	args      func(Spec) []string
+	dir       string
+	output    io.Writer
+	log       *slog.Logger
+	waitDelay time.Duration
 
 	outMu sync.Mutex // serializes writes to output
 
@@ -87,14 +82,13 @@ type ProcessSpawner struct {
 // running executable or the working directory cannot be determined.
 func NewProcessSpawner(opts ProcessOptions) (*ProcessSpawner, error) {
 	s := &ProcessSpawner{
-		exe:         opts.Executable,
-		args:        opts.Args,
-		dir:         opts.Dir,
-		output:      opts.Output,
-		log:         opts.Logger,
-		stopTimeout: opts.StopTimeout,
-		waitDelay:   defaultWaitDelay,
-		env:         map[string]string{},
+		exe:       opts.Executable,
+		args:      opts.Args,
+		dir:       opts.Dir,
+		output:    opts.Output,
+		log:       opts.Logger,
+		waitDelay: defaultWaitDelay,
+		env:       map[string]string{},
 	}
 	if s.exe == "" {
 		exe, err := os.Executable()
@@ -121,9 +115,6 @@ func NewProcessSpawner(opts ProcessOptions) (*ProcessSpawner, error) {
 	}
 	return s, nil
 }
-
-// StopTimeout returns ProcessOptions.StopTimeout.
-func (s *ProcessSpawner) StopTimeout() time.Duration { return s.stopTimeout }
 
 // Env adds an environment variable to every process started from now on.
 // The master's own environment (read at each Spawn) is inherited; Env

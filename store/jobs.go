@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -347,9 +346,3 @@ func (s *Store) JobNextAvailable(ctx context.Context, queues []string) (time.Dur
 	}
 	return time.Duration(*ms * float64(time.Millisecond)), true, nil
 }
-
-// ErrNoRows is returned by lookups that find nothing.
-var ErrNoRows = pgx.ErrNoRows
-
-// IsNoRows reports whether err means a lookup found nothing.
-func IsNoRows(err error) bool { return errors.Is(err, pgx.ErrNoRows) }
