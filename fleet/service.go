@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -244,24 +245,32 @@ type LongWaitDetected struct {
 // LongWaits returns the queues whose oldest ready job has waited at least
 // their [fleet.long_wait] threshold.
 func (s *Service) LongWaits(ctx context.Context) ([]LongWaitDetected, error) {
-	if len(s.longWait) == 0 {
+	return CheckLongWaits(ctx, s.st, s.longWait)
+}
+
+// CheckLongWaits reads the oldest ready job of every queue that has a
+// threshold (one index lookup each) and returns those that waited at least
+// as long. The master's alerts and Service.LongWaits both use it.
+func CheckLongWaits(ctx context.Context, st *store.Store, thresholds map[string]int) ([]LongWaitDetected, error) {
+	if len(thresholds) == 0 {
 		return nil, nil
 	}
-	loads, err := s.st.Workload(ctx)
+	waits, err := st.QueueOldestWait(ctx, slices.Sorted(maps.Keys(thresholds)))
 	if err != nil {
 		return nil, err
 	}
-	return LongWaits(loads, s.longWait), nil
+	return LongWaits(waits, thresholds), nil
 }
 
-// LongWaits is the pure decision: queues in loads whose oldest wait reached
-// their threshold (a threshold of 0 or none is off), sorted by queue.
-func LongWaits(loads []store.QueueLoad, thresholds map[string]int) []LongWaitDetected {
+// LongWaits is the pure decision: queues whose oldest ready job's wait (in
+// seconds; absent: no ready job) reached their threshold (0 or none: off),
+// sorted by queue.
+func LongWaits(waits map[string]float64, thresholds map[string]int) []LongWaitDetected {
 	var out []LongWaitDetected
-	for _, l := range loads {
-		t := thresholds[l.Queue]
-		if t > 0 && l.Pending > 0 && l.OldestWaitSecs >= float64(t) {
-			out = append(out, LongWaitDetected{Queue: l.Queue, WaitSecs: round(l.OldestWaitSecs, 3), ThresholdSecs: t})
+	for _, q := range slices.Sorted(maps.Keys(waits)) {
+		t, w := thresholds[q], waits[q]
+		if t > 0 && w >= float64(t) {
+			out = append(out, LongWaitDetected{Queue: q, WaitSecs: round(w, 3), ThresholdSecs: t})
 		}
 	}
 	return out

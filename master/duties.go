@@ -2,12 +2,9 @@ package master
 
 import (
 	"context"
-	"maps"
-	"slices"
 	"time"
 
 	"github.com/fleet-go/fleet/fleet"
-	"github.com/fleet-go/fleet/store"
 )
 
 // Duties are done by one master of the fleet at a time: each is claimed
@@ -85,18 +82,12 @@ func (m *Master) longWaits(ctx context.Context) {
 	if len(m.set.LongWait) == 0 || m.set.OnLongWait == nil {
 		return
 	}
-	queues := slices.Sorted(maps.Keys(m.set.LongWait))
-	waits, err := m.st.QueueOldestWait(ctx, queues)
+	late, err := fleet.CheckLongWaits(ctx, m.st, m.set.LongWait)
 	if err != nil {
 		m.log.Warn("read queue waits failed", "err", err)
 		return
 	}
-	loads := make([]store.QueueLoad, 0, len(waits))
-	for q, w := range waits {
-		loads = append(loads, store.QueueLoad{Queue: q, Pending: 1, OldestWaitSecs: w})
-	}
-	slices.SortFunc(loads, func(a, b store.QueueLoad) int { return compareStrings(a.Queue, b.Queue) })
-	for _, e := range fleet.LongWaits(loads, m.set.LongWait) {
+	for _, e := range late {
 		won, err := m.st.DutyClaim(ctx, "longwait:"+e.Queue, m.set.LongWaitCooldown)
 		if err != nil {
 			m.log.Warn("claim a long-wait alert failed", "queue", e.Queue, "err", err)
@@ -112,16 +103,6 @@ func (m *Master) longWaits(ctx context.Context) {
 			m.log.Error("long-wait listener is too slow: alert dropped", "queue", e.Queue)
 		}
 	}
-}
-
-func compareStrings(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // notify hands alerts to the app's listener until alerts is closed.
