@@ -96,14 +96,13 @@ func (r *runner) demo(c *cobra.Command, _ []string) error {
 		return err
 	}
 	sp.Env("APP_DATABASE__URL", url) // the children use the same database
-	settings := masterSettings(cfg, sups, r.app.Version)
-	settings.Logger = log
-	m, err := master.New(store.New(pool), sups, master.WithSpawner(sp), master.WithSettings(settings))
+	st := store.New(pool)
+	m, _, err := r.newMaster(cfg, sups, st, sp)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintln(out, "starting a fleet master: supervisor \"default\" balances up to 3 workers over default,mail; \"slow\" runs 1 worker on slow")
-	return r.demoRun(ctx, out, store.New(pool), m, ids)
+	fmt.Fprintf(out, "starting a fleet master with supervisors %s\n", describeSupervisors(sups))
+	return r.demoRun(ctx, out, st, m, ids)
 }
 
 // demoRun runs the master until every demo job has finished, printing

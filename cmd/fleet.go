@@ -124,17 +124,34 @@ func (r *runner) fleet(c *cobra.Command, _ []string) error {
 	return r.runMaster(ctx, c, cfg, sups, store.New(pool), sp)
 }
 
-// runMaster runs a master over sups with sp until ctx ends or a terminate
-// request arrives, then prints its summary.
-func (r *runner) runMaster(ctx context.Context, c *cobra.Command, cfg *config.Config, sups []supervisor.Supervisor, st *store.Store, sp spawner.Spawner) error {
+// newMaster builds the master the configuration describes, with the app's
+// long-wait listeners; the demo and the fleet command share it.
+func (r *runner) newMaster(cfg *config.Config, sups []supervisor.Supervisor, st *store.Store, sp spawner.Spawner) (*master.Master, master.Settings, error) {
 	settings := masterSettings(cfg, sups, r.app.Version)
 	settings.Logger = r.logger(cfg)
 	onLongWait, err := r.longWaitListeners(cfg, settings.Logger)
 	if err != nil {
-		return err
+		return nil, settings, err
 	}
 	settings.OnLongWait = onLongWait
 	m, err := master.New(st, sups, master.WithSpawner(sp), master.WithSettings(settings))
+	return m, settings, err
+}
+
+// describeSupervisors renders "default (auto: default,mail, up to 4
+// processes); ..." for people.
+func describeSupervisors(sups []supervisor.Supervisor) string {
+	names := make([]string, len(sups))
+	for i, s := range sups {
+		names[i] = fmt.Sprintf("%s (%s: %s, up to %d processes)", s.Name, s.Balance, strings.Join(s.Queues, ","), s.MaxProcesses)
+	}
+	return strings.Join(names, "; ")
+}
+
+// runMaster runs a master over sups with sp until ctx ends or a terminate
+// request arrives, then prints its summary.
+func (r *runner) runMaster(ctx context.Context, c *cobra.Command, cfg *config.Config, sups []supervisor.Supervisor, st *store.Store, sp spawner.Spawner) error {
+	m, settings, err := r.newMaster(cfg, sups, st, sp)
 	if err != nil {
 		return err
 	}
@@ -146,11 +163,7 @@ func (r *runner) runMaster(ctx context.Context, c *cobra.Command, cfg *config.Co
 		defer stopHTTP()
 		fmt.Fprintf(c.OutOrStdout(), "serving /metrics on http://%s/metrics\n", addr)
 	}
-	names := make([]string, len(sups))
-	for i, s := range sups {
-		names[i] = fmt.Sprintf("%s (%s: %s, up to %d processes)", s.Name, s.Balance, strings.Join(s.Queues, ","), s.MaxProcesses)
-	}
-	fmt.Fprintf(c.OutOrStdout(), "fleet master %s running supervisors %s\n", m.Name(), strings.Join(names, "; "))
+	fmt.Fprintf(c.OutOrStdout(), "fleet master %s running supervisors %s\n", m.Name(), describeSupervisors(sups))
 	sum, err := m.Run(ctx)
 	fmt.Fprintf(c.OutOrStdout(), "fleet master stopped: %d workers started, %d recycled, %d crashed, %d jobs run\n",
 		sum.Started, sum.Recycled, sum.Crashed, sum.Jobs)
