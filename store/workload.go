@@ -18,8 +18,9 @@ type QueueLoad struct {
 	// OldestWaitSecs is the age of the oldest ready job (since it became
 	// available), 0 with none.
 	OldestWaitSecs float64
-	// AvgRuntimeMs is the average runtime over the last 5 minutes, 0 when
-	// nothing ran.
+	// AvgRuntimeMs is the average runtime over the last 5 minutes of the
+	// attempts a worker timed (lost ones left out, as in the snapshots and
+	// the balancer), 0 when nothing ran.
 	AvgRuntimeMs float64
 	// JobsLastMinute counts attempts finished in the last 60 s.
 	JobsLastMinute int64
@@ -35,7 +36,7 @@ func (s *Store) Workload(ctx context.Context) ([]QueueLoad, error) {
 		WITH `+queueCountsCTE+`, counts AS (
 			SELECT * FROM qcounts
 		), hist AS (
-			SELECT queue, avg(runtime_ms) AS avg_ms,
+			SELECT queue, avg(runtime_ms) FILTER (WHERE status <> 'lost') AS avg_ms,
 			       count(*) FILTER (WHERE finished_at > now() - interval '1 minute') AS last_minute
 			FROM fleet_jobs WHERE finished_at > now() - interval '5 minutes'
 			GROUP BY queue
