@@ -28,20 +28,25 @@ type Defaults struct {
 // not say otherwise.
 const DefaultQueue = "default"
 
-// Client dispatches jobs.
+// Client dispatches jobs. It is safe for concurrent use; share one per
+// pool, so that its wake-up notifications coalesce.
 type Client struct {
 	store    *store.Store
 	defaults Defaults
+	notifier *notifier
 }
 
 // NewClient returns a client dispatching on pool.
 func NewClient(pool *pgxpool.Pool, d Defaults) *Client {
 	d.Queue = cmp.Or(d.Queue, DefaultQueue)
-	return &Client{store: store.New(pool), defaults: d}
+	st := store.New(pool)
+	return &Client{store: st, defaults: d, notifier: newNotifier(st)}
 }
 
 // Dispatch inserts job and returns its id. Idle workers of its queue wake
-// within milliseconds.
+// within milliseconds: after the insert commits, the client notifies them
+// in a transaction of its own, at most one notification per queue in
+// flight (see DispatchTx for the transactional form).
 func (c *Client) Dispatch(ctx context.Context, job *Job) (int64, error) {
 	ids, err := c.DispatchMany(ctx, []*Job{job})
 	if err != nil {
@@ -51,7 +56,10 @@ func (c *Client) Dispatch(ctx context.Context, job *Job) (int64, error) {
 }
 
 // DispatchTx inserts job inside tx: the job exists only if tx commits, and
-// workers are notified at commit.
+// workers are notified at commit. The notification is part of tx, so its
+// commit takes PostgreSQL's database-wide notify lock: concurrent
+// transactions that dispatch commit one after another. For high dispatch
+// rates outside a transaction of your own, use Dispatch or DispatchMany.
 func (c *Client) DispatchTx(ctx context.Context, tx pgx.Tx, job *Job) (int64, error) {
 	ids, err := c.DispatchManyTx(ctx, tx, []*Job{job})
 	if err != nil {
@@ -60,34 +68,48 @@ func (c *Client) DispatchTx(ctx context.Context, tx pgx.Tx, job *Job) (int64, er
 	return ids[0], nil
 }
 
-// DispatchMany inserts jobs in one round trip, all or none, and returns
+// DispatchMany inserts jobs in one statement, all or none, and returns
 // their ids in order.
 func (c *Client) DispatchMany(ctx context.Context, jobs []*Job) ([]int64, error) {
-	return c.insert(ctx, c.store.Pool(), jobs)
+	ids, queues, err := c.insert(ctx, c.store.Pool(), jobs)
+	if err != nil {
+		return nil, err
+	}
+	c.notifier.wake(queues)
+	return ids, nil
 }
 
 // DispatchManyTx is DispatchMany inside the caller's transaction.
 func (c *Client) DispatchManyTx(ctx context.Context, tx pgx.Tx, jobs []*Job) ([]int64, error) {
-	return c.insert(ctx, tx, jobs)
+	ids, queues, err := c.insert(ctx, tx, jobs)
+	if err != nil {
+		return nil, err
+	}
+	if err := store.QueueNotifyTx(ctx, tx, queues); err != nil {
+		return nil, fmt.Errorf("dispatch: %w", err)
+	}
+	return ids, nil
 }
 
-func (c *Client) insert(ctx context.Context, db store.DBTX, jobs []*Job) ([]int64, error) {
+// insert inserts jobs and returns their ids and the queues of those
+// available at once.
+func (c *Client) insert(ctx context.Context, db store.DBTX, jobs []*Job) ([]int64, []string, error) {
 	params := make([]store.JobInsertParams, len(jobs))
 	for i, j := range jobs {
 		p, err := c.params(j)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		params[i] = p
 	}
 	ids, err := c.store.JobInsertMany(ctx, db, params)
 	if err != nil {
-		return nil, fmt.Errorf("dispatch: %w", err)
+		return nil, nil, fmt.Errorf("dispatch: %w", err)
 	}
 	for i, j := range jobs {
 		j.ID = ids[i]
 	}
-	return ids, nil
+	return ids, readyQueues(params), nil
 }
 
 // ErrInvalidJob is wrapped by every error about a job that cannot be

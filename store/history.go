@@ -59,18 +59,21 @@ func QueueHistoryInsert(batch *pgx.Batch, rows []JobHistoryRow) {
 		     AS u(id, q, n, a, s, r, st, f, rt, e, m, w)`,
 		ids, queues, names, attempts, statuses, reserved, started, finished, runtimes, errs, masters, workers)
 	batch.Queue(counterUpsert+`
-		SELECT q, count(*), count(*) FILTER (WHERE s <> 'completed')
+		SELECT q, `+counterShard+`, count(*), count(*) FILTER (WHERE s <> 'completed')
 		FROM unnest($1::text[], $2::text[]) AS u(q, s)
 		GROUP BY q ORDER BY q`+counterConflict, queues, statuses)
 }
 
-// counterUpsert and counterConflict wrap a SELECT of (queue, processed,
-// failed) increments into fleet_counters; rows are taken in queue order so
-// concurrent writers never deadlock.
+// counterUpsert and counterConflict wrap a SELECT of (queue, shard,
+// processed, failed) increments into fleet_counters, with counterShard as
+// the shard: one of 16 rows per queue picked by backend, so that concurrent
+// writers rarely wait on one another's row; readers sum the shards. Rows
+// are taken in queue order so concurrent writers never deadlock.
 const (
-	counterUpsert   = `INSERT INTO fleet_counters AS c (queue, processed, failed)`
+	counterUpsert   = `INSERT INTO fleet_counters AS c (queue, shard, processed, failed)`
+	counterShard    = `mod(pg_backend_pid(), 16)`
 	counterConflict = `
-		ON CONFLICT (queue) DO UPDATE SET processed = c.processed + EXCLUDED.processed,
+		ON CONFLICT (queue, shard) DO UPDATE SET processed = c.processed + EXCLUDED.processed,
 		    failed = c.failed + EXCLUDED.failed, updated_at = now()`
 )
 

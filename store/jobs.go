@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -69,10 +70,11 @@ func intArrayLiteral(v []int) string {
 	return "{" + strings.Join(parts, ",") + "}"
 }
 
-// ClaimedJob is a job a worker now holds: the lease is (ID, Attempt) held by
-// the worker that claimed it.
+// ClaimedJob is a job a worker now holds: the lease is (ID, Token), and
+// the token is unique to the claim that took it.
 type ClaimedJob struct {
 	ID          int64
+	Token       int64
 	Queue       string
 	Name        string
 	Payload     []byte
@@ -84,6 +86,9 @@ type ClaimedJob struct {
 	ReservedAt  time.Time
 }
 
+// Lease is the lease of the claimed job.
+func (j ClaimedJob) Lease() Lease { return Lease{ID: j.ID, Token: j.Token} }
+
 // JobClaimParams says who claims how many jobs of which queue.
 type JobClaimParams struct {
 	Queue  string
@@ -93,7 +98,10 @@ type JobClaimParams struct {
 }
 
 // JobClaim reserves up to Limit ready jobs of one queue, oldest first,
-// skipping rows other workers are claiming, and counts the attempt.
+// skipping rows other workers are claiming, and counts the attempt. Every
+// job it takes gets the same fresh lease token (one sequence value per
+// claim). Its plan is the same under a generic plan: the ready index
+// (queue, available_at, id) answers the pick, the primary key the update.
 func (s *Store) JobClaim(ctx context.Context, p JobClaimParams) ([]ClaimedJob, error) {
 	rows, err := s.pool.Query(ctx, `
 		WITH picked AS (
@@ -104,11 +112,11 @@ func (s *Store) JobClaim(ctx context.Context, p JobClaimParams) ([]ClaimedJob, e
 			FOR UPDATE SKIP LOCKED
 		)
 		UPDATE queue_jobs j
-		SET reserved_by = $3, reserved_master = NULLIF($4, ''),
+		SET reserved_by = $3, reserved_master = NULLIF($4, ''), lease = (SELECT nextval('queue_jobs_lease_seq')),
 		    reserved_at = clock_timestamp(), attempts = j.attempts + 1
 		FROM picked
 		WHERE j.id = picked.id
-		RETURNING j.id, j.queue, j.name, j.payload, j.attempts, j.max_tries,
+		RETURNING j.id, j.lease, j.queue, j.name, j.payload, j.attempts, j.max_tries,
 		          j.backoff_secs, j.timeout_ms, j.created_at, j.reserved_at`,
 		p.Queue, p.Limit, p.Worker, p.Master)
 	if err != nil {
@@ -119,7 +127,7 @@ func (s *Store) JobClaim(ctx context.Context, p JobClaimParams) ([]ClaimedJob, e
 		var backoff []int32
 		var maxTries *int32
 		var timeoutMs *int64
-		err := row.Scan(&j.ID, &j.Queue, &j.Name, &j.Payload, &j.Attempt, &maxTries,
+		err := row.Scan(&j.ID, &j.Token, &j.Queue, &j.Name, &j.Payload, &j.Attempt, &maxTries,
 			&backoff, &timeoutMs, &j.CreatedAt, &j.ReservedAt)
 		if backoff != nil {
 			j.BackoffSecs = make([]int, len(backoff))
@@ -141,146 +149,192 @@ func (s *Store) JobClaim(ctx context.Context, p JobClaimParams) ([]ClaimedJob, e
 	return jobs, nil
 }
 
-// Lease identifies one attempt of one job.
+// Lease identifies one claim of one job: a worker holds the job while the
+// row's token is still Token.
 type Lease struct {
-	ID      int64
-	Attempt int
+	ID    int64
+	Token int64
 }
 
-// JobRetry is a failed attempt that will be tried again after Delay.
-type JobRetry struct {
+// OutcomeKind says what happens to a job once its attempt is written.
+type OutcomeKind string
+
+// The kinds of outcome.
+const (
+	// OutcomeCompleted deletes the job.
+	OutcomeCompleted OutcomeKind = "completed"
+	// OutcomeRetried makes the job available again after Delay.
+	OutcomeRetried OutcomeKind = "retried"
+	// OutcomeFailed moves the job to queue_failed_jobs.
+	OutcomeFailed OutcomeKind = "failed"
+)
+
+// JobOutcome is one finished attempt: what happens to its job, and the
+// attempt's history row.
+type JobOutcome struct {
 	Lease
+	Kind OutcomeKind
+	// Status is the attempt's history status: completed, failed or timed_out.
+	Status string
+	// Error is the attempt's error (retried and failed outcomes); it is
+	// stored as StorableText makes it.
+	Error string
+	// Delay is how long a retried job waits before it is available again.
 	Delay time.Duration
-	Error string
-}
-
-// JobFail is a failed last attempt: the job moves to queue_failed_jobs.
-type JobFail struct {
-	Lease
-	Error string
-	// MaxTries is the number of tries that applied to the job.
+	// MaxTries is the number of tries that applied to a failed job.
 	MaxTries int
+
+	Queue      string
+	Name       string
+	Attempt    int
+	ReservedAt time.Time
+	StartedAt  time.Time
+	FinishedAt time.Time
+	RuntimeMs  float64
 }
 
 // JobFinishParams is a batch of finished attempts of one worker.
 type JobFinishParams struct {
-	Worker    string
-	Completed []Lease
-	Retried   []JobRetry
-	Failed    []JobFail
-	// History is recorded in fleet_jobs in the same round trip.
-	History []JobHistoryRow
+	Worker   string
+	Master   string // empty for a worker without one
+	Outcomes []JobOutcome
 }
 
 // JobFinishResult says which attempts were written. An attempt whose lease
 // the worker no longer held (its job was released and maybe claimed again)
-// changes nothing and is listed in Lost.
+// changes nothing, writes no history and counts nowhere; it is listed in
+// Lost.
 type JobFinishResult struct {
 	Written int
 	Lost    []Lease
 }
 
-// JobFinishMany writes a batch of finished attempts in one round trip:
-// completed jobs are deleted, retried ones become available after their
-// delay, failed ones move to queue_failed_jobs. Only attempts whose lease the
-// worker still holds count.
+// jobFinishSQL writes a batch of outcomes in one statement: completed jobs
+// are deleted, retried ones released until their delay has passed, failed
+// ones moved to queue_failed_jobs. History rows and counters are made from
+// the rows the statement actually changed, so an attempt whose lease was
+// lost is recorded nowhere. Every job is found by its primary key and its
+// token checked on the row, so the statement reads rows in proportion to
+// its batch under a custom and a generic plan alike.
+const jobFinishSQL = `
+	WITH d AS MATERIALIZED (
+		SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::text[], $5::bigint[], $6::text[],
+		                     $7::integer[], $8::text[], $9::text[], $10::integer[], $11::timestamptz[],
+		                     $12::timestamptz[], $13::timestamptz[], $14::float8[])
+		     AS d(id, lease, kind, status, delay_ms, err, tries, queue, name, attempt, reserved, started, finished, runtime)
+	), completed AS (
+		DELETE FROM queue_jobs j USING d
+		WHERE d.kind = 'completed' AND j.id = d.id AND j.lease = d.lease
+		RETURNING j.id, d.lease
+	), retried AS (
+		UPDATE queue_jobs j
+		SET reserved_by = NULL, reserved_master = NULL, reserved_at = NULL, lease = NULL,
+		    available_at = now() + d.delay_ms * interval '1 millisecond', last_error = d.err
+		FROM d
+		WHERE d.kind = 'retried' AND j.id = d.id AND j.lease = d.lease
+		RETURNING j.id, d.lease
+	), failed AS (
+		DELETE FROM queue_jobs j USING d
+		WHERE d.kind = 'failed' AND j.id = d.id AND j.lease = d.lease
+		RETURNING j.id, d.lease, j.queue, j.name, j.payload, j.attempts, COALESCE(j.max_tries, d.tries) AS max_tries,
+		          j.backoff_secs, j.timeout_ms, d.err, j.created_at, j.retry_of
+	), moved AS (
+		INSERT INTO queue_failed_jobs (job_id, queue, name, payload, attempts, max_tries,
+		                               backoff_secs, timeout_ms, error, created_at, retry_of)
+		SELECT id, queue, name, payload, attempts, max_tries, backoff_secs, timeout_ms, err, created_at, retry_of
+		FROM failed
+	), changed AS (
+		SELECT id, lease FROM completed
+		UNION ALL SELECT id, lease FROM retried
+		UNION ALL SELECT id, lease FROM failed
+	), written AS (
+		SELECT d.* FROM d JOIN changed c ON c.id = d.id AND c.lease = d.lease
+	), history AS (
+		INSERT INTO fleet_jobs (job_id, queue, name, attempt, status, reserved_at, started_at, finished_at,
+		                        runtime_ms, error, master, worker)
+		SELECT id, queue, name, attempt, status, reserved, started, finished, runtime,
+		       NULLIF(err, ''), NULLIF($15, ''), NULLIF($16, '')
+		FROM written
+	), counted AS (
+		` + counterUpsert + `
+		SELECT queue, ` + counterShard + `, count(*), count(*) FILTER (WHERE status <> 'completed')
+		FROM written GROUP BY queue ORDER BY queue` + counterConflict + `
+	)
+	SELECT id, lease FROM changed`
+
+// JobFinishMany writes a batch of finished attempts in one round trip (see
+// jobFinishSQL). Only attempts whose lease the worker still holds count.
 func (s *Store) JobFinishMany(ctx context.Context, p JobFinishParams) (JobFinishResult, error) {
 	var res JobFinishResult
-	batch := &pgx.Batch{}
-	type pending struct {
-		leases []Lease
-		seen   map[int64]bool
-	}
-	var steps []*pending
-	add := func(leases []Lease, sql string, args ...any) {
-		if len(leases) == 0 {
-			return
-		}
-		st := &pending{leases: leases, seen: map[int64]bool{}}
-		steps = append(steps, st)
-		batch.Queue(sql, args...).Query(func(rows pgx.Rows) error {
-			ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-			for _, id := range ids {
-				st.seen[id] = true
-			}
-			return err
-		})
-	}
-
-	if len(p.Completed) > 0 {
-		ids, attempts := leaseArrays(p.Completed)
-		add(p.Completed, `
-			DELETE FROM queue_jobs j
-			USING unnest($1::bigint[], $2::integer[]) AS d(id, attempt)
-			WHERE j.id = d.id AND j.attempts = d.attempt AND j.reserved_by = $3
-			RETURNING j.id`, ids, attempts, p.Worker)
-	}
-	if len(p.Retried) > 0 {
-		leases := make([]Lease, len(p.Retried))
-		delays, errs := make([]int64, len(p.Retried)), make([]string, len(p.Retried))
-		for i, r := range p.Retried {
-			leases[i], delays[i], errs[i] = r.Lease, r.Delay.Milliseconds(), r.Error
-		}
-		ids, attempts := leaseArrays(leases)
-		add(leases, `
-			UPDATE queue_jobs j
-			SET reserved_by = NULL, reserved_master = NULL, reserved_at = NULL,
-			    available_at = now() + d.delay_ms * interval '1 millisecond', last_error = d.err
-			FROM unnest($1::bigint[], $2::integer[], $3::bigint[], $4::text[]) AS d(id, attempt, delay_ms, err)
-			WHERE j.id = d.id AND j.attempts = d.attempt AND j.reserved_by = $5
-			RETURNING j.id`, ids, attempts, delays, errs, p.Worker)
-	}
-	if len(p.Failed) > 0 {
-		leases := make([]Lease, len(p.Failed))
-		errs := make([]string, len(p.Failed))
-		tries := make([]int32, len(p.Failed))
-		for i, f := range p.Failed {
-			leases[i], errs[i], tries[i] = f.Lease, f.Error, int32(f.MaxTries)
-		}
-		ids, attempts := leaseArrays(leases)
-		add(leases, `
-			WITH moved AS (
-				DELETE FROM queue_jobs j
-				USING unnest($1::bigint[], $2::integer[], $3::text[], $5::integer[]) AS d(id, attempt, err, tries)
-				WHERE j.id = d.id AND j.attempts = d.attempt AND j.reserved_by = $4
-				RETURNING j.id, j.queue, j.name, j.payload, j.attempts, COALESCE(j.max_tries, d.tries),
-				          j.backoff_secs, j.timeout_ms, d.err, j.created_at, j.retry_of
-			)
-			INSERT INTO queue_failed_jobs (job_id, queue, name, payload, attempts, max_tries,
-			                               backoff_secs, timeout_ms, error, created_at, retry_of)
-			SELECT * FROM moved
-			RETURNING job_id`, ids, attempts, errs, p.Worker, tries)
-	}
-	QueueHistoryInsert(batch, p.History)
-	if batch.Len() == 0 {
+	n := len(p.Outcomes)
+	if n == 0 {
 		return res, nil
 	}
-	if err := s.pool.SendBatch(ctx, batch).Close(); err != nil {
-		return res, fmt.Errorf("write %d finished jobs: %w", len(p.Completed)+len(p.Retried)+len(p.Failed), err)
+	ids, leases, attempts, tries := make([]int64, n), make([]int64, n), make([]int32, n), make([]int32, n)
+	kinds, statuses, errs, queues, names := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	delays, runtimes := make([]int64, n), make([]float64, n)
+	reserved, started, finished := make([]*time.Time, n), make([]time.Time, n), make([]time.Time, n)
+	for i, o := range p.Outcomes {
+		ids[i], leases[i], attempts[i], tries[i] = o.ID, o.Token, int32(o.Attempt), int32(o.MaxTries)
+		kinds[i], statuses[i], errs[i] = string(o.Kind), o.Status, StorableText(o.Error)
+		queues[i], names[i] = o.Queue, o.Name
+		delays[i], runtimes[i] = o.Delay.Milliseconds(), o.RuntimeMs
+		if !o.ReservedAt.IsZero() {
+			t := o.ReservedAt
+			reserved[i] = &t
+		}
+		started[i], finished[i] = o.StartedAt, o.FinishedAt
 	}
-	for _, st := range steps {
-		for _, l := range st.leases {
-			if st.seen[l.ID] {
-				res.Written++
-			} else {
-				res.Lost = append(res.Lost, l)
-			}
+	rows, err := s.pool.Query(ctx, jobFinishSQL, ids, leases, kinds, statuses, delays, errs, tries,
+		queues, names, attempts, reserved, started, finished, runtimes, p.Master, p.Worker)
+	if err != nil {
+		return res, fmt.Errorf("write %d finished jobs: %w", n, err)
+	}
+	written, err := pgx.CollectRows(rows, pgx.RowToStructByPos[Lease])
+	if err != nil {
+		return res, fmt.Errorf("write %d finished jobs: %w", n, err)
+	}
+	seen := make(map[Lease]bool, len(written))
+	for _, l := range written {
+		seen[l] = true
+	}
+	for _, o := range p.Outcomes {
+		if seen[o.Lease] {
+			res.Written++
+		} else {
+			res.Lost = append(res.Lost, o.Lease)
 		}
 	}
 	return res, nil
 }
 
-func leaseArrays(leases []Lease) ([]int64, []int32) {
-	ids, attempts := make([]int64, len(leases)), make([]int32, len(leases))
-	for i, l := range leases {
-		ids[i], attempts[i] = l.ID, int32(l.Attempt)
+// MaxStorableText is the most bytes of an error message fleet stores.
+const MaxStorableText = 16 << 10
+
+// StorableText returns s as PostgreSQL can store it in a text column:
+// invalid UTF-8 and NUL bytes (which text cannot hold) become U+FFFD, and
+// text longer than MaxStorableText bytes is cut at a character boundary
+// and marked as cut.
+func StorableText(s string) string {
+	if strings.IndexByte(s, 0) >= 0 {
+		s = strings.ReplaceAll(s, "\x00", "\uFFFD")
 	}
-	return ids, attempts
+	if !utf8.ValidString(s) {
+		s = strings.ToValidUTF8(s, "\uFFFD")
+	}
+	if len(s) <= MaxStorableText {
+		return s
+	}
+	const mark = " …[truncated]"
+	cut := MaxStorableText - len(mark)
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + mark
 }
 
 // JobReleaseParams gives jobs back to the queue.
 type JobReleaseParams struct {
-	Worker string
 	Leases []Lease
 	// Uncount takes the attempt back: the job never started, or was stopped
 	// through no fault of its own.
@@ -288,25 +342,33 @@ type JobReleaseParams struct {
 	Error   string
 }
 
-// JobRelease makes held jobs available again at once. Jobs the worker no
-// longer holds are left alone. It returns how many it released.
+// JobRelease makes held jobs available again at once. Jobs whose lease is
+// no longer the caller's are left alone. It returns how many it released.
 func (s *Store) JobRelease(ctx context.Context, p JobReleaseParams) (int, error) {
 	if len(p.Leases) == 0 {
 		return 0, nil
 	}
-	ids, attempts := leaseArrays(p.Leases)
+	ids, tokens := leaseArrays(p.Leases)
 	tag, err := s.pool.Exec(ctx, `
 		UPDATE queue_jobs j
-		SET reserved_by = NULL, reserved_master = NULL, reserved_at = NULL, available_at = now(),
-		    attempts = CASE WHEN $4 THEN j.attempts - 1 ELSE j.attempts END,
-		    last_error = COALESCE(NULLIF($5, ''), j.last_error)
-		FROM unnest($1::bigint[], $2::integer[]) AS d(id, attempt)
-		WHERE j.id = d.id AND j.attempts = d.attempt AND j.reserved_by = $3`,
-		ids, attempts, p.Worker, p.Uncount, p.Error)
+		SET reserved_by = NULL, reserved_master = NULL, reserved_at = NULL, lease = NULL, available_at = now(),
+		    attempts = CASE WHEN $3 THEN j.attempts - 1 ELSE j.attempts END,
+		    last_error = COALESCE(NULLIF($4, ''), j.last_error)
+		FROM unnest($1::bigint[], $2::bigint[]) AS d(id, lease)
+		WHERE j.id = d.id AND j.lease = d.lease`,
+		ids, tokens, p.Uncount, StorableText(p.Error))
 	if err != nil {
 		return 0, fmt.Errorf("release %d jobs: %w", len(p.Leases), err)
 	}
 	return int(tag.RowsAffected()), nil
+}
+
+func leaseArrays(leases []Lease) ([]int64, []int64) {
+	ids, tokens := make([]int64, len(leases)), make([]int64, len(leases))
+	for i, l := range leases {
+		ids[i], tokens[i] = l.ID, l.Token
+	}
+	return ids, tokens
 }
 
 // JobReadyExists reports whether any of queues has a job ready to run now.
@@ -332,7 +394,7 @@ func (s *Store) JobReadyExists(ctx context.Context, queues []string) (bool, erro
 func (s *Store) JobNextAvailable(ctx context.Context, queues []string) (time.Duration, bool, error) {
 	var ms *float64
 	err := s.pool.QueryRow(ctx, `
-		SELECT GREATEST(0, EXTRACT(EPOCH FROM (min(x.available_at) - now())) * 1000)
+		SELECT EXTRACT(EPOCH FROM (min(x.available_at) - now()))::float8 * 1000
 		FROM unnest($1::text[]) AS q(name), LATERAL (
 			SELECT available_at FROM queue_jobs
 			WHERE queue = q.name AND reserved_by IS NULL
@@ -342,7 +404,7 @@ func (s *Store) JobNextAvailable(ctx context.Context, queues []string) (time.Dur
 		return 0, false, fmt.Errorf("find next available job: %w", err)
 	}
 	if ms == nil {
-		return 0, false, nil
+		return 0, false, nil // no job at all (GREATEST would have made that 0)
 	}
-	return time.Duration(*ms * float64(time.Millisecond)), true, nil
+	return time.Duration(max(*ms, 0) * float64(time.Millisecond)), true, nil
 }

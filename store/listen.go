@@ -32,3 +32,32 @@ func (s *Store) Listen(ctx context.Context, onListening func(), onNotify func(qu
 		onNotify(n.Payload)
 	}
 }
+
+// QueueNotify wakes the workers listening for queues. It runs as a
+// transaction of its own with synchronous_commit off: a notification only
+// wakes idle workers early (polling is the fallback), so it need not wait
+// for the WAL flush while it holds PostgreSQL's notify lock.
+func (s *Store) QueueNotify(ctx context.Context, queues []string) error {
+	if len(queues) == 0 {
+		return nil
+	}
+	_, err := s.pool.Exec(ctx, `
+		SELECT set_config('synchronous_commit', 'off', true), pg_notify('`+NotifyChannel+`', q)
+		FROM unnest($1::text[]) AS q`, queues)
+	if err != nil {
+		return fmt.Errorf("notify queues %v: %w", queues, err)
+	}
+	return nil
+}
+
+// QueueNotifyTx queues on tx a notification for queues, delivered when tx
+// commits.
+func QueueNotifyTx(ctx context.Context, tx DBTX, queues []string) error {
+	if len(queues) == 0 {
+		return nil
+	}
+	if _, err := tx.Exec(ctx, `SELECT pg_notify('`+NotifyChannel+`', q) FROM unnest($1::text[]) AS q`, queues); err != nil {
+		return fmt.Errorf("notify queues %v: %w", queues, err)
+	}
+	return nil
+}

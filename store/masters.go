@@ -111,7 +111,7 @@ func (s *Store) releaseLost(ctx context.Context, cond string, defaultTries int, 
 			FROM lost
 		), counted AS (
 			`+counterUpsert+`
-			SELECT queue, count(*), count(*) FROM lost GROUP BY queue ORDER BY queue`+counterConflict+`
+			SELECT queue, `+counterShard+`, count(*), count(*) FROM lost GROUP BY queue ORDER BY queue`+counterConflict+`
 		), failed AS (
 			DELETE FROM queue_jobs j USING lost
 			WHERE j.id = lost.id AND j.attempts >= COALESCE(j.max_tries, $%d)
@@ -125,7 +125,7 @@ func (s *Store) releaseLost(ctx context.Context, cond string, defaultTries int, 
 			RETURNING job_id
 		), released AS (
 			UPDATE queue_jobs j
-			SET reserved_by = NULL, reserved_master = NULL, reserved_at = NULL,
+			SET reserved_by = NULL, reserved_master = NULL, reserved_at = NULL, lease = NULL,
 			    available_at = now(), last_error = $%d
 			FROM lost
 			WHERE j.id = lost.id AND j.attempts < COALESCE(j.max_tries, $%d)

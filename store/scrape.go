@@ -84,7 +84,8 @@ const scrapeSQL = `
 	), reserved AS (
 		SELECT queue, reserved FROM qcounts
 	), counters AS (
-		SELECT queue, processed, failed FROM fleet_counters
+		SELECT queue, sum(processed)::bigint AS processed, sum(failed)::bigint AS failed
+		FROM fleet_counters GROUP BY queue
 	), live AS (
 		SELECT state, supervisors FROM fleet_masters WHERE expires_at > now()
 	)

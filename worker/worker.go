@@ -51,6 +51,19 @@ type Config struct {
 	Queues []string
 	// Concurrency is how many jobs run at once.
 	Concurrency int
+	// MaxUnsaved bounds the finished attempts whose outcome is not written
+	// yet: while that many wait for the database, the worker claims nothing
+	// (backpressure), so it never holds more than Concurrency + MaxUnsaved
+	// jobs whatever the backlog. Default DefaultMaxUnsaved(Concurrency).
+	MaxUnsaved int
+	// Prefetch is how many claimed jobs may wait for a free slot while the
+	// worker's jobs are short (their recent average runtime under
+	// PrefetchBelow): a claim then takes up to Concurrency + Prefetch jobs,
+	// so a low concurrency is not held to one round trip per few jobs. Jobs
+	// that take longer are claimed only for free slots, so that no worker
+	// sits on slow jobs others could run. Default DefaultPrefetch
+	// (Concurrency); negative: never prefetch.
+	Prefetch int
 	// MaxJobs stops the worker after it has started this many jobs (0: never).
 	MaxJobs int
 	// MaxTime stops the worker after it has run this long (0: never).
@@ -135,6 +148,15 @@ func New(st *store.Store, jobs *queue.Registry, cfg Config) (*Worker, error) {
 		return nil, errors.New("worker concurrency and limits must not be negative")
 	}
 	cfg.Concurrency = cmp.Or(cfg.Concurrency, DefaultConcurrency)
+	if cfg.MaxUnsaved <= 0 {
+		cfg.MaxUnsaved = DefaultMaxUnsaved(cfg.Concurrency)
+	}
+	switch {
+	case cfg.Prefetch == 0:
+		cfg.Prefetch = DefaultPrefetch(cfg.Concurrency)
+	case cfg.Prefetch < 0:
+		cfg.Prefetch = 0
+	}
 	cfg.Tries = cmp.Or(cfg.Tries, DefaultTries)
 	cfg.PollInterval = cmp.Or(cfg.PollInterval, DefaultPollInterval)
 	cfg.DefaultTimeout = cmp.Or(cfg.DefaultTimeout, DefaultTimeout)
@@ -159,15 +181,28 @@ func New(st *store.Store, jobs *queue.Registry, cfg Config) (*Worker, error) {
 		st:       st,
 		jobs:     jobs,
 		log:      log,
-		writer:   newWriter(st, cfg.Name, log),
 		wake:     make(chan struct{}, 1),
 		done:     make(chan finished, cfg.Concurrency),
 		stop:     make(chan struct{}),
 	}
+	w.writer = newWriter(st, cfg.Name, cfg.Master, log, w.poke)
 	w.paused.Store(cfg.Paused)
 	w.PauseQueues(cfg.PausedQueues)
 	return w, nil
 }
+
+// DefaultMaxUnsaved is the default bound on unwritten outcomes: twice the
+// concurrency, and at least 100 so that a small worker's batches are still
+// worth a round trip.
+func DefaultMaxUnsaved(concurrency int) int { return max(2*concurrency, 100) }
+
+// PrefetchBelow is the recent average runtime under which a worker
+// prefetches jobs.
+const PrefetchBelow = 5 * time.Millisecond
+
+// DefaultPrefetch is the default prefetch: the concurrency, between 32 and
+// 256.
+func DefaultPrefetch(concurrency int) int { return min(max(concurrency, 32), 256) }
 
 // DefaultName returns host:pid:random, unique per process.
 func DefaultName() string {
@@ -241,15 +276,24 @@ func (w *Worker) Run(ctx context.Context) (Result, error) {
 }
 
 type loopState struct {
-	running  map[int64]*running
-	started  int64 // jobs claimed and started
+	running map[int64]*running
+	// buffer holds claimed jobs waiting for a free slot (prefetch).
+	buffer   []store.ClaimedJob
+	claimed  int64 // jobs claimed
+	started  int64 // jobs started
 	finished int64 // attempts finished
+	// runtime is a moving average of recent runtimes; negative until the
+	// first attempt finishes.
+	runtime  time.Duration
 	stopping bool
 	reason   spawner.ExitReason
 }
 
+// held is how many jobs the worker holds and has not finished.
+func (s *loopState) held() int { return len(s.running) + len(s.buffer) }
+
 func (w *Worker) loop(ctx, jobBase context.Context) (Result, error) {
-	s := &loopState{running: map[int64]*running{}}
+	s := &loopState{running: map[int64]*running{}, runtime: -1}
 	w.report(spawner.Report{Type: spawner.ReportReady, PID: os.Getpid(), Worker: w.cfg.Name,
 		Queues: w.cfg.Queues, Concurrency: w.cfg.Concurrency})
 	w.log.Info("worker started", "queues", w.cfg.Queues, "concurrency", w.cfg.Concurrency)
@@ -267,13 +311,17 @@ func (w *Worker) loop(ctx, jobBase context.Context) (Result, error) {
 		maxTime = t.C
 	}
 	ctxDone, stop := ctx.Done(), w.stop
-	needClaim := true
+	needClaim, probe := true, false
 	for {
+		w.startBuffered(jobBase, s)
 		if s.stopping && len(s.running) == 0 {
 			break
 		}
-		if needClaim && !s.stopping && !w.paused.Load() && len(s.running) < w.cfg.Concurrency {
-			needClaim = w.claim(ctx, jobBase, s, poll)
+		if needClaim && !s.stopping && !w.paused.Load() && s.held() < w.cfg.Concurrency+w.prefetch(s) &&
+			w.writer.Unsaved() < w.cfg.MaxUnsaved {
+			needClaim = w.claim(ctx, jobBase, s, poll, probe)
+			probe = false
+			w.startBuffered(jobBase, s)
 		}
 		if s.stopping && len(s.running) == 0 {
 			break
@@ -300,6 +348,9 @@ func (w *Worker) loop(ctx, jobBase context.Context) (Result, error) {
 			needClaim = true
 		case <-poll.C:
 			poll.Reset(w.cfg.PollInterval)
+			// A poll with no claim pending since the last one is the idle
+			// case: one statement asks whether anything is ready first.
+			probe = !needClaim
 			needClaim = true
 		case <-maxTime:
 			w.beginStop(s, spawner.ExitMaxTime)
@@ -329,16 +380,33 @@ func (w *Worker) beginStop(s *loopState, reason spawner.ExitReason) {
 }
 
 // claim fills free slots from the queues in priority order. It reports
-// whether another claim may find more right away.
-func (w *Worker) claim(ctx, jobBase context.Context, s *loopState, poll *time.Timer) bool {
-	limit := w.cfg.Concurrency - len(s.running)
+// whether another claim may find more right away. With probe (an idle
+// worker's poll) it first asks, in one statement over every queue, whether
+// any job is ready, and claims only if one is: an idle worker costs one
+// statement per poll interval, however many queues it works.
+func (w *Worker) claim(ctx, jobBase context.Context, s *loopState, poll *time.Timer, probe bool) bool {
+	limit := w.cfg.Concurrency + w.prefetch(s) - s.held()
 	if w.cfg.MaxJobs > 0 {
-		limit = min(limit, w.cfg.MaxJobs-int(s.started))
+		limit = min(limit, w.cfg.MaxJobs-int(s.claimed))
 	}
 	// The claim must not be cut off half-way by a stop signal: a claim whose
 	// answer is lost would leave jobs reserved until a master releases them.
 	claimCtx, cancel := context.WithTimeout(jobBase, 30*time.Second)
 	defer cancel()
+	if probe && !w.cfg.StopWhenEmpty {
+		next, ok, err := w.st.JobNextAvailable(claimCtx, w.cfg.Queues)
+		if err != nil {
+			w.log.Warn("looking for ready jobs failed; retrying at the next poll", "err", err)
+			return false
+		}
+		if !ok {
+			return false // nothing at all: wait for a notification or the next poll
+		}
+		if next > 0 {
+			w.schedule(poll, next)
+			return false
+		}
+	}
 	paused := *w.pausedQueues.Load()
 	for _, q := range w.cfg.Queues {
 		if limit <= 0 {
@@ -357,27 +425,80 @@ func (w *Worker) claim(ctx, jobBase context.Context, s *loopState, poll *time.Ti
 			w.release(jobs, "")
 			return false
 		}
-		for _, j := range jobs {
-			w.start(jobBase, s, j)
-		}
+		s.buffer = append(s.buffer, jobs...)
+		s.claimed += int64(len(jobs))
 		limit -= len(jobs)
 	}
-	if w.cfg.MaxJobs > 0 && s.started >= int64(w.cfg.MaxJobs) {
-		w.beginStop(s, spawner.ExitMaxJobs)
-		return false
+	if w.cfg.MaxJobs > 0 && s.claimed >= int64(w.cfg.MaxJobs) {
+		return false // the last of them start from the buffer; then the worker stops
 	}
 	if limit <= 0 {
 		return true // every slot filled: more may be waiting
 	}
 	// The queues ran dry.
-	if w.cfg.StopWhenEmpty && len(s.running) == 0 && w.empty(claimCtx) {
+	if w.cfg.StopWhenEmpty && s.held() == 0 && w.empty(claimCtx) {
 		w.beginStop(s, spawner.ExitEmpty)
 		return false
 	}
-	if next, ok, err := w.st.JobNextAvailable(claimCtx, w.cfg.Queues); err == nil && ok && next < w.cfg.PollInterval {
-		poll.Reset(next + 5*time.Millisecond)
+	if next, ok, err := w.st.JobNextAvailable(claimCtx, w.cfg.Queues); err == nil && ok && next > 0 {
+		w.schedule(poll, next)
 	}
 	return false
+}
+
+// prefetch is how many jobs beyond its concurrency the worker may claim
+// now: Prefetch while recent jobs were short, else none.
+func (w *Worker) prefetch(s *loopState) int {
+	if s.runtime < 0 || s.runtime >= PrefetchBelow {
+		return 0
+	}
+	return w.cfg.Prefetch
+}
+
+// startBuffered starts claimed jobs in free slots, oldest claim first. A
+// stopping or paused worker gives its buffered jobs back instead (their
+// attempt not counted), as it does those of queues paused since the claim.
+func (w *Worker) startBuffered(jobBase context.Context, s *loopState) {
+	if len(s.buffer) == 0 {
+		return
+	}
+	if s.stopping || w.paused.Load() {
+		w.release(s.buffer, "")
+		s.buffer = nil
+		return
+	}
+	if paused := *w.pausedQueues.Load(); len(paused) > 0 {
+		var back []store.ClaimedJob
+		keep := s.buffer[:0]
+		for _, j := range s.buffer {
+			if paused[j.Queue] {
+				back = append(back, j)
+			} else {
+				keep = append(keep, j)
+			}
+		}
+		s.buffer = keep
+		w.release(back, "")
+	}
+	n := min(len(s.buffer), w.cfg.Concurrency-len(s.running))
+	for _, j := range s.buffer[:max(n, 0)] {
+		w.start(jobBase, s, j)
+	}
+	s.buffer = s.buffer[max(n, 0):]
+	if len(s.buffer) == 0 {
+		s.buffer = nil
+	}
+	if w.cfg.MaxJobs > 0 && s.started >= int64(w.cfg.MaxJobs) {
+		w.beginStop(s, spawner.ExitMaxJobs)
+	}
+}
+
+// schedule makes the next poll come when a delayed job becomes available,
+// if that is sooner than the poll interval.
+func (w *Worker) schedule(poll *time.Timer, next time.Duration) {
+	if next < w.cfg.PollInterval {
+		poll.Reset(next + 5*time.Millisecond)
+	}
 }
 
 // empty reports, once every outcome is written (a written retry may be
@@ -434,44 +555,52 @@ func (w *Worker) finish(s *loopState, f finished) {
 	r.cancel()
 	delete(s.running, f.job.ID)
 	s.finished++
-	lease := store.Lease{ID: f.job.ID, Attempt: f.job.Attempt}
+	if took := f.ended.Sub(r.started); s.runtime < 0 {
+		s.runtime = took
+	} else {
+		s.runtime = (s.runtime*7 + took) / 8
+	}
 	if f.err == nil {
-		w.writer.add(outcome{completed: &lease, history: w.historyRow(f.job, r.started, f.ended, "completed", "")})
+		w.writer.add(w.outcome(f.job, r.started, f.ended, store.OutcomeCompleted, "completed", ""))
 		return
 	}
-	msg, status := f.err.Error(), "failed"
+	// The error text is made storable here, where it is produced: a handler's
+	// error may hold NUL bytes or invalid UTF-8, which a text column refuses.
+	msg, status := store.StorableText(f.err.Error()), "failed"
 	if f.expired {
 		msg, status = fmt.Sprintf("timed out after %s: %s", f.timeout, msg), "timed_out"
 	}
-	w.recordFailure(f.job, msg, w.historyRow(f.job, r.started, f.ended, status, msg))
+	w.recordFailure(f.job, r.started, f.ended, status, msg)
 }
 
-// historyRow is the fleet_jobs row of one attempt, timed by the real clock.
-func (w *Worker) historyRow(j store.ClaimedJob, started, ended time.Time, status, msg string) store.JobHistoryRow {
-	return store.JobHistoryRow{
-		JobID: j.ID, Queue: j.Queue, Name: j.Name, Attempt: j.Attempt, Status: status,
-		ReservedAt: j.ReservedAt, StartedAt: started, FinishedAt: ended,
+// outcome is the outcome of one attempt with its history, timed by the
+// real clock.
+func (w *Worker) outcome(j store.ClaimedJob, started, ended time.Time, kind store.OutcomeKind, status, msg string) store.JobOutcome {
+	return store.JobOutcome{
+		Lease: j.Lease(), Kind: kind, Status: status, Error: msg, MaxTries: j.MaxTries,
+		Queue: j.Queue, Name: j.Name, Attempt: j.Attempt, ReservedAt: j.ReservedAt,
+		StartedAt: started, FinishedAt: ended,
 		RuntimeMs: float64(ended.Sub(started).Microseconds()) / 1000,
-		Error:     msg, Master: w.cfg.Master, Worker: w.cfg.Name,
 	}
 }
 
 // recordFailure writes a failed attempt: retried after its backoff while
 // tries remain, moved to failed jobs otherwise. Logs carry the error with
 // secrets redacted; the payload is never logged.
-func (w *Worker) recordFailure(j store.ClaimedJob, msg string, history store.JobHistoryRow) {
-	lease := store.Lease{ID: j.ID, Attempt: j.Attempt}
+func (w *Worker) recordFailure(j store.ClaimedJob, started, ended time.Time, status, msg string) {
 	shown := w.redactor.Text(msg)
 	if j.Attempt >= j.MaxTries {
 		w.log.Warn("job failed for good", "job_id", j.ID, "job", j.Name, "queue", j.Queue,
 			"attempt", j.Attempt, "tries", j.MaxTries, "err", shown)
-		w.writer.add(outcome{failed: &store.JobFail{Lease: lease, Error: msg, MaxTries: j.MaxTries}, history: history})
+		w.writer.add(w.outcome(j, started, ended, store.OutcomeFailed, status, msg))
 		return
 	}
 	delay := queue.RetryDelay(j.BackoffSecs, j.Attempt)
 	w.log.Info("job attempt failed; will retry", "job_id", j.ID, "job", j.Name, "queue", j.Queue,
 		"attempt", j.Attempt, "tries", j.MaxTries, "retry_in", delay, "err", shown)
-	w.writer.add(outcome{retried: &store.JobRetry{Lease: lease, Delay: delay, Error: msg}, history: history})
+	o := w.outcome(j, started, ended, store.OutcomeRetried, status, msg)
+	o.Delay = delay
+	w.writer.add(o)
 }
 
 // overdue returns a job that outlived its timeout plus the grace period.
@@ -493,7 +622,7 @@ func (w *Worker) abandon(s *loopState, r *running) (Result, error) {
 	delete(s.running, r.job.ID)
 	s.finished++
 	msg := fmt.Sprintf("timed out after %s and did not stop within %s", r.deadline.Sub(r.started), w.cfg.TimeoutGrace)
-	w.recordFailure(r.job, msg, w.historyRow(r.job, r.started, time.Now(), "timed_out", msg))
+	w.recordFailure(r.job, r.started, time.Now(), "timed_out", msg)
 	others := make([]store.ClaimedJob, 0, len(s.running))
 	for _, o := range s.running {
 		o.cancel()
@@ -501,6 +630,8 @@ func (w *Worker) abandon(s *loopState, r *running) (Result, error) {
 	}
 	clear(s.running)
 	w.release(others, "released: its worker exited after another job timed out")
+	w.release(s.buffer, "")
+	s.buffer = nil
 	s.reason = spawner.ExitTimeout
 	return w.exit(s, ErrJobTimedOut)
 }
@@ -511,11 +642,11 @@ func (w *Worker) release(jobs []store.ClaimedJob, reason string) {
 	}
 	leases := make([]store.Lease, len(jobs))
 	for i, j := range jobs {
-		leases[i] = store.Lease{ID: j.ID, Attempt: j.Attempt}
+		leases[i] = j.Lease()
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), DrainTimeout)
 	defer cancel()
-	n, err := w.st.JobRelease(ctx, store.JobReleaseParams{Worker: w.cfg.Name, Leases: leases, Uncount: true, Error: reason})
+	n, err := w.st.JobRelease(ctx, store.JobReleaseParams{Leases: leases, Uncount: true, Error: reason})
 	if err != nil {
 		w.log.Error("release jobs failed: they stay reserved until a master releases them", "jobs", len(jobs), "err", err)
 		return

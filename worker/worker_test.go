@@ -397,22 +397,41 @@ func TestStaleLeaseChangesNothing(t *testing.T) {
 	if err != nil || len(second) != 1 || second[0].Attempt != 2 {
 		t.Fatalf("claim b: %v %v", second, err)
 	}
-	stale := store.Lease{ID: ids[0], Attempt: first[0].Attempt}
-	res, err := b.st.JobFinishMany(ctx, store.JobFinishParams{Worker: "a", Completed: []store.Lease{stale}})
+	done := func(j store.ClaimedJob) store.JobOutcome {
+		now := time.Now()
+		return store.JobOutcome{Lease: j.Lease(), Kind: store.OutcomeCompleted, Status: "completed",
+			Queue: j.Queue, Name: j.Name, Attempt: j.Attempt, ReservedAt: j.ReservedAt, StartedAt: now, FinishedAt: now}
+	}
+	res, err := b.st.JobFinishMany(ctx, store.JobFinishParams{Worker: "a", Outcomes: []store.JobOutcome{done(first[0])}})
 	if err != nil || res.Written != 0 || len(res.Lost) != 1 {
 		t.Fatalf("stale completion = %+v, %v; want lost", res, err)
 	}
 	if n := b.count(t, `SELECT count(*) FROM queue_jobs WHERE reserved_by = 'b'`); n != 1 {
 		t.Fatal("stale completion removed the job")
 	}
-	fresh := store.Lease{ID: ids[0], Attempt: second[0].Attempt}
-	res, err = b.st.JobFinishMany(ctx, store.JobFinishParams{Worker: "b", Completed: []store.Lease{fresh}})
+	// A lost lease is recorded nowhere: no history row, no counter.
+	if n := b.count(t, `SELECT count(*) FROM fleet_jobs`); n != 0 {
+		t.Fatalf("stale completion wrote %d history rows, want 0", n)
+	}
+	if n := b.count(t, `SELECT COALESCE(sum(processed), 0) FROM fleet_counters`); n != 0 {
+		t.Fatalf("stale completion counted %d processed, want 0", n)
+	}
+	res, err = b.st.JobFinishMany(ctx, store.JobFinishParams{Worker: "b", Outcomes: []store.JobOutcome{done(second[0])}})
 	if err != nil || res.Written != 1 {
 		t.Fatalf("completion = %+v, %v", res, err)
 	}
-	res, err = b.st.JobFinishMany(ctx, store.JobFinishParams{Worker: "b", Completed: []store.Lease{fresh}})
+	if n := b.count(t, `SELECT count(*) FROM fleet_jobs WHERE job_id = $1 AND attempt = 2 AND status = 'completed'`, ids[0]); n != 1 {
+		t.Fatalf("completion wrote %d history rows, want 1", n)
+	}
+	res, err = b.st.JobFinishMany(ctx, store.JobFinishParams{Worker: "b", Outcomes: []store.JobOutcome{done(second[0])}})
 	if err != nil || res.Written != 0 || len(res.Lost) != 1 {
 		t.Fatalf("second completion of the same lease = %+v, %v; want lost", res, err)
+	}
+	if n := b.count(t, `SELECT count(*) FROM fleet_jobs`); n != 1 {
+		t.Fatalf("history rows = %d after writing the same outcome twice, want 1", n)
+	}
+	if n := b.count(t, `SELECT sum(processed) FROM fleet_counters`); n != 1 {
+		t.Fatalf("processed = %d after writing the same outcome twice, want 1", n)
 	}
 }
 
@@ -452,7 +471,7 @@ func TestWorkerRecordsHistoryAndCounts(t *testing.T) {
 	if n := b.count(t, `SELECT sum(processed)::int FROM fleet_counters`); n != 4 {
 		t.Errorf("processed counter = %d, want 4", n)
 	}
-	if n := b.count(t, `SELECT failed FROM fleet_counters WHERE queue = 'default'`); n != 2 {
+	if n := b.count(t, `SELECT sum(failed)::int FROM fleet_counters WHERE queue = 'default'`); n != 2 {
 		t.Errorf("failed counter = %d, want 2", n)
 	}
 	// queue_counts follows every insert, claim, retry and completion.

@@ -2,59 +2,87 @@ package worker
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"sync"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/fleet-go/fleet/store"
 )
 
-// writer batches finished attempts and writes them in one round trip per
-// batch. While a batch is being written the next one accumulates, so under
-// load batches grow and the hot path never waits for a write per job.
+// Limits of the outcome writer.
+const (
+	// writeBatch is the most outcomes written in one statement.
+	writeBatch = 1000
+	// writeTimeout bounds one write.
+	writeTimeout = 10 * time.Second
+	// writeTries is how many times a batch the database rejects is tried
+	// before it is split in two.
+	writeTries = 3
+)
+
+// writer is the worker's outcome writer: a service with one loop that
+// writes finished attempts in batches of at most writeBatch, one statement
+// per batch, while the next batch accumulates; under load batches grow and
+// the hot path never waits for a write per job.
+//
+// A write has a timeout. A batch that fails because the database cannot be
+// reached (connection errors, timeouts, shutdowns, serialization failures)
+// is retried with jittered backoff for as long as it takes: nothing else
+// could be written either, and the worker stops claiming meanwhile
+// (backpressure). A batch the database rejects is retried writeTries times,
+// then split in halves until the outcome at fault is alone; that one is
+// written with its error replaced by a plain note, or else its job is
+// released. It never blocks the others. Retrying is safe: the finish
+// statement matches each job's lease token, so an outcome already written
+// by a try whose answer was lost changes nothing the second time.
 type writer struct {
-	st     *store.Store
-	worker string
-	log    *slog.Logger
+	st        *store.Store
+	worker    string
+	master    string
+	log       *slog.Logger
+	onWritten func() // called after every written batch
 
 	mu      sync.Mutex
-	pending store.JobFinishParams
-	unsaved int           // attempts added but not yet written (pending + in flight)
+	pending []store.JobOutcome
+	unsaved int           // outcomes added but not yet written (pending + in flight)
 	changed chan struct{} // closed and replaced whenever unsaved drops
 	kick    chan struct{}
+	// sleep waits between tries; tests shorten it.
+	sleep func(ctx context.Context, d time.Duration) bool
 }
 
-func newWriter(st *store.Store, worker string, log *slog.Logger) *writer {
+func newWriter(st *store.Store, worker, master string, log *slog.Logger, onWritten func()) *writer {
 	return &writer{
-		st:      st,
-		worker:  worker,
-		log:     log,
-		pending: store.JobFinishParams{Worker: worker},
-		changed: make(chan struct{}),
-		kick:    make(chan struct{}, 1),
+		st:        st,
+		worker:    worker,
+		master:    master,
+		log:       log,
+		onWritten: onWritten,
+		changed:   make(chan struct{}),
+		kick:      make(chan struct{}, 1),
+		sleep:     sleepCtx,
 	}
 }
 
-// outcome is one finished attempt as the writer records it: what happens
-// to the job, and the attempt's history row.
-type outcome struct {
-	completed *store.Lease
-	retried   *store.JobRetry
-	failed    *store.JobFail
-	history   store.JobHistoryRow
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
 }
 
-func (w *writer) add(o outcome) {
+func (w *writer) add(o store.JobOutcome) {
 	w.mu.Lock()
-	switch {
-	case o.completed != nil:
-		w.pending.Completed = append(w.pending.Completed, *o.completed)
-	case o.retried != nil:
-		w.pending.Retried = append(w.pending.Retried, *o.retried)
-	case o.failed != nil:
-		w.pending.Failed = append(w.pending.Failed, *o.failed)
-	}
-	w.pending.History = append(w.pending.History, o.history)
+	w.pending = append(w.pending, o)
 	w.unsaved++
 	w.mu.Unlock()
 	select {
@@ -70,9 +98,9 @@ func (w *writer) Unsaved() int {
 	return w.unsaved
 }
 
-// run writes batches until ctx ends. A failed write is retried with backoff
-// and its attempts are kept: they are only lost if the process dies, and then
-// the jobs are still reserved and get released, never dropped.
+// run writes batches until ctx ends. Outcomes not written by then are only
+// lost with the process; their jobs are still reserved and get released by
+// a master, never dropped.
 func (w *writer) run(ctx context.Context) {
 	for {
 		select {
@@ -85,42 +113,141 @@ func (w *writer) run(ctx context.Context) {
 }
 
 func (w *writer) writeAll(ctx context.Context) {
-	backoff := 50 * time.Millisecond
-	for {
+	for ctx.Err() == nil {
 		w.mu.Lock()
-		batch := w.pending
-		w.pending = store.JobFinishParams{Worker: w.worker}
+		n := min(len(w.pending), writeBatch)
+		batch := w.pending[:n:n]
+		w.pending = w.pending[n:]
+		if len(w.pending) == 0 {
+			w.pending = nil
+		}
 		w.mu.Unlock()
-		n := len(batch.Completed) + len(batch.Retried) + len(batch.Failed)
 		if n == 0 {
 			return
 		}
-		for {
-			res, err := w.st.JobFinishMany(ctx, batch)
-			if err == nil {
-				for _, l := range res.Lost {
-					w.log.Warn("lost the lease of a job: it was released and may have been claimed again; this attempt's result is not recorded",
-						"job_id", l.ID, "attempt", l.Attempt)
-				}
-				break
-			}
-			if ctx.Err() != nil {
-				return
-			}
-			w.log.Warn("write finished jobs failed; retrying", "jobs", n, "err", err, "retry_in", backoff)
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(backoff):
-			}
-			backoff = min(backoff*2, 5*time.Second)
+		if !w.write(ctx, batch) {
+			// Stopped: put the batch back so that Unsaved stays true.
+			w.mu.Lock()
+			w.pending = append(batch, w.pending...)
+			w.mu.Unlock()
+			return
 		}
 		w.mu.Lock()
 		w.unsaved -= n
 		close(w.changed)
 		w.changed = make(chan struct{})
 		w.mu.Unlock()
+		if w.onWritten != nil {
+			w.onWritten()
+		}
 	}
+}
+
+// write writes batch, splitting it when the database rejects it, and
+// reports false only when ctx ended first.
+func (w *writer) write(ctx context.Context, batch []store.JobOutcome) bool {
+	backoff := 50 * time.Millisecond
+	rejected := 0
+	for {
+		err := w.finish(ctx, batch)
+		if err == nil {
+			return true
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		if rejectedByDatabase(err) {
+			rejected++
+			if rejected >= writeTries {
+				return w.isolate(ctx, batch, err)
+			}
+		}
+		w.log.Warn("write finished jobs failed; retrying", "jobs", len(batch), "err", err, "retry_in", backoff)
+		// Full jitter keeps many workers that lost the database together
+		// from coming back in step.
+		if !w.sleep(ctx, backoff/2+rand.N(backoff/2+1)) {
+			return false
+		}
+		backoff = min(backoff*2, 5*time.Second)
+	}
+}
+
+// isolate splits a rejected batch until the outcome at fault is alone.
+func (w *writer) isolate(ctx context.Context, batch []store.JobOutcome, err error) bool {
+	if len(batch) > 1 {
+		half := len(batch) / 2
+		return w.write(ctx, batch[:half]) && w.write(ctx, batch[half:])
+	}
+	o := batch[0]
+	w.log.Error("the database rejects a finished job's outcome; recording it without its error text",
+		"job_id", o.ID, "job", o.Name, "attempt", o.Attempt, "err", err)
+	plain := o
+	if plain.Error != "" {
+		plain.Error = fmt.Sprintf("the error text of this attempt could not be stored: %v", sqlState(err))
+	}
+	if err2 := w.finish(ctx, []store.JobOutcome{plain}); err2 == nil {
+		return true
+	} else if ctx.Err() != nil {
+		return false
+	} else {
+		err = err2
+	}
+	// Still rejected: give the job back rather than hold it forever.
+	rctx, cancel := context.WithTimeout(ctx, writeTimeout)
+	defer cancel()
+	_, rerr := w.st.JobRelease(rctx, store.JobReleaseParams{Leases: []store.Lease{o.Lease},
+		Error: "released: the outcome of its attempt could not be written"})
+	w.log.Error("released a job whose outcome could not be written", "job_id", o.ID, "job", o.Name,
+		"err", err, "release_err", rerr)
+	return ctx.Err() == nil
+}
+
+// finish runs one write with its timeout and logs lost leases.
+func (w *writer) finish(ctx context.Context, batch []store.JobOutcome) error {
+	wctx, cancel := context.WithTimeout(ctx, writeTimeout)
+	defer cancel()
+	res, err := w.st.JobFinishMany(wctx, store.JobFinishParams{Worker: w.worker, Master: w.master, Outcomes: batch})
+	if err != nil {
+		return err
+	}
+	if len(res.Lost) > 0 {
+		ids := make([]int64, 0, min(len(res.Lost), 10))
+		for _, l := range res.Lost[:cap(ids)] {
+			ids = append(ids, l.ID)
+		}
+		w.log.Warn("lost the lease of jobs: they were released and may have been claimed again; these attempts are not recorded",
+			"jobs", len(res.Lost), "job_ids", ids)
+	}
+	return nil
+}
+
+// rejectedByDatabase reports whether err is the server refusing the
+// statement itself (bad data, a constraint), as opposed to the database
+// being unreachable, shutting down, overloaded or timing out, where trying
+// the same statement again later is the answer.
+func rejectedByDatabase(err error) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || len(pgErr.Code) < 2 {
+		return false
+	}
+	switch pgErr.Code[:2] {
+	case "08", // connection exception
+		"40", // transaction rollback: serialization failure, deadlock
+		"53", // insufficient resources
+		"55", // object not in prerequisite state: lock not available
+		"57", // operator intervention: shutdown, query cancelled
+		"58": // system error
+		return false
+	}
+	return true
+}
+
+func sqlState(err error) string {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return "SQLSTATE " + pgErr.Code
+	}
+	return "unknown error"
 }
 
 // drain waits until every attempt added so far is written or ctx ends.
