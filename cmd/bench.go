@@ -166,7 +166,7 @@ func (b *bench) rate(jobs int64, d time.Duration) benchRate {
 func (b *bench) addRate(scenario, measure string, r benchRate, note string) {
 	vs := "-"
 	if b.ref > 0 {
-		vs = fmt.Sprintf("%.2f×", r.VsBound)
+		vs = fmt.Sprintf("%.3f×", r.VsBound)
 	}
 	b.rows = append(b.rows, benchRow{scenario, measure, fmt.Sprintf("%.0f jobs/s", r.JobsPerSec), vs, note})
 }

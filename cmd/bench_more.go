@@ -473,7 +473,7 @@ func (b *bench) scale(ctx context.Context) error {
 			i++
 			s := fmt.Sprintf("%.0f/s", cell.Rate.JobsPerSec)
 			if b.ref > 0 {
-				s += fmt.Sprintf(" (%.2f×)", cell.Rate.VsBound)
+				s += fmt.Sprintf(" (%.3f×)", cell.Rate.VsBound)
 			}
 			line = append(line, s)
 		}
