@@ -232,7 +232,7 @@ func (r *runner) bench(c *cobra.Command, f benchFlags) error {
 	}
 	if runErr != nil {
 		if ctx.Err() != nil {
-			return fmt.Errorf("bench interrupted (its jobs are cleaned up): %w", runErr)
+			return fmt.Errorf("bench interrupted; its jobs are cleaned up: %w", ctx.Err())
 		}
 		return runErr
 	}
