@@ -60,6 +60,8 @@ func ExecuteContext(ctx context.Context, app App) int {
 	if app.Jobs == nil {
 		app.Jobs = queue.NewRegistry()
 	}
+	// Every app can run the bench's jobs, in its fleet:work children too.
+	registerBenchJobs(app.Jobs)
 	if app.Version == "" {
 		app.Version = "dev"
 	}
@@ -133,6 +135,7 @@ func (r *runner) rootCommand() *cobra.Command {
 		r.forgetCommand(),
 		r.jobsCommand(),
 		r.metricsCommand(),
+		r.benchCommand(),
 	)
 	return root
 }

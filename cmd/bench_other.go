@@ -1,0 +1,8 @@
+//go:build !linux
+
+package cmd
+
+import "syscall"
+
+// benchSysProcAttr is nil off Linux: there is no parent-death signal.
+func benchSysProcAttr() *syscall.SysProcAttr { return nil }

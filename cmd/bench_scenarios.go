@@ -1,0 +1,526 @@
+package cmd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fleet-go/fleet/master"
+	"github.com/fleet-go/fleet/queue"
+	"github.com/fleet-go/fleet/spawner"
+	"github.com/fleet-go/fleet/supervisor"
+)
+
+// Sizes of the in-process fleet the drain, latency and backlog scenarios
+// run.
+const (
+	benchDrainProcesses  = 2
+	benchDrainConc       = 64
+	benchLatencyConc     = 16
+	benchBoundConns      = 4
+	benchInsertChunk     = 50000
+	benchStallAfter      = 60 * time.Second
+	benchLatencyPoll     = time.Millisecond
+	benchDispatchWindow  = 5 * time.Second
+	benchDispatchLarge   = 50000
+	benchDispatchWorkers = 16
+)
+
+// insert bulk-inserts n bench jobs on queue in chunks, with progress.
+func (b *bench) insert(ctx context.Context, queue string, n int) error {
+	var done atomic.Int64
+	stop := b.progress(ctx, "inserting into "+queue, int64(n), func(context.Context) (int64, error) { return done.Load(), nil })
+	defer stop()
+	for done.Load() < int64(n) {
+		k := min(benchInsertChunk, n-int(done.Load()))
+		if err := b.st.BenchInsert(ctx, queue, benchJob, k); err != nil {
+			return err
+		}
+		done.Add(int64(k))
+	}
+	return nil
+}
+
+// ---- bound
+
+type boundResult struct {
+	Connections int       `json:"connections"`
+	Batch100    benchRate `json:"batch_100"`
+	Batch1000   benchRate `json:"batch_1000"`
+	Insert      benchRate `json:"insert_copy"`
+	Reference   float64   `json:"reference_jobs_per_sec"`
+	Statement   string    `json:"statement"`
+}
+
+func (b *bench) bound(ctx context.Context) error {
+	res := &boundResult{Connections: benchBoundConns,
+		Statement: "BEGIN; SELECT id ... FOR UPDATE SKIP LOCKED LIMIT batch; DELETE ... WHERE id = ANY(ids); COMMIT"}
+	for _, batch := range []int{100, 1000} {
+		q := fmt.Sprintf("%sbound-%d", benchPrefix, batch)
+		start := time.Now()
+		if err := b.insert(ctx, q, b.f.jobs); err != nil {
+			return err
+		}
+		ins := b.rate(int64(b.f.jobs), time.Since(start))
+		if batch == 1000 {
+			res.Insert = ins
+		}
+		var deleted atomic.Int64
+		stop := b.progress(ctx, fmt.Sprintf("bound batch %d", batch), int64(b.f.jobs),
+			func(context.Context) (int64, error) { return deleted.Load(), nil })
+		start = time.Now()
+		err := runGroup(ctx, benchBoundConns, func(ctx context.Context, _ int) error {
+			for {
+				n, err := b.st.BenchClaimDelete(ctx, q, batch)
+				if err != nil {
+					return err
+				}
+				if n == 0 {
+					return nil
+				}
+				deleted.Add(int64(n))
+			}
+		})
+		elapsed := time.Since(start)
+		stop()
+		if err != nil {
+			return err
+		}
+		if batch == 100 {
+			res.Batch100 = b.rate(deleted.Load(), elapsed)
+		} else {
+			b.ref = float64(deleted.Load()) / elapsed.Seconds()
+			res.Batch1000 = b.rate(deleted.Load(), elapsed)
+			res.Batch100.VsBound = round(res.Batch100.JobsPerSec/b.ref, 3)
+			res.Insert.VsBound = round(res.Insert.JobsPerSec/b.ref, 3)
+		}
+	}
+	res.Reference = round(b.ref, 1)
+	b.rep.Bound = res
+	note := fmt.Sprintf("%d jobs, %d connections", b.f.jobs, benchBoundConns)
+	b.addRate("bound", "claim+delete, batch 100", res.Batch100, note)
+	b.addRate("bound", "claim+delete, batch 1000 (reference)", res.Batch1000, note)
+	b.addRate("bound", "COPY insert (1 connection)", res.Insert, "how fast the bench fills queues")
+	return nil
+}
+
+// runGroup runs n copies of fn and returns the first error; the first
+// error cancels the others.
+func runGroup(ctx context.Context, n int, fn func(ctx context.Context, i int) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i := range n {
+		wg.Go(func() {
+			if errs[i] = fn(ctx, i); errs[i] != nil {
+				cancel()
+			}
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil && !errors.Is(err, context.Canceled) {
+			return err
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// ---- the in-process fleet
+
+// benchFleet is a real master, built as "app fleet" builds it, running
+// fleet:work children of this executable on one bench queue.
+type benchFleet struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+	sum    master.Summary
+	err    error
+	once   sync.Once
+}
+
+func (b *bench) startFleet(ctx context.Context, queueName string, processes, concurrency int) (*benchFleet, error) {
+	sups, err := supervisor.Resolve(supervisor.Options{
+		Supervisors: map[string]supervisor.SupervisorOptions{
+			"bench": {Queues: []string{queueName}, Balance: string(supervisor.BalanceOff),
+				MaxProcesses: &processes, Concurrency: &concurrency},
+		},
+		DefaultConcurrency: b.cfg.Queue.Workers,
+	})
+	if err != nil {
+		return nil, err
+	}
+	sp, err := spawner.NewProcessSpawner(spawner.ProcessOptions{Dir: b.r.app.Dir, Output: b.stderr, Logger: b.log})
+	if err != nil {
+		return nil, err
+	}
+	env, err := b.childEnv()
+	if err != nil {
+		return nil, err
+	}
+	for _, kv := range env[len(b.r.app.Environ):] {
+		k, v, _ := cutEnv(kv)
+		sp.Env(k, v)
+	}
+	m, _, err := b.r.newMaster(b.cfg, sups, b.st, sp)
+	if err != nil {
+		return nil, err
+	}
+	mctx, cancel := context.WithCancel(ctx)
+	f := &benchFleet{cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(f.done)
+		f.sum, f.err = m.Run(mctx)
+	}()
+	return f, nil
+}
+
+func cutEnv(kv string) (string, string, bool) {
+	for i := range len(kv) {
+		if kv[i] == '=' {
+			return kv[:i], kv[i+1:], true
+		}
+	}
+	return kv, "", false
+}
+
+// stop stops the master (it stops its children gracefully) and waits for
+// it; calling it again returns the same.
+func (f *benchFleet) stop() (master.Summary, error) {
+	f.once.Do(func() {
+		f.cancel()
+		<-f.done
+		if errors.Is(f.err, context.Canceled) {
+			f.err = nil
+		}
+	})
+	return f.sum, f.err
+}
+
+// failedIfStopped returns the master's error when it stopped by itself.
+func (f *benchFleet) failedIfStopped() error {
+	select {
+	case <-f.done:
+		if f.err != nil {
+			return fmt.Errorf("the bench's master stopped: %w", f.err)
+		}
+		return errors.New("the bench's master stopped")
+	default:
+		return nil
+	}
+}
+
+// waitEmpty polls queue every interval until it holds no job, failing when
+// nothing moved for benchStallAfter or stopped reports an error. It returns when it
+// saw the queue empty.
+func (b *bench) waitEmpty(ctx context.Context, stopped func() error, queueName string, interval time.Duration) (time.Time, error) {
+	last, lastMove := int64(-1), time.Now()
+	for {
+		n, err := b.st.BenchQueueSize(ctx, queueName)
+		if err != nil {
+			return time.Time{}, err
+		}
+		now := time.Now()
+		if n == 0 {
+			return now, nil
+		}
+		if n != last {
+			last, lastMove = n, now
+		} else if now.Sub(lastMove) > benchStallAfter {
+			return time.Time{}, fmt.Errorf("%s: %d jobs left and none finished for %s (is %s registered? see the children's logs)",
+				queueName, n, benchStallAfter, benchJob)
+		}
+		if err := stopped(); err != nil {
+			return time.Time{}, err
+		}
+		if err := sleepCtx(ctx, interval); err != nil {
+			return time.Time{}, err
+		}
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// ---- drain
+
+type drainResult struct {
+	Supervisor string    `json:"supervisor"`
+	Processes  int       `json:"processes"`
+	Conc       int       `json:"concurrency"`
+	Rate       benchRate `json:"rate"`
+	Failed     int64     `json:"failed"`
+	Attempts   int64     `json:"attempts"`
+	Started    int       `json:"workers_started"`
+	Crashed    int       `json:"workers_crashed"`
+}
+
+func (b *bench) drain(ctx context.Context) error {
+	q := benchPrefix + "drain"
+	n := b.f.jobs
+	if err := b.insert(ctx, q, n); err != nil {
+		return err
+	}
+	b.progressf("drain: master with supervisor bench (balance off, %d processes × concurrency %d) on %s", benchDrainProcesses, benchDrainConc, q)
+	since := time.Now()
+	f, err := b.startFleet(ctx, q, benchDrainProcesses, benchDrainConc)
+	if err != nil {
+		return err
+	}
+	defer func() { _, _ = f.stop() }()
+	stop := b.progress(ctx, "drain", int64(n), b.doneOf(q, int64(n)))
+	emptyAt, err := b.waitEmpty(ctx, f.failedIfStopped, q, 20*time.Millisecond)
+	stop()
+	if err != nil {
+		return err
+	}
+	sum, err := f.stop()
+	if err != nil {
+		return err
+	}
+	first, ok, err := b.st.BenchFirstReserved(ctx, q, since)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return fmt.Errorf("%s drained but no attempt is in fleet_jobs", q)
+	}
+	failed, err := b.st.BenchFailedCount(ctx, q)
+	if err != nil {
+		return err
+	}
+	res := &drainResult{Supervisor: "bench", Processes: benchDrainProcesses, Conc: benchDrainConc,
+		Rate: b.rate(int64(n), emptyAt.Sub(first)), Failed: failed, Attempts: sum.Jobs, Started: sum.Started, Crashed: sum.Crashed}
+	b.rep.Drain = res
+	b.addRate("drain", fmt.Sprintf("%d no-op jobs, first claim to queue empty", n), res.Rate,
+		fmt.Sprintf("master + %d fleet:work × concurrency %d, history recorded", benchDrainProcesses, benchDrainConc))
+	if failed > 0 {
+		return fmt.Errorf("%d jobs failed during the drain (see queue_failed_jobs)", failed)
+	}
+	return nil
+}
+
+// doneOf reads how many of total jobs have left queue.
+func (b *bench) doneOf(queueName string, total int64) func(context.Context) (int64, error) {
+	return func(ctx context.Context) (int64, error) {
+		n, err := b.st.BenchQueueSize(ctx, queueName)
+		return total - n, err
+	}
+}
+
+// ---- latency
+
+type latencyResult struct {
+	Samples          int          `json:"samples"`
+	Concurrency      int          `json:"concurrency"`
+	DispatchToStart  latencyStats `json:"dispatch_to_start_ms"`
+	DispatchToOutcom latencyStats `json:"dispatch_to_outcome_ms"`
+	PollMs           float64      `json:"outcome_poll_ms"`
+}
+
+type latencyStats struct {
+	P50 float64 `json:"p50"`
+	P95 float64 `json:"p95"`
+	P99 float64 `json:"p99"`
+	Max float64 `json:"max"`
+}
+
+func statsOf(ds []time.Duration) latencyStats {
+	if len(ds) == 0 {
+		return latencyStats{}
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	at := func(p float64) float64 {
+		i := int(p*float64(len(s))+0.5) - 1
+		i = max(0, min(i, len(s)-1))
+		return round(float64(s[i].Microseconds())/1000, 2)
+	}
+	return latencyStats{P50: at(0.50), P95: at(0.95), P99: at(0.99), Max: round(float64(s[len(s)-1].Microseconds())/1000, 2)}
+}
+
+func (l latencyStats) String() string {
+	return fmt.Sprintf("p50 %.1f  p95 %.1f  p99 %.1f  max %.1f ms", l.P50, l.P95, l.P99, l.Max)
+}
+
+func (b *bench) latency(ctx context.Context) error {
+	q := benchPrefix + "latency"
+	f, err := b.startFleet(ctx, q, 1, benchLatencyConc)
+	if err != nil {
+		return err
+	}
+	defer func() { _, _ = f.stop() }()
+	b.progressf("latency: master + 1 fleet:work × concurrency %d on %s, %d samples one at a time", benchLatencyConc, q, b.f.samples)
+	// The first job waits for the child to start; it is no sample.
+	if _, _, err := b.timeOne(ctx, f, q); err != nil {
+		return err
+	}
+	var starts, outcomes []time.Duration
+	var count atomic.Int64
+	stop := b.progress(ctx, "latency", int64(b.f.samples), func(context.Context) (int64, error) { return count.Load(), nil })
+	defer stop()
+	for range b.f.samples {
+		// Let the worker go idle (waiting for a notification) first.
+		if err := sleepCtx(ctx, 20*time.Millisecond); err != nil {
+			return err
+		}
+		s, o, err := b.timeOne(ctx, f, q)
+		if err != nil {
+			return err
+		}
+		starts, outcomes = append(starts, s), append(outcomes, o)
+		count.Add(1)
+	}
+	stop()
+	res := &latencyResult{Samples: len(starts), Concurrency: benchLatencyConc,
+		DispatchToStart: statsOf(starts), DispatchToOutcom: statsOf(outcomes), PollMs: float64(benchLatencyPoll.Microseconds()) / 1000}
+	b.rep.Latency = res
+	note := fmt.Sprintf("%d samples, idle fleet (1 × concurrency %d)", res.Samples, benchLatencyConc)
+	b.addRow("latency", "dispatch → handler start", res.DispatchToStart.String(), note+"; start = fleet_jobs.started_at")
+	b.addRow("latency", "dispatch → outcome written", res.DispatchToOutcom.String(), fmt.Sprintf("job gone from queue_jobs, polled every %s", benchLatencyPoll))
+	return nil
+}
+
+// timeOne dispatches one job and waits until it is gone: it returns the
+// times from just before Dispatch to the handler's start (the worker's
+// clock, recorded in fleet_jobs) and to the moment the bench saw the job
+// gone from queue_jobs. One host, one wall clock.
+func (b *bench) timeOne(ctx context.Context, f *benchFleet, q string) (time.Duration, time.Duration, error) {
+	t0 := time.Now()
+	id, err := b.client.Dispatch(ctx, queue.NewJob(benchJob, nil).OnQueue(q))
+	if err != nil {
+		return 0, 0, err
+	}
+	deadline := t0.Add(benchStallAfter)
+	for {
+		gone, err := b.st.BenchJobGone(ctx, id)
+		if err != nil {
+			return 0, 0, err
+		}
+		if gone {
+			break
+		}
+		if time.Now().After(deadline) {
+			return 0, 0, fmt.Errorf("job %d did not finish within %s", id, benchStallAfter)
+		}
+		if err := f.failedIfStopped(); err != nil {
+			return 0, 0, err
+		}
+		if err := sleepCtx(ctx, benchLatencyPoll); err != nil {
+			return 0, 0, err
+		}
+	}
+	outcome := time.Since(t0)
+	a, err := b.st.BenchAttemptOf(ctx, id)
+	if err != nil {
+		return 0, 0, fmt.Errorf("job %d: %w", id, err)
+	}
+	return a.StartedAt.Sub(t0.Round(0)), outcome, nil
+}
+
+// ---- dispatch
+
+type dispatchResult struct {
+	Single1   benchRate `json:"dispatch_1_goroutine"`
+	Single16  benchRate `json:"dispatch_16_goroutines"`
+	Many1000  benchRate `json:"dispatch_many_1000"`
+	ManyLarge benchRate `json:"dispatch_many_large"`
+	LargeSize int       `json:"large_batch"`
+	Copy      benchRate `json:"copy_reference"`
+}
+
+func (b *bench) dispatch(ctx context.Context) error {
+	q := benchPrefix + "dispatch"
+	res := &dispatchResult{}
+	single := func(workers int) (benchRate, error) {
+		var n atomic.Int64
+		stop := b.progress(ctx, fmt.Sprintf("Dispatch × %d goroutines", workers), 0, func(context.Context) (int64, error) { return n.Load(), nil })
+		defer stop()
+		start := time.Now()
+		deadline := start.Add(benchDispatchWindow)
+		err := runGroup(ctx, workers, func(ctx context.Context, _ int) error {
+			for time.Now().Before(deadline) && n.Load() < int64(b.f.jobs) {
+				if _, err := b.client.Dispatch(ctx, queue.NewJob(benchJob, nil).OnQueue(q)); err != nil {
+					return err
+				}
+				n.Add(1)
+			}
+			return nil
+		})
+		return b.rate(n.Load(), time.Since(start)), err
+	}
+	var err error
+	if res.Single1, err = single(1); err != nil {
+		return err
+	}
+	if err := b.cleanup(ctx, "Dispatch × 1"); err != nil {
+		return err
+	}
+	if res.Single16, err = single(benchDispatchWorkers); err != nil {
+		return err
+	}
+	if err := b.cleanup(ctx, "Dispatch × 16"); err != nil {
+		return err
+	}
+	many := func(batch int) (benchRate, error) {
+		var n atomic.Int64
+		stop := b.progress(ctx, fmt.Sprintf("DispatchMany batches of %d", batch), int64(b.f.jobs), func(context.Context) (int64, error) { return n.Load(), nil })
+		defer stop()
+		var total time.Duration
+		for n.Load() < int64(b.f.jobs) {
+			k := min(batch, b.f.jobs-int(n.Load()))
+			jobs := make([]*queue.Job, k)
+			for i := range jobs {
+				jobs[i] = queue.NewJob(benchJob, nil).OnQueue(q)
+			}
+			start := time.Now() // building the jobs is the caller's, not timed
+			if _, err := b.client.DispatchMany(ctx, jobs); err != nil {
+				return benchRate{}, err
+			}
+			total += time.Since(start)
+			n.Add(int64(k))
+		}
+		return b.rate(n.Load(), total), nil
+	}
+	if res.Many1000, err = many(1000); err != nil {
+		return err
+	}
+	if err := b.cleanup(ctx, "DispatchMany 1000"); err != nil {
+		return err
+	}
+	res.LargeSize = min(benchDispatchLarge, b.f.jobs)
+	saved := b.f.jobs
+	b.f.jobs = res.LargeSize
+	res.ManyLarge, err = many(res.LargeSize)
+	b.f.jobs = saved
+	if err != nil {
+		return err
+	}
+	if err := b.cleanup(ctx, "DispatchMany large"); err != nil {
+		return err
+	}
+	start := time.Now()
+	if err := b.st.BenchInsert(ctx, q, benchJob, res.LargeSize); err != nil {
+		return err
+	}
+	res.Copy = b.rate(int64(res.LargeSize), time.Since(start))
+	b.rep.Dispatch = res
+	b.addRate("dispatch", "Dispatch, 1 goroutine", res.Single1, fmt.Sprintf("for %s or %d jobs", benchDispatchWindow, b.f.jobs))
+	b.addRate("dispatch", fmt.Sprintf("Dispatch, %d goroutines", benchDispatchWorkers), res.Single16, fmt.Sprintf("for %s or %d jobs", benchDispatchWindow, b.f.jobs))
+	b.addRate("dispatch", "DispatchMany, batches of 1000", res.Many1000, fmt.Sprintf("%d jobs", b.f.jobs))
+	b.addRate("dispatch", fmt.Sprintf("DispatchMany, one batch of %d", res.LargeSize), res.ManyLarge, "")
+	b.addRate("dispatch", fmt.Sprintf("COPY, %d rows (reference, not an API)", res.LargeSize), res.Copy, "")
+	return nil
+}

@@ -1,0 +1,122 @@
+package cmd_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fleet-go/fleet/pgtest"
+)
+
+// runProcess runs the test binary as the application, as a real process
+// (so that the bench's master starts real fleet:work children of it).
+func runProcess(t *testing.T, env []string, args ...string) result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	c := exec.CommandContext(ctx, os.Args[0], args...)
+	c.Dir = t.TempDir()
+	c.Env = append(os.Environ(), append([]string{envAppMode + "=1"}, env...)...)
+	var out, errb bytes.Buffer
+	c.Stdout, c.Stderr = &out, &errb
+	err := c.Run()
+	code := 0
+	if err != nil {
+		code = -1
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		}
+	}
+	return result{code, out.String(), errb.String()}
+}
+
+type benchRate struct {
+	Jobs       int64   `json:"jobs"`
+	JobsPerSec float64 `json:"jobs_per_sec"`
+	VsBound    float64 `json:"vs_bound"`
+}
+
+type benchDoc struct {
+	Scenarios []string `json:"scenarios"`
+	Bound     *struct {
+		Batch100  benchRate `json:"batch_100"`
+		Batch1000 benchRate `json:"batch_1000"`
+		Reference float64   `json:"reference_jobs_per_sec"`
+	} `json:"bound"`
+	Drain *struct {
+		Processes int       `json:"processes"`
+		Rate      benchRate `json:"rate"`
+		Failed    int64     `json:"failed"`
+	} `json:"drain"`
+}
+
+func TestBenchBoundAndDrain(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	env := dbEnv(url)
+
+	r := runProcess(t, env, "bench", "--scenario", "bound", "--jobs", "2000", "--json")
+	if r.code != 0 {
+		t.Fatalf("bench bound: %+v", r)
+	}
+	var doc benchDoc
+	if err := json.Unmarshal([]byte(r.stdout), &doc); err != nil {
+		t.Fatalf("bench bound: stdout is not one JSON document: %v\n%s", err, r.stdout)
+	}
+	if doc.Bound == nil || doc.Bound.Batch100.Jobs != 2000 || doc.Bound.Batch1000.Jobs != 2000 ||
+		doc.Bound.Batch100.JobsPerSec <= 0 || doc.Bound.Reference <= 0 || doc.Bound.Batch1000.VsBound != 1 {
+		t.Fatalf("bound figures: %s", r.stdout)
+	}
+	if !strings.Contains(r.stderr, "bound batch") && !strings.Contains(r.stderr, "== bound") {
+		t.Errorf("no progress on stderr: %s", r.stderr)
+	}
+
+	r = runProcess(t, env, "bench", "--scenario", "drain", "--jobs", "2000", "--json")
+	if r.code != 0 {
+		t.Fatalf("bench drain: %+v", r)
+	}
+	doc = benchDoc{}
+	if err := json.Unmarshal([]byte(r.stdout), &doc); err != nil {
+		t.Fatalf("bench drain: stdout is not one JSON document: %v\n%s", err, r.stdout)
+	}
+	if strings.Join(doc.Scenarios, ",") != "bound,drain" || doc.Bound == nil || doc.Drain == nil {
+		t.Fatalf("drain runs the bound first: %s", r.stdout)
+	}
+	if d := doc.Drain; d.Rate.Jobs != 2000 || d.Rate.JobsPerSec <= 0 || d.Rate.VsBound <= 0 || d.Failed != 0 || d.Processes < 1 {
+		t.Fatalf("drain figures: %s", r.stdout)
+	}
+	for _, table := range []string{"queue_jobs", "queue_failed_jobs", "fleet_jobs"} {
+		if n := countJobs(t, url, table); n != 0 {
+			t.Errorf("%d rows left in %s", n, table)
+		}
+	}
+}
+
+func TestBenchRefusesForeignJobs(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	env := dbEnv(url)
+	dir := t.TempDir()
+	if r := run(t, dir, env, "dispatch", "--name", "demo.noop", "--count", "3"); r.code != 0 {
+		t.Fatalf("dispatch: %+v", r)
+	}
+	r := run(t, dir, env, "bench", "--scenario", "bound", "--jobs", "1000")
+	if r.code == 0 || !strings.Contains(r.stderr, "holds 3 job(s)") || !strings.Contains(r.stderr, "--force") {
+		t.Fatalf("bench on a database with other jobs: %+v", r)
+	}
+	if n := countJobs(t, url, "queue_jobs"); n != 3 {
+		t.Fatalf("%d jobs in queue_jobs, want the 3 others untouched", n)
+	}
+	r = run(t, dir, env, "bench", "--scenario", "bound", "--jobs", "1000", "--force", "--json")
+	if r.code != 0 || !strings.Contains(r.stdout, `"reference_jobs_per_sec"`) {
+		t.Fatalf("bench --force: %+v", r)
+	}
+	if n := countJobs(t, url, "queue_jobs"); n != 3 {
+		t.Fatalf("%d jobs in queue_jobs after bench --force, want the 3 others only", n)
+	}
+}

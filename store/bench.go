@@ -1,0 +1,240 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// The statements of "app bench". They touch only the queues whose name
+// starts with the prefix they are given (the bench's own), apart from
+// BenchForeignJobs, which counts the others, and BenchXactCommits, which
+// reads the database's statistics.
+
+// BenchTablesMissing lists fleet's tables that do not exist in the
+// database (none when it is migrated).
+func (s *Store) BenchTablesMissing(ctx context.Context) ([]string, error) {
+	rows, err := s.pool.Query(ctx, `
+		SELECT t FROM unnest($1::text[]) AS t WHERE to_regclass(t) IS NULL ORDER BY t`,
+		[]string{"queue_jobs", "queue_counts", "queue_failed_jobs", "fleet_jobs", "fleet_masters", "fleet_counters", "fleet_metrics", "fleet_state"})
+	if err != nil {
+		return nil, fmt.Errorf("look for fleet's tables: %w", err)
+	}
+	missing, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("look for fleet's tables: %w", err)
+	}
+	return missing, nil
+}
+
+// BenchForeignJobs counts the rows of queue_jobs whose queue does not start
+// with prefix.
+func (s *Store) BenchForeignJobs(ctx context.Context, prefix string) (int64, error) {
+	var n int64
+	err := s.pool.QueryRow(ctx, `SELECT count(*) FROM queue_jobs WHERE left(queue, length($1)) <> $1`, prefix).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("count jobs of other queues: %w", err)
+	}
+	return n, nil
+}
+
+// BenchCleanupResult says what BenchCleanup deleted.
+type BenchCleanupResult struct {
+	Jobs, FailedJobs, History int64
+}
+
+// BenchCleanup deletes everything of the queues starting with prefix:
+// queued and failed jobs, their history, counters and metrics snapshots.
+func (s *Store) BenchCleanup(ctx context.Context, prefix string) (BenchCleanupResult, error) {
+	var res BenchCleanupResult
+	steps := []struct {
+		what string
+		sql  string
+		n    *int64
+	}{
+		{"queued jobs", `DELETE FROM queue_jobs WHERE left(queue, length($1)) = $1`, &res.Jobs},
+		{"failed jobs", `DELETE FROM queue_failed_jobs WHERE left(queue, length($1)) = $1`, &res.FailedJobs},
+		{"history", `DELETE FROM fleet_jobs WHERE left(queue, length($1)) = $1`, &res.History},
+		{"counters", `DELETE FROM fleet_counters WHERE left(queue, length($1)) = $1`, nil},
+		{"metrics", `DELETE FROM fleet_metrics WHERE kind = 'queue' AND left(subject, length($1)) = $1`, nil},
+	}
+	for _, st := range steps {
+		tag, err := s.pool.Exec(ctx, st.sql, prefix)
+		if err != nil {
+			return res, fmt.Errorf("delete the bench's %s: %w", st.what, err)
+		}
+		if st.n != nil {
+			*st.n = tag.RowsAffected()
+		}
+	}
+	return res, nil
+}
+
+// BenchInsert bulk-inserts n jobs named name on queue with an empty payload
+// (COPY), as fast as the database takes them.
+func (s *Store) BenchInsert(ctx context.Context, queue, name string, n int) error {
+	i := 0
+	src := pgx.CopyFromFunc(func() ([]any, error) {
+		if i >= n {
+			return nil, nil
+		}
+		i++
+		return []any{queue, name}, nil
+	})
+	got, err := s.pool.CopyFrom(ctx, pgx.Identifier{"queue_jobs"}, []string{"queue", "name"}, src)
+	if err != nil {
+		return fmt.Errorf("copy %d jobs into %s: %w", n, queue, err)
+	}
+	if got != int64(n) {
+		return fmt.Errorf("copy %d jobs into %s: %d copied", n, queue, got)
+	}
+	return nil
+}
+
+// BenchClaimDelete is one step of the reference loop: in one transaction it
+// locks up to batch ready jobs of queue, oldest first, skipping locked
+// rows, and deletes them. It returns how many it deleted.
+func (s *Store) BenchClaimDelete(ctx context.Context, queue string, batch int) (int, error) {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("bench claim: %w", err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	rows, err := tx.Query(ctx, `
+		SELECT id FROM queue_jobs
+		WHERE queue = $1 AND reserved_by IS NULL AND available_at <= now()
+		ORDER BY available_at, id
+		LIMIT $2
+		FOR UPDATE SKIP LOCKED`, queue, batch)
+	if err != nil {
+		return 0, fmt.Errorf("bench claim: %w", err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return 0, fmt.Errorf("bench claim: %w", err)
+	}
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	if _, err := tx.Exec(ctx, `DELETE FROM queue_jobs WHERE id = ANY($1)`, ids); err != nil {
+		return 0, fmt.Errorf("bench delete: %w", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return 0, fmt.Errorf("bench commit: %w", err)
+	}
+	return len(ids), nil
+}
+
+// BenchClaimProbe runs the claim query (lock up to limit ready jobs of
+// queue, skipping locked rows) and rolls back, changing nothing. It returns
+// how many rows it locked.
+func (s *Store) BenchClaimProbe(ctx context.Context, queue string, limit int) (int, error) {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("claim probe: %w", err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	rows, err := tx.Query(ctx, `
+		SELECT id FROM queue_jobs
+		WHERE queue = $1 AND reserved_by IS NULL AND available_at <= now()
+		ORDER BY available_at, id
+		LIMIT $2
+		FOR UPDATE SKIP LOCKED`, queue, limit)
+	if err != nil {
+		return 0, fmt.Errorf("claim probe: %w", err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return 0, fmt.Errorf("claim probe: %w", err)
+	}
+	return len(ids), nil
+}
+
+// BenchQueueSize counts the jobs of queue, reserved or not, from the
+// trigger-maintained counts (exact, a few rows whatever the backlog).
+func (s *Store) BenchQueueSize(ctx context.Context, queue string) (int64, error) {
+	var n int64
+	err := s.pool.QueryRow(ctx, `
+		SELECT COALESCE(sum(unreserved + reserved), 0)::bigint FROM queue_counts WHERE queue = $1`, queue).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("count the jobs of %s: %w", queue, err)
+	}
+	return n, nil
+}
+
+// BenchJobGone reports whether job id has left queue_jobs.
+func (s *Store) BenchJobGone(ctx context.Context, id int64) (bool, error) {
+	var there bool
+	if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM queue_jobs WHERE id = $1)`, id).Scan(&there); err != nil {
+		return false, fmt.Errorf("look for job %d: %w", id, err)
+	}
+	return !there, nil
+}
+
+// BenchAttempt is the recorded history of one job's attempt.
+type BenchAttempt struct {
+	ReservedAt time.Time
+	StartedAt  time.Time
+	FinishedAt time.Time
+}
+
+// ErrBenchNoHistory says a job has no history row (yet).
+var ErrBenchNoHistory = errors.New("no history row")
+
+// BenchAttemptOf returns the history of job id's first attempt.
+func (s *Store) BenchAttemptOf(ctx context.Context, id int64) (BenchAttempt, error) {
+	var a BenchAttempt
+	var reserved *time.Time
+	err := s.pool.QueryRow(ctx, `
+		SELECT reserved_at, started_at, finished_at FROM fleet_jobs
+		WHERE job_id = $1 ORDER BY attempt LIMIT 1`, id).Scan(&reserved, &a.StartedAt, &a.FinishedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return a, ErrBenchNoHistory
+	}
+	if err != nil {
+		return a, fmt.Errorf("read the history of job %d: %w", id, err)
+	}
+	if reserved != nil {
+		a.ReservedAt = *reserved
+	}
+	return a, nil
+}
+
+// BenchFirstReserved returns when the first attempt of queue that finished
+// at or after since was reserved (false when none finished).
+func (s *Store) BenchFirstReserved(ctx context.Context, queue string, since time.Time) (time.Time, bool, error) {
+	var t *time.Time
+	err := s.pool.QueryRow(ctx, `
+		SELECT min(reserved_at) FROM fleet_jobs WHERE queue = $1 AND finished_at >= $2`, queue, since).Scan(&t)
+	if err != nil {
+		return time.Time{}, false, fmt.Errorf("read the first claim of %s: %w", queue, err)
+	}
+	if t == nil {
+		return time.Time{}, false, nil
+	}
+	return *t, true, nil
+}
+
+// BenchXactCommits returns pg_stat_database.xact_commit of the current
+// database: transactions committed so far (the statistics lag by up to a
+// second or so).
+func (s *Store) BenchXactCommits(ctx context.Context) (int64, error) {
+	var n int64
+	err := s.pool.QueryRow(ctx, `SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()`).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("read pg_stat_database: %w", err)
+	}
+	return n, nil
+}
+
+// BenchFailedCount counts the failed jobs of queue.
+func (s *Store) BenchFailedCount(ctx context.Context, queue string) (int64, error) {
+	var n int64
+	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM queue_failed_jobs WHERE queue = $1`, queue).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count the failed jobs of %s: %w", queue, err)
+	}
+	return n, nil
+}
