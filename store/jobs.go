@@ -101,21 +101,21 @@ type JobClaimParams struct {
 // skipping rows other workers are claiming, and counts the attempt. Every
 // job it takes gets the same fresh lease token (one sequence value per
 // claim). Its plan is the same under a generic plan: the ready index
-// (queue, available_at, id) answers the pick, the primary key the update.
+// (queue, available_at, id) answers the pick, and the picked ids, as an
+// array, are updated through the primary key. (Joining the pick as a CTE
+// instead lets a generic plan, which guesses LIMIT $2 at a tenth of the
+// table, hash-join it against a scan of the whole table.)
 func (s *Store) JobClaim(ctx context.Context, p JobClaimParams) ([]ClaimedJob, error) {
 	rows, err := s.pool.Query(ctx, `
-		WITH picked AS (
+		UPDATE queue_jobs j
+		SET reserved_by = $3, reserved_master = NULLIF($4, ''), lease = (SELECT nextval('queue_jobs_lease_seq')),
+		    reserved_at = clock_timestamp(), attempts = j.attempts + 1
+		WHERE j.id = ANY (ARRAY(
 			SELECT id FROM queue_jobs
 			WHERE queue = $1 AND reserved_by IS NULL AND available_at <= now()
 			ORDER BY available_at, id
 			LIMIT $2
-			FOR UPDATE SKIP LOCKED
-		)
-		UPDATE queue_jobs j
-		SET reserved_by = $3, reserved_master = NULLIF($4, ''), lease = (SELECT nextval('queue_jobs_lease_seq')),
-		    reserved_at = clock_timestamp(), attempts = j.attempts + 1
-		FROM picked
-		WHERE j.id = picked.id
+			FOR UPDATE SKIP LOCKED))
 		RETURNING j.id, j.lease, j.queue, j.name, j.payload, j.attempts, j.max_tries,
 		          j.backoff_secs, j.timeout_ms, j.created_at, j.reserved_at`,
 		p.Queue, p.Limit, p.Worker, p.Master)

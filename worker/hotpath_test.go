@@ -1,0 +1,195 @@
+package worker_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/fleet-go/fleet/pgtest"
+	"github.com/fleet-go/fleet/queue"
+	"github.com/fleet-go/fleet/spawner"
+	"github.com/fleet-go/fleet/store"
+	"github.com/fleet-go/fleet/worker"
+)
+
+// queryCounter counts the statements sent on the connections it traces.
+type queryCounter struct{ n atomic.Int64 }
+
+func (c *queryCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	c.n.Add(1)
+	return ctx
+}
+
+func (c *queryCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+func TestIdleWorkerCostsOneStatementPerPoll(t *testing.T) {
+	t.Parallel()
+	cfg, err := pgxpool.ParseConfig(pgtest.URL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var counter queryCounter
+	cfg.ConnConfig.Tracer = &counter
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+
+	const poll = 200 * time.Millisecond
+	ready := make(chan struct{})
+	var once sync.Once
+	// Five queues, none with a job: the queue that once answered 0 ms to
+	// "when is the next job" made an idle worker poll every 5 ms.
+	w, err := worker.New(store.New(pool), queue.NewRegistry(), worker.Config{
+		Queues: []string{"a", "b", "c", "d", "e"}, PollInterval: poll, Concurrency: 8,
+		Reports: func(r spawner.Report) {
+			if r.Type == spawner.ReportReady {
+				once.Do(func() { close(ready) })
+			}
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { _, err := w.Run(ctx); errc <- err }()
+	<-ready
+	time.Sleep(poll) // the first claim round and the LISTEN
+	before := counter.n.Load()
+	const window = 2 * time.Second
+	time.Sleep(window)
+	n := counter.n.Load() - before
+	cancel()
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	polls := int64(window / poll)
+	if n > polls+1 {
+		t.Errorf("an idle worker sent %d statements in %s with a %s poll interval, want at most %d", n, window, poll, polls+1)
+	}
+	if n < polls/2 {
+		t.Errorf("an idle worker sent %d statements in %s with a %s poll interval: is it polling at all?", n, window, poll)
+	}
+}
+
+func TestHandlerErrorThatTextCannotHoldIsStored(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.jobs.Handle("ok", func(context.Context, *queue.Job) error { return nil })
+	b.jobs.Handle("nul", func(context.Context, *queue.Job) error { return errors.New("bad\x00byte \xff") })
+	jobs := []*queue.Job{queue.NewJob("nul", nil).Tries(1)}
+	for range 50 {
+		jobs = append(jobs, queue.NewJob("ok", nil))
+	}
+	b.dispatch(t, jobs...)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := b.worker(t, worker.Config{StopWhenEmpty: true, Concurrency: 8}).Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := b.count(t, `SELECT count(*) FROM queue_jobs`); n != 0 {
+		t.Errorf("%d jobs left in the queue", n)
+	}
+	if n := b.count(t, `SELECT count(*) FROM queue_failed_jobs WHERE error = $1`, "bad\uFFFDbyte \uFFFD"); n != 1 {
+		t.Errorf("%d failed jobs with the error made storable, want 1", n)
+	}
+	if n := b.count(t, `SELECT count(*) FROM fleet_jobs WHERE status = 'completed'`); n != 50 {
+		t.Errorf("%d completed attempts recorded, want 50", n)
+	}
+}
+
+func TestDispatchTxWakesAnIdleWorker(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	done := make(chan int64, 1)
+	b.jobs.Handle("ping", func(_ context.Context, j *queue.Job) error { done <- j.ID; return nil })
+	w := b.worker(t, worker.Config{PollInterval: time.Hour})
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { _, err := w.Run(ctx); errc <- err }()
+	waitFor(t, "the listener", func() bool {
+		return b.count(t, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'LISTEN%'`) > 0
+	})
+	var id int64
+	err := pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+		var err error
+		id, err = b.client.DispatchTx(ctx, tx, queue.NewJob("ping", nil))
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case got := <-done:
+		if got != id {
+			t.Fatalf("ran job %d, want %d", got, id)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("worker did not wake up on the notification of a committed DispatchTx")
+	}
+	cancel()
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestWorkerHoldsAtMostConcurrencyPlusItsBounds(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.jobs.Handle("ok", func(context.Context, *queue.Job) error { return nil })
+	jobs := make([]*queue.Job, 5000)
+	for i := range jobs {
+		jobs[i] = queue.NewJob("ok", nil)
+	}
+	b.dispatch(t, jobs...)
+	// The database is made slow to write outcomes: every history insert
+	// waits, so outcomes pile up faster than they are written.
+	if _, err := b.pool.Exec(context.Background(), `
+		CREATE FUNCTION slow_history() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN PERFORM pg_sleep(0.05); RETURN NULL; END $$;
+		CREATE TRIGGER slow_history AFTER INSERT ON fleet_jobs FOR EACH STATEMENT EXECUTE FUNCTION slow_history()`); err != nil {
+		t.Fatal(err)
+	}
+	const concurrency, unsaved, prefetch = 4, 20, 8
+	var most atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+			var n int64
+			if err := b.pool.QueryRow(context.Background(), `SELECT count(*) FROM queue_jobs WHERE reserved_by IS NOT NULL`).Scan(&n); err == nil && n > most.Load() {
+				most.Store(n)
+			}
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	_, err := b.worker(t, worker.Config{Concurrency: concurrency, MaxUnsaved: unsaved, Prefetch: prefetch,
+		StopWhenEmpty: true, MaxJobs: 600}).Run(ctx)
+	close(stop)
+	wg.Wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Held: running + prefetched + unwritten. One more batch may be in
+	// flight while the count is taken.
+	if got, limit := most.Load(), int64(concurrency+prefetch+unsaved+concurrency); got > limit {
+		t.Errorf("the worker held up to %d jobs, want at most %d", got, limit)
+	}
+	if most.Load() == 0 {
+		t.Error("never saw a reserved job: the check measured nothing")
+	}
+}

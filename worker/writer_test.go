@@ -1,0 +1,73 @@
+package worker
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/fleet-go/fleet/pgtest"
+	"github.com/fleet-go/fleet/store"
+)
+
+func TestWriterIsolatesAnOutcomeTheDatabaseRejects(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	st := store.New(pool)
+	if _, err := pool.Exec(ctx, `INSERT INTO queue_jobs (queue, name) SELECT 'default', 'n' FROM generate_series(1, 40)`); err != nil {
+		t.Fatal(err)
+	}
+	jobs, err := st.JobClaim(ctx, store.JobClaimParams{Queue: "default", Limit: 40, Worker: "w"})
+	if err != nil || len(jobs) != 40 {
+		t.Fatalf("claim: %d, %v", len(jobs), err)
+	}
+	w := newWriter(st, "w", "", slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
+	tries := 0
+	w.sleep = func(context.Context, time.Duration) bool { tries++; return true }
+	now := time.Now()
+	var bad int64
+	for i, j := range jobs {
+		o := store.JobOutcome{Lease: j.Lease(), Kind: store.OutcomeCompleted, Status: "completed",
+			Queue: j.Queue, Name: j.Name, Attempt: j.Attempt, StartedAt: now, FinishedAt: now}
+		if i == 17 {
+			// fleet_jobs refuses this status: the whole batch fails until
+			// this outcome is alone.
+			o.Status, bad = "bogus", j.ID
+		}
+		w.add(o)
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { w.run(rctx); close(done) }()
+	dctx, dcancel := context.WithTimeout(ctx, 30*time.Second)
+	defer dcancel()
+	err = w.drain(dctx)
+	cancel()
+	<-done
+	if err != nil {
+		t.Fatalf("writer stalled: %v (unsaved %d)", err, w.Unsaved())
+	}
+	var left, reserved, history int
+	if err := pool.QueryRow(ctx, `SELECT count(*), count(reserved_by) FROM queue_jobs`).Scan(&left, &reserved); err != nil {
+		t.Fatal(err)
+	}
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM fleet_jobs`).Scan(&history); err != nil {
+		t.Fatal(err)
+	}
+	if left != 1 || reserved != 0 || history != 39 {
+		t.Errorf("after the write: %d jobs left (%d reserved), %d history rows; want the rejected job released and 39 written", left, reserved, history)
+	}
+	var id int64
+	var lastError string
+	if err := pool.QueryRow(ctx, `SELECT id, last_error FROM queue_jobs`).Scan(&id, &lastError); err != nil {
+		t.Fatal(err)
+	}
+	if id != bad || lastError == "" {
+		t.Errorf("left job %d (last_error %q), want the rejected job %d with a reason", id, lastError, bad)
+	}
+	if tries == 0 {
+		t.Error("the writer never retried before splitting")
+	}
+}
