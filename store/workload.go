@@ -91,17 +91,25 @@ type JobListParams struct {
 	Offset int
 }
 
-// JobList returns queued jobs oldest first.
+// JobList returns queued jobs oldest first. With and without a queue it
+// runs a statement of its own (see filter); every job or a common queue
+// reads about a page of rows along the primary key, while a queue holding a
+// small share of the jobs reads past the others to fill its page (no index
+// leads with queue for every job: queue_jobs_ready_idx holds only the
+// unreserved ones).
 func (s *Store) JobList(ctx context.Context, p JobListParams) ([]QueuedJob, error) {
-	rows, err := s.pool.Query(ctx, `
+	var f filter
+	if p.Queue != "" {
+		f.add(`queue = $?`, p.Queue)
+	}
+	sql := `
 		SELECT id, queue, name, payload,
 		       CASE WHEN reserved_by IS NOT NULL THEN 'reserved'
 		            WHEN available_at > now() THEN 'delayed' ELSE 'pending' END,
 		       attempts, available_at, created_at, reserved_by, last_error
-		FROM queue_jobs
-		WHERE $1 = '' OR queue = $1
-		ORDER BY id
-		LIMIT $2 OFFSET $3`, p.Queue, p.Limit, p.Offset)
+		FROM queue_jobs` + f.where() + `
+		ORDER BY id` + f.page(p.Limit, p.Offset)
+	rows, err := s.pool.Query(ctx, sql, f.args...)
 	if err != nil {
 		return nil, fmt.Errorf("list jobs: %w", err)
 	}
@@ -128,14 +136,34 @@ type FinishedJob struct {
 }
 
 // JobHistoryList returns finished attempts with the given status (empty:
-// any), newest first.
+// any), newest first. Each combination of status and queue is a statement
+// of its own (see filter), and each reads about a page of rows whatever the
+// plan, generic or custom: a status prunes the partitions of the others (a
+// status other than completed is then filtered within the partitions it
+// shares with the other unsuccessful ones), and a queue walks
+// fleet_jobs_queue_finished_at_idx backwards. The queue is matched as the
+// range [queue, queue] and the rows ordered by (queue, finished_at), the
+// same rows in the same order as queue = $n ordered by finished_at, so that
+// this index is the only one giving the order and the range's small
+// estimate makes it the plan: with "queue = $n" a generic plan, which
+// guesses every queue holds 1/(number of queues) of the rows, walks the
+// finished_at index instead and filters, reading a whole partition for a
+// queue that holds few of its rows.
 func (s *Store) JobHistoryList(ctx context.Context, status string, p JobListParams) ([]FinishedJob, error) {
-	rows, err := s.pool.Query(ctx, `
+	var f filter
+	if status != "" {
+		f.add(`status = $?`, status)
+	}
+	order := `finished_at DESC`
+	if p.Queue != "" {
+		f.add(`queue >= $? AND queue <= $?`, p.Queue)
+		order = `queue DESC, finished_at DESC`
+	}
+	sql := `
 		SELECT job_id, queue, name, attempt, status, started_at, finished_at, runtime_ms, error, master, worker
-		FROM fleet_jobs
-		WHERE ($1 = '' OR status = $1) AND ($2 = '' OR queue = $2)
-		ORDER BY finished_at DESC
-		LIMIT $3 OFFSET $4`, status, p.Queue, p.Limit, p.Offset)
+		FROM fleet_jobs` + f.where() + `
+		ORDER BY ` + order + f.page(p.Limit, p.Offset)
+	rows, err := s.pool.Query(ctx, sql, f.args...)
 	if err != nil {
 		return nil, fmt.Errorf("list job history: %w", err)
 	}
