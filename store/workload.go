@@ -18,28 +18,32 @@ type QueueLoad struct {
 	// OldestWaitSecs is the age of the oldest ready job (since it became
 	// available), 0 with none.
 	OldestWaitSecs float64
-	// AvgRuntimeMs is the average runtime over the last 5 minutes of the
-	// attempts a worker timed (lost ones left out, as in the snapshots and
-	// the balancer), 0 when nothing ran.
+	// AvgRuntimeMs is the average runtime over the last 5 complete minutes
+	// of the attempts a worker timed (lost ones left out), from the
+	// per-minute snapshots as the balancer reads it (see QueueRuntimes), 0
+	// when nothing ran.
 	AvgRuntimeMs float64
-	// JobsLastMinute counts attempts finished in the last 60 s.
+	// JobsLastMinute counts the attempts finished in the last complete
+	// minute, from its snapshot: the minute before the current one (by the
+	// database clock) once its snapshot is written, until then the one
+	// before it (see recentCTE).
 	JobsLastMinute int64
 	// Processes counts live worker processes working the queue, over every
 	// master (a process of a group working several queues counts for each).
 	Processes int64
 }
 
-// Workload returns every queue that has jobs, history in the last 5 minutes
-// or processes, in one statement.
+// Workload returns every queue that has jobs, history in the snapshots of
+// the last 5 complete minutes or processes, in one statement. It reads no
+// job history: counts come from queue_counts and two index lookups per
+// queue (see queueCountsCTE), runtimes and throughput from the minute
+// snapshots (see recentCTE), processes from the masters' rows.
 func (s *Store) Workload(ctx context.Context) ([]QueueLoad, error) {
 	rows, err := s.pool.Query(ctx, `
 		WITH `+queueCountsCTE+`, counts AS (
 			SELECT * FROM qcounts
-		), hist AS (
-			SELECT queue, avg(runtime_ms) FILTER (WHERE status <> 'lost') AS avg_ms,
-			       count(*) FILTER (WHERE finished_at > now() - interval '1 minute') AS last_minute
-			FROM fleet_jobs WHERE finished_at > now() - interval '5 minutes'
-			GROUP BY queue
+		), `+recentCTE+`, hist AS (
+			SELECT queue, avg_ms, last_minute FROM recent
 		), procs AS (
 			SELECT q.queue, sum(p.value::int) AS n
 			FROM fleet_masters m,
