@@ -192,14 +192,17 @@ type QueueWorkload struct {
 	// OldestWaitSecs is the age of the oldest ready job: how long it has
 	// been available without a worker taking it.
 	OldestWaitSecs float64 `json:"oldest_wait_secs"`
-	// AvgRuntimeMs is the average runtime over the last 5 minutes.
+	// AvgRuntimeMs is the average runtime over the last 5 complete
+	// minutes, from the per-minute metrics snapshots (see
+	// store.QueueLoad).
 	AvgRuntimeMs float64 `json:"avg_runtime_ms"`
 	// WorkloadSecs is (pending + reserved) × average runtime (1 s per job
 	// when nothing ran lately): the work waiting, in seconds.
 	WorkloadSecs float64 `json:"workload_secs"`
 	// Processes counts live worker processes working the queue.
 	Processes int64 `json:"processes"`
-	// JobsPerMinute is the attempts finished in the last 60 s.
+	// JobsPerMinute is the attempts finished in the last complete minute,
+	// from its snapshot (the minute before, until that one is written).
 	JobsPerMinute float64 `json:"jobs_per_minute"`
 	// Paused says the queue is paused on its own (fleet:pause --queue).
 	Paused bool `json:"paused"`

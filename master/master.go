@@ -430,7 +430,11 @@ func (m *Master) housekeep(ctx context.Context) {
 	}
 }
 
-// rebalance computes each supervisor's next allocation from the workload.
+// rebalance computes each supervisor's next allocation from the workload:
+// the counts of queue_counts and the mean runtimes of the last 5 complete
+// minutes from the metrics snapshots (1 s per job for a queue that has
+// none), neither of which reads the job history, so a step costs the same
+// however much history there is.
 func (m *Master) rebalance(ctx context.Context) {
 	m.lastBal = m.set.Now()
 	counts, err := m.st.QueueCounts(ctx)
@@ -439,7 +443,7 @@ func (m *Master) rebalance(ctx context.Context) {
 		counts = nil
 	}
 	runtimes := map[string]float64{}
-	if stats, err := m.st.JobHistoryStats(ctx, 5*time.Minute); err != nil {
+	if stats, err := m.st.QueueRuntimes(ctx); err != nil {
 		m.log.Warn("read average runtimes failed; assuming 1 s per job", "err", err)
 	} else {
 		for _, s := range stats {

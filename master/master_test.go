@@ -392,6 +392,41 @@ func TestMasterBalancesTowardsBacklog(t *testing.T) {
 	}
 }
 
+// The balancer weighs backlogs by the mean runtimes of the minute
+// snapshots (not the job history, which is empty here): with the same
+// backlog on both queues, the slow one gets the spare processes.
+func TestMasterBalancesByRecentRuntime(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	ctx := context.Background()
+	// Minutes M-2 and M-1 lie in the window whichever minute the master
+	// reads in next.
+	if _, err := pool.Exec(ctx, `
+		INSERT INTO fleet_metrics (taken_at, kind, subject, jobs, jobs_per_minute, runtime_mean_ms)
+		SELECT date_trunc('minute', now()) - ago * interval '1 minute', 'queue', q, 10, 10, ms
+		FROM (VALUES ('mail', 10000.0), ('default', 10)) v (q, ms), generate_series(1, 2) ago`); err != nil {
+		t.Fatal(err)
+	}
+	client := queue.NewClient(pool, queue.Defaults{})
+	var jobs []*queue.Job
+	for range 20 {
+		jobs = append(jobs, queue.NewJob("x", nil).OnQueue("mail"), queue.NewJob("x", nil))
+	}
+	if _, err := client.DispatchMany(ctx, jobs); err != nil {
+		t.Fatal(err)
+	}
+	b := start(t, pool, twoQueues(t), nil)
+	byGroup := func() map[string]int {
+		out := map[string]int{}
+		for _, s := range b.fake.RunningSpecs() {
+			out[s.Group()]++
+		}
+		return out
+	}
+	// 20 × 10 s against 20 × 10 ms: three of the four processes for mail.
+	poll(t, "mail to get three processes", func() bool { g := byGroup(); return g["mail"] == 3 && g["default"] == 1 })
+}
+
 func TestMasterWithInProcessWorkers(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t)

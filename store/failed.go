@@ -40,11 +40,23 @@ type FailedFilter struct {
 
 const failedColumns = `id, job_id, queue, name, payload, attempts, max_tries, error, created_at, failed_at, retry_of`
 
-// failedWhere is the filter shared by every failed-jobs statement; $1 is the
-// search, $2 the queue.
-const failedWhere = `($1 = '' OR name ILIKE '%' || $1 || '%' OR queue ILIKE '%' || $1 || '%'
-	OR payload::text ILIKE '%' || $1 || '%' OR error ILIKE '%' || $1 || '%')
-	AND ($2 = '' OR queue = $2)`
+// failedFilter is the filter shared by every failed-jobs statement: only
+// the filters set in f, so each combination is a statement of its own (see
+// filter). The search matches case-insensitively anywhere in the name,
+// queue, payload or error (its % and _ act as wildcards); no index serves
+// it, so a search reads rows until it has found a page of matches. The
+// queue matches exactly.
+func failedFilter(f FailedFilter) *filter {
+	var w filter
+	if f.Search != "" {
+		w.add(`(name ILIKE '%' || $? || '%' OR queue ILIKE '%' || $? || '%'
+			OR payload::text ILIKE '%' || $? || '%' OR error ILIKE '%' || $? || '%')`, f.Search)
+	}
+	if f.Queue != "" {
+		w.add(`queue = $?`, f.Queue)
+	}
+	return &w
+}
 
 func scanFailed(rows pgx.Rows) ([]FailedJob, error) {
 	return pgx.CollectRows(rows, pgx.RowToStructByPos[FailedJob])
@@ -52,12 +64,13 @@ func scanFailed(rows pgx.Rows) ([]FailedJob, error) {
 
 // FailedJobList returns the failed jobs matching f, newest first.
 func (s *Store) FailedJobList(ctx context.Context, f FailedFilter) ([]FailedJob, error) {
-	limit := any(nil)
-	if f.Limit > 0 {
-		limit = f.Limit
+	w := failedFilter(f)
+	sql := `SELECT ` + failedColumns + ` FROM queue_failed_jobs` + w.where() + ` ORDER BY failed_at DESC, id DESC`
+	if f.Limit > 0 { // no limit is a statement of its own, not LIMIT NULL
+		sql += ` LIMIT ` + w.param(f.Limit)
 	}
-	rows, err := s.pool.Query(ctx, `SELECT `+failedColumns+` FROM queue_failed_jobs WHERE `+failedWhere+`
-		ORDER BY failed_at DESC, id DESC LIMIT $3 OFFSET $4`, f.Search, f.Queue, limit, f.Offset)
+	sql += ` OFFSET ` + w.param(f.Offset)
+	rows, err := s.pool.Query(ctx, sql, w.args...)
 	if err != nil {
 		return nil, fmt.Errorf("list failed jobs: %w", err)
 	}
@@ -114,7 +127,8 @@ func (s *Store) FailedJobRetry(ctx context.Context, id int64) (int64, error) {
 // FailedJobRetryAll retries every failed job matching f and returns how
 // many it dispatched.
 func (s *Store) FailedJobRetryAll(ctx context.Context, f FailedFilter) (int, error) {
-	rows, err := s.pool.Query(ctx, `WITH picked AS (SELECT id FROM queue_failed_jobs WHERE `+failedWhere+` FOR UPDATE)`+retrySQL, f.Search, f.Queue)
+	w := failedFilter(f)
+	rows, err := s.pool.Query(ctx, `WITH picked AS (SELECT id FROM queue_failed_jobs`+w.where()+` FOR UPDATE)`+retrySQL, w.args...)
 	if err != nil {
 		return 0, fmt.Errorf("retry failed jobs: %w", err)
 	}
@@ -139,7 +153,8 @@ func (s *Store) FailedJobForget(ctx context.Context, id int64) error {
 
 // FailedJobForgetAll deletes every failed job matching f.
 func (s *Store) FailedJobForgetAll(ctx context.Context, f FailedFilter) (int, error) {
-	tag, err := s.pool.Exec(ctx, `DELETE FROM queue_failed_jobs WHERE `+failedWhere, f.Search, f.Queue)
+	w := failedFilter(f)
+	tag, err := s.pool.Exec(ctx, `DELETE FROM queue_failed_jobs`+w.where(), w.args...)
 	if err != nil {
 		return 0, fmt.Errorf("forget failed jobs: %w", err)
 	}

@@ -134,32 +134,6 @@ func (s *Store) DutyClaim(ctx context.Context, name string, every time.Duration)
 	return true, nil
 }
 
-// QueueRuntime is a queue's recent history.
-type QueueRuntime struct {
-	Queue        string
-	Jobs         int64
-	AvgRuntimeMs float64
-}
-
-// JobHistoryStats returns per queue the attempts finished in the last
-// window and their average runtime (lost attempts, which no worker timed,
-// left out).
-func (s *Store) JobHistoryStats(ctx context.Context, window time.Duration) ([]QueueRuntime, error) {
-	rows, err := s.pool.Query(ctx, `
-		SELECT queue, count(*), avg(runtime_ms)::float8
-		FROM fleet_jobs
-		WHERE finished_at > now() - $1 * interval '1 millisecond' AND status <> 'lost'
-		GROUP BY queue ORDER BY queue`, window.Milliseconds())
-	if err != nil {
-		return nil, fmt.Errorf("read job history stats: %w", err)
-	}
-	out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[QueueRuntime])
-	if err != nil {
-		return nil, fmt.Errorf("read job history stats: %w", err)
-	}
-	return out, nil
-}
-
 // MetricsSnapshot writes the fleet_metrics rows of the minute that just
 // ended, [date_trunc('minute', now()) - 1 minute, date_trunc('minute',
 // now())), per queue and per job name, from the attempts' real finish

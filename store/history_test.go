@@ -648,31 +648,3 @@ func TestMetricsSnapshot(t *testing.T) {
 		t.Errorf("slow = %+v (no throughput: clear time unknown)", slow)
 	}
 }
-
-func TestJobHistoryStats(t *testing.T) {
-	t.Parallel()
-	pool := pgtest.Pool(t)
-	st := store.New(pool)
-	ctx := context.Background()
-	exec(t, pool, `
-		INSERT INTO fleet_jobs (job_id, queue, name, attempt, status, started_at, finished_at, runtime_ms)
-		SELECT id, q, 'n', 1, s, now() - ago, now() - ago, ms
-		FROM (VALUES (1, 'a', 'completed', interval '1 minute', 10), (2, 'a', 'completed', interval '2 minutes', 20),
-		             (3, 'a', 'failed', interval '3 minutes', 30), (4, 'a', 'completed', interval '10 minutes', 1000),
-		             (5, 'b', 'timed_out', interval '30 seconds', 100), (6, 'b', 'lost', interval '1 second', 99999))
-		     AS v (id, q, s, ago, ms)`)
-	got, err := st.JobHistoryStats(ctx, 5*time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := []store.QueueRuntime{{Queue: "a", Jobs: 3, AvgRuntimeMs: 20}, {Queue: "b", Jobs: 1, AvgRuntimeMs: 100}}
-	if !slices.Equal(got, want) {
-		t.Fatalf("last 5 minutes: %+v, want %+v (lost attempts left out)", got, want)
-	}
-	if got, err = st.JobHistoryStats(ctx, 15*time.Minute); err != nil || len(got) != 2 || got[0].Jobs != 4 || got[0].AvgRuntimeMs != 265 {
-		t.Fatalf("last 15 minutes: %+v, %v", got, err)
-	}
-	if got, err = st.JobHistoryStats(ctx, time.Millisecond); err != nil || len(got) != 0 {
-		t.Fatalf("last millisecond: %+v, %v", got, err)
-	}
-}

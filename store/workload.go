@@ -18,28 +18,32 @@ type QueueLoad struct {
 	// OldestWaitSecs is the age of the oldest ready job (since it became
 	// available), 0 with none.
 	OldestWaitSecs float64
-	// AvgRuntimeMs is the average runtime over the last 5 minutes of the
-	// attempts a worker timed (lost ones left out, as in the snapshots and
-	// the balancer), 0 when nothing ran.
+	// AvgRuntimeMs is the average runtime over the last 5 complete minutes
+	// of the attempts a worker timed (lost ones left out), from the
+	// per-minute snapshots as the balancer reads it (see QueueRuntimes), 0
+	// when nothing ran.
 	AvgRuntimeMs float64
-	// JobsLastMinute counts attempts finished in the last 60 s.
+	// JobsLastMinute counts the attempts finished in the last complete
+	// minute, from its snapshot: the minute before the current one (by the
+	// database clock) once its snapshot is written, until then the one
+	// before it (see recentCTE).
 	JobsLastMinute int64
 	// Processes counts live worker processes working the queue, over every
 	// master (a process of a group working several queues counts for each).
 	Processes int64
 }
 
-// Workload returns every queue that has jobs, history in the last 5 minutes
-// or processes, in one statement.
+// Workload returns every queue that has jobs, history in the snapshots of
+// the last 5 complete minutes or processes, in one statement. It reads no
+// job history: counts come from queue_counts and two index lookups per
+// queue (see queueCountsCTE), runtimes and throughput from the minute
+// snapshots (see recentCTE), processes from the masters' rows.
 func (s *Store) Workload(ctx context.Context) ([]QueueLoad, error) {
 	rows, err := s.pool.Query(ctx, `
 		WITH `+queueCountsCTE+`, counts AS (
 			SELECT * FROM qcounts
-		), hist AS (
-			SELECT queue, avg(runtime_ms) FILTER (WHERE status <> 'lost') AS avg_ms,
-			       count(*) FILTER (WHERE finished_at > now() - interval '1 minute') AS last_minute
-			FROM fleet_jobs WHERE finished_at > now() - interval '5 minutes'
-			GROUP BY queue
+		), `+recentCTE+`, hist AS (
+			SELECT queue, avg_ms, last_minute FROM recent
 		), procs AS (
 			SELECT q.queue, sum(p.value::int) AS n
 			FROM fleet_masters m,
@@ -91,17 +95,25 @@ type JobListParams struct {
 	Offset int
 }
 
-// JobList returns queued jobs oldest first.
+// JobList returns queued jobs oldest first. With and without a queue it
+// runs a statement of its own (see filter); every job or a common queue
+// reads about a page of rows along the primary key, while a queue holding a
+// small share of the jobs reads past the others to fill its page (no index
+// leads with queue for every job: queue_jobs_ready_idx holds only the
+// unreserved ones).
 func (s *Store) JobList(ctx context.Context, p JobListParams) ([]QueuedJob, error) {
-	rows, err := s.pool.Query(ctx, `
+	var f filter
+	if p.Queue != "" {
+		f.add(`queue = $?`, p.Queue)
+	}
+	sql := `
 		SELECT id, queue, name, payload,
 		       CASE WHEN reserved_by IS NOT NULL THEN 'reserved'
 		            WHEN available_at > now() THEN 'delayed' ELSE 'pending' END,
 		       attempts, available_at, created_at, reserved_by, last_error
-		FROM queue_jobs
-		WHERE $1 = '' OR queue = $1
-		ORDER BY id
-		LIMIT $2 OFFSET $3`, p.Queue, p.Limit, p.Offset)
+		FROM queue_jobs` + f.where() + `
+		ORDER BY id` + f.page(p.Limit, p.Offset)
+	rows, err := s.pool.Query(ctx, sql, f.args...)
 	if err != nil {
 		return nil, fmt.Errorf("list jobs: %w", err)
 	}
@@ -128,14 +140,34 @@ type FinishedJob struct {
 }
 
 // JobHistoryList returns finished attempts with the given status (empty:
-// any), newest first.
+// any), newest first. Each combination of status and queue is a statement
+// of its own (see filter), and each reads about a page of rows whatever the
+// plan, generic or custom: a status prunes the partitions of the others (a
+// status other than completed is then filtered within the partitions it
+// shares with the other unsuccessful ones), and a queue walks
+// fleet_jobs_queue_finished_at_idx backwards. The queue is matched as the
+// range [queue, queue] and the rows ordered by (queue, finished_at), the
+// same rows in the same order as queue = $n ordered by finished_at, so that
+// this index is the only one giving the order and the range's small
+// estimate makes it the plan: with "queue = $n" a generic plan, which
+// guesses every queue holds 1/(number of queues) of the rows, walks the
+// finished_at index instead and filters, reading a whole partition for a
+// queue that holds few of its rows.
 func (s *Store) JobHistoryList(ctx context.Context, status string, p JobListParams) ([]FinishedJob, error) {
-	rows, err := s.pool.Query(ctx, `
+	var f filter
+	if status != "" {
+		f.add(`status = $?`, status)
+	}
+	order := `finished_at DESC`
+	if p.Queue != "" {
+		f.add(`queue >= $? AND queue <= $?`, p.Queue)
+		order = `queue DESC, finished_at DESC`
+	}
+	sql := `
 		SELECT job_id, queue, name, attempt, status, started_at, finished_at, runtime_ms, error, master, worker
-		FROM fleet_jobs
-		WHERE ($1 = '' OR status = $1) AND ($2 = '' OR queue = $2)
-		ORDER BY finished_at DESC
-		LIMIT $3 OFFSET $4`, status, p.Queue, p.Limit, p.Offset)
+		FROM fleet_jobs` + f.where() + `
+		ORDER BY ` + order + f.page(p.Limit, p.Offset)
+	rows, err := s.pool.Query(ctx, sql, f.args...)
 	if err != nil {
 		return nil, fmt.Errorf("list job history: %w", err)
 	}

@@ -1,0 +1,399 @@
+package store_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/fleet-go/fleet/pgtest"
+	"github.com/fleet-go/fleet/store"
+)
+
+// These tests check plans, not timings: they run the store's statements on
+// sessions that plan every prepared statement generically
+// (plan_cache_mode = force_generic_plan, what PostgreSQL may switch a
+// statement cached by pgx to after five executions), then explain the very
+// statement text the store sent, prepared in such a session, with EXPLAIN
+// (ANALYZE, FORMAT JSON), and count the rows its scans read.
+
+// statement is one statement a pool ran.
+type statement struct {
+	sql  string
+	args []any
+}
+
+// recorder is a pgx tracer keeping the statements run through a pool.
+type recorder struct {
+	mu   sync.Mutex
+	sent []statement
+}
+
+func (r *recorder) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.sent = append(r.sent, statement{sql: d.SQL, args: d.Args})
+	return ctx
+}
+
+func (r *recorder) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// last returns the statement run last.
+func (r *recorder) last(t testing.TB) statement {
+	t.Helper()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.sent) == 0 {
+		t.Fatal("no statement was run")
+	}
+	return r.sent[len(r.sent)-1]
+}
+
+// genericDB is a test database with a plain pool for setup, and a store
+// whose sessions plan generically and whose statements are recorded.
+type genericDB struct {
+	pool    *pgxpool.Pool // plain, for setup
+	generic *pgxpool.Pool // plan_cache_mode = force_generic_plan, recorded
+	st      *store.Store  // on generic
+	rec     *recorder
+}
+
+func newGenericDB(t *testing.T) *genericDB {
+	t.Helper()
+	url := pgtest.URL(t)
+	plain, err := pgxpool.New(t.Context(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(plain.Close)
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &recorder{}
+	cfg.ConnConfig.Tracer = rec
+	cfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
+	cfg.MaxConns = 2
+	generic, err := pgxpool.NewWithConfig(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(generic.Close)
+	return &genericDB{pool: plain, generic: generic, st: store.New(generic), rec: rec}
+}
+
+// scans is what the scans of an explained statement read, by table (a
+// partition counts for its partitioned table).
+type scans map[string]int64
+
+// of adds up the rows read from the tables named prefix or starting with
+// prefix + "_".
+func (s scans) of(prefix string) int64 {
+	var n int64
+	for rel, rows := range s {
+		if rel == prefix || strings.HasPrefix(rel, prefix+"_") {
+			n += rows
+		}
+	}
+	return n
+}
+
+func (s scans) String() string {
+	rels := make([]string, 0, len(s))
+	for r := range s {
+		rels = append(rels, r)
+	}
+	sort.Strings(rels)
+	var b strings.Builder
+	for _, r := range rels {
+		fmt.Fprintf(&b, "%s=%d ", r, s[r])
+	}
+	return strings.TrimSpace(b.String())
+}
+
+// partitionSuffix names a partition after its table: _pYYYYMMDD[HH], _default.
+var partitionSuffix = regexp.MustCompile(`_(p[0-9]{8,10}|default)$`)
+
+// planNode is the part of an EXPLAIN (ANALYZE, FORMAT JSON) node read here.
+type planNode struct {
+	NodeType       string     `json:"Node Type"`
+	Relation       string     `json:"Relation Name"`
+	ActualRows     float64    `json:"Actual Rows"`
+	ActualLoops    float64    `json:"Actual Loops"`
+	RemovedFilter  float64    `json:"Rows Removed by Filter"`
+	RemovedRecheck float64    `json:"Rows Removed by Index Recheck"`
+	Plans          []planNode `json:"Plans"`
+}
+
+// explainGeneric prepares st in a session planning generically, runs it
+// under EXPLAIN (ANALYZE, FORMAT JSON) with its arguments and returns the
+// rows every scan read: the rows it returned plus those its filters
+// removed, times its loops. The statement runs in a transaction that is
+// rolled back.
+func explainGeneric(t *testing.T, db *genericDB, st statement) (scans, string) {
+	t.Helper()
+	ctx := t.Context()
+	conn, err := db.generic.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	if mode := scalar[string](t, conn, `SHOW plan_cache_mode`); mode != "force_generic_plan" {
+		t.Fatalf("plan_cache_mode = %s", mode)
+	}
+	// In a transaction rolled back, so that explaining a write undoes it.
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := tx.Rollback(context.WithoutCancel(ctx)); err != nil {
+			t.Error(err)
+		}
+	}()
+	if _, err := tx.Exec(ctx, `PREPARE explained AS `+st.sql); err != nil {
+		t.Fatalf("prepare %s: %v", st.sql, err)
+	}
+	defer func() {
+		if _, err := tx.Exec(context.WithoutCancel(ctx), `DEALLOCATE explained`); err != nil {
+			t.Error(err)
+		}
+	}()
+	exec := `EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE explained`
+	if n := len(st.args); n > 0 {
+		ps := make([]string, n)
+		for i := range ps {
+			ps[i] = fmt.Sprintf("$%d", i+1)
+		}
+		exec += "(" + strings.Join(ps, ", ") + ")"
+	}
+	// The simple protocol puts the arguments in the text as literals: this
+	// runs the prepared (generic) plan with the store's values.
+	args := append([]any{pgx.QueryExecModeSimpleProtocol}, st.args...)
+	var out string
+	if err := tx.QueryRow(ctx, exec, args...).Scan(&out); err != nil {
+		t.Fatalf("explain %s: %v", st.sql, err)
+	}
+	var doc []struct {
+		Plan planNode `json:"Plan"`
+	}
+	if err := json.Unmarshal([]byte(out), &doc); err != nil || len(doc) != 1 {
+		t.Fatalf("read plan: %v\n%s", err, out)
+	}
+	read := scans{}
+	var walk func(n planNode)
+	walk = func(n planNode) {
+		if n.Relation != "" {
+			rel := n.Relation
+			for partitionSuffix.MatchString(rel) {
+				rel = partitionSuffix.ReplaceAllString(rel, "")
+			}
+			read[rel] += int64((n.ActualRows + n.RemovedFilter + n.RemovedRecheck) * n.ActualLoops)
+		}
+		for _, c := range n.Plans {
+			walk(c)
+		}
+	}
+	walk(doc[0].Plan)
+	return read, out
+}
+
+// hasIndex reports whether table has an index whose definition ends with
+// columns, e.g. "(queue, id)".
+func hasIndex(t *testing.T, pool *pgxpool.Pool, table, columns string) bool {
+	return scalar[bool](t, pool, `SELECT EXISTS (SELECT FROM pg_indexes WHERE tablename = $1 AND indexdef LIKE '%' || $2)`, table, columns)
+}
+
+func TestJobListPlansPerFilter(t *testing.T) {
+	t.Parallel()
+	db := newGenericDB(t)
+	const total = 60_000
+	// Half the jobs on bulk, half on mail, a few on rare at the end.
+	exec(t, db.pool, `
+		INSERT INTO queue_jobs (queue, name, payload)
+		SELECT CASE WHEN g % 2 = 0 THEN 'bulk' ELSE 'mail' END, 'n', jsonb_build_object('g', g)
+		FROM generate_series(1, $1) g`, total)
+	exec(t, db.pool, `INSERT INTO queue_jobs (queue, name) SELECT 'rare', 'n' FROM generate_series(1, 10)`)
+	exec(t, db.pool, `ANALYZE queue_jobs`)
+	for _, p := range []store.JobListParams{
+		{Limit: 50, Offset: 100},
+		{Queue: "mail", Limit: 50, Offset: 100},
+		{Queue: "bulk", Limit: 50},
+	} {
+		t.Run(fmt.Sprintf("queue=%q", p.Queue), func(t *testing.T) {
+			for range 6 { // as a cached statement would have been by now
+				jobs, err := db.st.JobList(t.Context(), p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(jobs) != p.Limit || !slices.IsSortedFunc(jobs, func(a, b store.QueuedJob) int { return int(a.ID - b.ID) }) {
+					t.Fatalf("%d jobs, want %d in id order", len(jobs), p.Limit)
+				}
+				for _, j := range jobs {
+					if p.Queue != "" && j.Queue != p.Queue {
+						t.Fatalf("job %d of queue %s", j.ID, j.Queue)
+					}
+				}
+			}
+			read, plan := explainGeneric(t, db, db.rec.last(t))
+			// A page of a queue holding half the jobs reads about twice the
+			// page; the table holds 60 000.
+			if n := read.of("queue_jobs"); n > int64(4*(p.Limit+p.Offset)) {
+				t.Fatalf("read %d rows of queue_jobs for a page of %d at %d (%s)\n%s", n, p.Limit, p.Offset, read, plan)
+			}
+		})
+	}
+	t.Run("rare queue", func(t *testing.T) {
+		if !hasIndex(t, db.pool, "queue_jobs", "(queue, id)") {
+			t.Skip("a queue holding few of the jobs needs an index on queue_jobs (queue, id) to read only its own")
+		}
+		if _, err := db.st.JobList(t.Context(), store.JobListParams{Queue: "rare", Limit: 50}); err != nil {
+			t.Fatal(err)
+		}
+		if read, plan := explainGeneric(t, db, db.rec.last(t)); read.of("queue_jobs") > 20 {
+			t.Fatalf("read %s for the 10 jobs of rare\n%s", read, plan)
+		}
+	})
+}
+
+func TestJobHistoryListPlansPerFilter(t *testing.T) {
+	t.Parallel()
+	db := newGenericDB(t)
+	// 60 000 attempts over the last 50 minutes: 1 in 10 failed, 1 in 50 on
+	// mail (half of them failed), 10 on rare, the others on bulk.
+	exec(t, db.pool, `
+		INSERT INTO fleet_jobs (job_id, queue, name, attempt, status, started_at, finished_at, runtime_ms)
+		SELECT g, CASE WHEN g % 100 IN (0, 1) THEN 'mail' WHEN g % 6000 = 3 THEN 'rare' ELSE 'bulk' END, 'n', 1,
+		       CASE WHEN g % 10 = 0 THEN 'failed' ELSE 'completed' END, ts, ts, 1
+		FROM generate_series(1, 60000) g, LATERAL (SELECT now() - g * interval '50 milliseconds' AS ts) x`)
+	exec(t, db.pool, `ANALYZE fleet_jobs`)
+	for _, c := range []struct {
+		status string
+		p      store.JobListParams
+	}{
+		{"completed", store.JobListParams{Limit: 50, Offset: 100}},
+		{"completed", store.JobListParams{Queue: "mail", Limit: 50}},
+		{"failed", store.JobListParams{Queue: "mail", Limit: 50}},
+		{"failed", store.JobListParams{Limit: 50}},
+		{"", store.JobListParams{Queue: "mail", Limit: 50, Offset: 50}},
+		{"", store.JobListParams{Limit: 50, Offset: 100}},
+	} {
+		t.Run(fmt.Sprintf("status=%q,queue=%q", c.status, c.p.Queue), func(t *testing.T) {
+			for range 6 {
+				jobs, err := db.st.JobHistoryList(t.Context(), c.status, c.p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(jobs) != c.p.Limit || !slices.IsSortedFunc(jobs, func(a, b store.FinishedJob) int { return b.FinishedAt.Compare(a.FinishedAt) }) {
+					t.Fatalf("%d attempts, want %d newest first", len(jobs), c.p.Limit)
+				}
+				for _, j := range jobs {
+					if (c.status != "" && j.Status != c.status) || (c.p.Queue != "" && j.Queue != c.p.Queue) {
+						t.Fatalf("attempt of job %d: %s on %s", j.JobID, j.Status, j.Queue)
+					}
+				}
+			}
+			read, plan := explainGeneric(t, db, db.rec.last(t))
+			// Merge Append takes a row from each partition it did not prune.
+			if n := read.of("fleet_jobs"); n > int64(2*(c.p.Limit+c.p.Offset)+100) {
+				t.Fatalf("read %d rows of fleet_jobs for a page of %d at %d (%s)\n%s", n, c.p.Limit, c.p.Offset, read, plan)
+			}
+		})
+	}
+	// A generic plan guesses each of the three queues holds a third of the
+	// rows; rare's ten must still be found through the queue's index.
+	t.Run("rare queue", func(t *testing.T) {
+		for range 6 {
+			jobs, err := db.st.JobHistoryList(t.Context(), "", store.JobListParams{Queue: "rare", Limit: 50})
+			if err != nil || len(jobs) != 10 {
+				t.Fatalf("%d attempts of rare, %v; want 10", len(jobs), err)
+			}
+		}
+		if read, plan := explainGeneric(t, db, db.rec.last(t)); read.of("fleet_jobs") > 10 {
+			t.Fatalf("read %s for the 10 attempts of rare\n%s", read, plan)
+		}
+	})
+}
+
+func TestFailedJobListPlansPerFilter(t *testing.T) {
+	t.Parallel()
+	db := newGenericDB(t)
+	// 60 000 failed jobs, one a second: half on bulk, the others over ten
+	// queues q1, q3 ... q19, and 10 on rare.
+	exec(t, db.pool, `
+		INSERT INTO queue_failed_jobs (job_id, queue, name, payload, attempts, max_tries, error, created_at, failed_at)
+		SELECT g, CASE WHEN g % 6000 = 1 THEN 'rare' WHEN g % 2 = 0 THEN 'bulk' ELSE 'q' || (g % 20) END, 'send',
+		       jsonb_build_object('g', g), 3, 3, 'boom ' || g, now(), now() - g * interval '1 second'
+		FROM generate_series(1, 60000) g`)
+	exec(t, db.pool, `ANALYZE queue_failed_jobs`)
+	for _, f := range []store.FailedFilter{
+		{Limit: 50, Offset: 100},
+		{Queue: "bulk", Limit: 50},
+		{Search: "BOOM", Limit: 50},
+		{Search: "boom", Queue: "bulk", Limit: 50, Offset: 50},
+	} {
+		t.Run(fmt.Sprintf("search=%q,queue=%q", f.Search, f.Queue), func(t *testing.T) {
+			for range 6 {
+				jobs, err := db.st.FailedJobList(t.Context(), f)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(jobs) != f.Limit || !slices.IsSortedFunc(jobs, func(a, b store.FailedJob) int { return b.FailedAt.Compare(a.FailedAt) }) {
+					t.Fatalf("%d failed jobs, want %d newest first", len(jobs), f.Limit)
+				}
+				for _, j := range jobs {
+					if f.Queue != "" && j.Queue != f.Queue {
+						t.Fatalf("failed job %d of queue %s", j.ID, j.Queue)
+					}
+				}
+			}
+			read, plan := explainGeneric(t, db, db.rec.last(t))
+			if n := read.of("queue_failed_jobs"); n > int64(2*(f.Limit+f.Offset)+10) {
+				t.Fatalf("read %d rows of queue_failed_jobs for a page of %d at %d (%s)\n%s", n, f.Limit, f.Offset, read, plan)
+			}
+		})
+	}
+	t.Run("no limit", func(t *testing.T) {
+		jobs, err := db.st.FailedJobList(t.Context(), store.FailedFilter{Queue: "rare"})
+		if err != nil || len(jobs) != 10 {
+			t.Fatalf("%d failed jobs of rare, %v; want all 10", len(jobs), err)
+		}
+	})
+	// Retrying or forgetting the failed jobs of a queue finds them through
+	// queue_failed_jobs_queue_idx (a catch-all filter scans the table).
+	t.Run("retry all of a queue", func(t *testing.T) {
+		if n, err := db.st.FailedJobRetryAll(t.Context(), store.FailedFilter{Queue: "rare"}); err != nil || n != 10 {
+			t.Fatalf("retried %d, %v; want the 10 of rare", n, err)
+		}
+		if read, plan := explainGeneric(t, db, db.rec.last(t)); read.of("queue_failed_jobs") > 20 {
+			t.Fatalf("read %s to retry the failed jobs of rare\n%s", read, plan)
+		}
+	})
+	t.Run("forget all of a queue", func(t *testing.T) {
+		if n, err := db.st.FailedJobForgetAll(t.Context(), store.FailedFilter{Queue: "q3"}); err != nil || n != 3000 {
+			t.Fatalf("forgot %d, %v; want the 3 000 of q3", n, err)
+		}
+		if read, plan := explainGeneric(t, db, db.rec.last(t)); read.of("queue_failed_jobs") > 20 {
+			t.Fatalf("read %s to forget the failed jobs of q3\n%s", read, plan)
+		}
+	})
+	t.Run("rare queue", func(t *testing.T) {
+		if !hasIndex(t, db.pool, "queue_failed_jobs", "(queue, failed_at DESC, id DESC)") {
+			t.Skip("a queue holding few of the failed jobs needs an index on queue_failed_jobs (queue, failed_at DESC, id DESC) to read only a page of its own")
+		}
+		if _, err := db.st.FailedJobList(t.Context(), store.FailedFilter{Queue: "rare", Limit: 5}); err != nil {
+			t.Fatal(err)
+		}
+		if read, plan := explainGeneric(t, db, db.rec.last(t)); read.of("queue_failed_jobs") > 10 {
+			t.Fatalf("read %s for a page of 5 of rare\n%s", read, plan)
+		}
+	})
+}
