@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -53,7 +54,10 @@ func failedFilter(f FailedFilter) *filter {
 			OR payload::text ILIKE '%' || $? || '%' OR error ILIKE '%' || $? || '%')`, f.Search)
 	}
 	if f.Queue != "" {
-		w.add(`queue = $?`, f.Queue)
+		// A range of one value, so that a generic plan, which guesses a
+		// queue holds 1/(number of queues) of the rows, still takes the
+		// (queue, failed_at, id) index for a queue holding a few.
+		w.add(`queue >= $? AND queue <= $?`, f.Queue)
 	}
 	return &w
 }
@@ -65,7 +69,11 @@ func scanFailed(rows pgx.Rows) ([]FailedJob, error) {
 // FailedJobList returns the failed jobs matching f, newest first.
 func (s *Store) FailedJobList(ctx context.Context, f FailedFilter) ([]FailedJob, error) {
 	w := failedFilter(f)
-	sql := `SELECT ` + failedColumns + ` FROM queue_failed_jobs` + w.where() + ` ORDER BY failed_at DESC, id DESC`
+	order := ` ORDER BY failed_at DESC, id DESC`
+	if f.Queue != "" { // the same order within one queue, and only that index gives it
+		order = ` ORDER BY queue, failed_at DESC, id DESC`
+	}
+	sql := `SELECT ` + failedColumns + ` FROM queue_failed_jobs` + w.where() + order
 	if f.Limit > 0 { // no limit is a statement of its own, not LIMIT NULL
 		sql += ` LIMIT ` + w.param(f.Limit)
 	}
@@ -99,7 +107,8 @@ func (s *Store) FailedJobGet(ctx context.Context, id int64) (FailedJob, error) {
 
 // retrySQL dispatches the failed jobs picked by the CTE "picked" (ids)
 // again with fresh attempts, linked to the original job, and removes them
-// from queue_failed_jobs, in one statement.
+// from queue_failed_jobs, in one statement. It returns the new ids and
+// their queues.
 const retrySQL = `
 	, moved AS (
 		DELETE FROM queue_failed_jobs f USING picked WHERE f.id = picked.id
@@ -107,21 +116,39 @@ const retrySQL = `
 	)
 	INSERT INTO queue_jobs (queue, name, payload, max_tries, backoff_secs, timeout_ms, retry_of)
 	SELECT queue, name, payload, max_tries, backoff_secs, timeout_ms, COALESCE(retry_of, job_id) FROM moved
-	RETURNING id`
+	RETURNING id, queue`
+
+type retried struct {
+	ID    int64
+	Queue string
+}
+
+// wakeRetried notifies the workers of the queues of retried jobs, as a
+// dispatch does; polling covers a notification that fails.
+func (s *Store) wakeRetried(ctx context.Context, jobs []retried) {
+	var queues []string
+	for _, j := range jobs {
+		if !slices.Contains(queues, j.Queue) {
+			queues = append(queues, j.Queue)
+		}
+	}
+	_ = s.QueueNotify(ctx, queues)
+}
 
 // FailedJobRetry dispatches a failed job again with fresh attempts; the new
 // job's retry_of links it to the original job. It returns the new job's id,
 // or ErrFailedJobNotFound.
 func (s *Store) FailedJobRetry(ctx context.Context, id int64) (int64, error) {
-	var newID int64
-	err := s.pool.QueryRow(ctx, `WITH picked AS (SELECT id FROM queue_failed_jobs WHERE id = $1 FOR UPDATE)`+retrySQL, id).Scan(&newID)
+	var job retried
+	err := s.pool.QueryRow(ctx, `WITH picked AS (SELECT id FROM queue_failed_jobs WHERE id = $1 FOR UPDATE)`+retrySQL, id).Scan(&job.ID, &job.Queue)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, fmt.Errorf("retry failed job %d: %w", id, ErrFailedJobNotFound)
 	}
 	if err != nil {
 		return 0, fmt.Errorf("retry failed job %d: %w", id, err)
 	}
-	return newID, nil
+	s.wakeRetried(ctx, []retried{job})
+	return job.ID, nil
 }
 
 // FailedJobRetryAll retries every failed job matching f and returns how
@@ -132,11 +159,12 @@ func (s *Store) FailedJobRetryAll(ctx context.Context, f FailedFilter) (int, err
 	if err != nil {
 		return 0, fmt.Errorf("retry failed jobs: %w", err)
 	}
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	jobs, err := pgx.CollectRows(rows, pgx.RowToStructByPos[retried])
 	if err != nil {
 		return 0, fmt.Errorf("retry failed jobs: %w", err)
 	}
-	return len(ids), nil
+	s.wakeRetried(ctx, jobs)
+	return len(jobs), nil
 }
 
 // FailedJobForget deletes a failed job, or returns ErrFailedJobNotFound.

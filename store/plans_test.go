@@ -206,12 +206,6 @@ func explainGeneric(t *testing.T, db *genericDB, st statement) (scans, string) {
 	return read, out
 }
 
-// hasIndex reports whether table has an index whose definition ends with
-// columns, e.g. "(queue, id)".
-func hasIndex(t *testing.T, pool *pgxpool.Pool, table, columns string) bool {
-	return scalar[bool](t, pool, `SELECT EXISTS (SELECT FROM pg_indexes WHERE tablename = $1 AND indexdef LIKE '%' || $2)`, table, columns)
-}
-
 func TestJobListPlansPerFilter(t *testing.T) {
 	t.Parallel()
 	db := newGenericDB(t)
@@ -251,17 +245,9 @@ func TestJobListPlansPerFilter(t *testing.T) {
 			}
 		})
 	}
-	t.Run("rare queue", func(t *testing.T) {
-		if !hasIndex(t, db.pool, "queue_jobs", "(queue, id)") {
-			t.Skip("a queue holding few of the jobs needs an index on queue_jobs (queue, id) to read only its own")
-		}
-		if _, err := db.st.JobList(t.Context(), store.JobListParams{Queue: "rare", Limit: 50}); err != nil {
-			t.Fatal(err)
-		}
-		if read, plan := explainGeneric(t, db, db.rec.last(t)); read.of("queue_jobs") > 20 {
-			t.Fatalf("read %s for the 10 jobs of rare\n%s", read, plan)
-		}
-	})
+	// A queue holding few of the jobs is listed by id through the table:
+	// listing is an operator's command, and an index on (queue, id) would
+	// cost every claim of every job an index entry more, so there is none.
 }
 
 func TestJobHistoryListPlansPerFilter(t *testing.T) {
@@ -386,9 +372,6 @@ func TestFailedJobListPlansPerFilter(t *testing.T) {
 		}
 	})
 	t.Run("rare queue", func(t *testing.T) {
-		if !hasIndex(t, db.pool, "queue_failed_jobs", "(queue, failed_at DESC, id DESC)") {
-			t.Skip("a queue holding few of the failed jobs needs an index on queue_failed_jobs (queue, failed_at DESC, id DESC) to read only a page of its own")
-		}
 		if _, err := db.st.FailedJobList(t.Context(), store.FailedFilter{Queue: "rare", Limit: 5}); err != nil {
 			t.Fatal(err)
 		}

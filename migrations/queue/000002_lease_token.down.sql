@@ -1,3 +1,6 @@
+CREATE INDEX queue_failed_jobs_queue_idx ON queue_failed_jobs (queue);
+DROP INDEX queue_failed_jobs_queue_failed_at_idx;
+
 ALTER TABLE queue_jobs RESET (fillfactor, autovacuum_vacuum_scale_factor, autovacuum_vacuum_threshold,
     autovacuum_vacuum_insert_scale_factor, autovacuum_analyze_scale_factor, autovacuum_vacuum_cost_delay);
 

@@ -26,3 +26,8 @@ ALTER TABLE queue_jobs SET (
     autovacuum_analyze_scale_factor = 0.02,
     autovacuum_vacuum_cost_delay = 0
 );
+
+-- Failed jobs of one queue are listed newest first by this index alone,
+-- however few of them the queue holds.
+CREATE INDEX queue_failed_jobs_queue_failed_at_idx ON queue_failed_jobs (queue, failed_at DESC, id DESC);
+DROP INDEX queue_failed_jobs_queue_idx;
