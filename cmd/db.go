@@ -37,6 +37,11 @@ func openPool(ctx context.Context, url string, maxConns int) (*pgxpool.Pool, err
 	// on cost estimates (the JSON functions over fleet_masters estimate
 	// high), would spend 100 ms compiling a 1 ms query.
 	pc.ConnConfig.RuntimeParams["jit"] = "off"
+	// pgxpool pings a connection that sat idle for over a second before
+	// handing it out; an idle worker polling every second would then pay
+	// two round trips per poll. A dead connection shows itself on its
+	// statement instead, which fleet retries.
+	pc.ShouldPing = func(_ context.Context, p pgxpool.ShouldPingParams) bool { return p.IdleDuration > 30*time.Second }
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return nil, fmt.Errorf("open database %s: %w", config.RedactURL(url), err)

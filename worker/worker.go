@@ -90,7 +90,9 @@ type Config struct {
 	// TimeoutGrace is how long a job may run after its context is cancelled
 	// for its timeout before the worker gives up on it.
 	TimeoutGrace time.Duration
-	// HeartbeatInterval is how often Reports receives a heartbeat.
+	// HeartbeatInterval is how often Reports receives a heartbeat while the
+	// worker is busy; an idle one whose report has not changed sends one
+	// every IdleHeartbeats intervals.
 	HeartbeatInterval time.Duration
 	// Name is the lease holder's name; default host:pid:random.
 	Name string
@@ -191,10 +193,18 @@ func New(st *store.Store, jobs *queue.Registry, cfg Config) (*Worker, error) {
 	return w, nil
 }
 
-// DefaultMaxUnsaved is the default bound on unwritten outcomes: twice the
-// concurrency, and at least 100 so that a small worker's batches are still
-// worth a round trip.
-func DefaultMaxUnsaved(concurrency int) int { return max(2*concurrency, 100) }
+// DefaultMaxUnsaved is the default bound on unwritten outcomes: one full
+// write batch (1000), or four times the concurrency when that is more.
+// Outcomes are written one batch at a time while the next accumulates, so
+// the bound is what lets a batch grow to a size worth its round trip and
+// WAL flush: with no-op jobs at concurrency 64 on a 2-core machine, a bound
+// of 256 drained 18,000 jobs/s and one of 1000 about 23,000.
+func DefaultMaxUnsaved(concurrency int) int { return max(4*concurrency, writeBatch) }
+
+// IdleHeartbeats is how many heartbeat intervals apart an idle worker
+// whose report has not changed sends heartbeats (a busy one sends one every
+// interval).
+const IdleHeartbeats = 5
 
 // PrefetchBelow is the recent average runtime under which a worker
 // prefetches jobs.
@@ -300,6 +310,8 @@ func (w *Worker) loop(ctx, jobBase context.Context) (Result, error) {
 
 	heartbeat := time.NewTicker(w.cfg.HeartbeatInterval)
 	defer heartbeat.Stop()
+	var last spawner.Report // the last heartbeat sent
+	skipped := 0
 	watchdog := time.NewTicker(min(200*time.Millisecond, w.cfg.TimeoutGrace))
 	defer watchdog.Stop()
 	poll := time.NewTimer(w.cfg.PollInterval)
@@ -325,6 +337,11 @@ func (w *Worker) loop(ctx, jobBase context.Context) (Result, error) {
 		}
 		if s.stopping && len(s.running) == 0 {
 			break
+		}
+		// The watchdog only ticks while jobs run: an idle worker sleeps.
+		var watchdogC <-chan time.Time
+		if len(s.running) > 0 {
+			watchdogC = watchdog.C
 		}
 		select {
 		case <-ctxDone:
@@ -355,14 +372,28 @@ func (w *Worker) loop(ctx, jobBase context.Context) (Result, error) {
 		case <-maxTime:
 			w.beginStop(s, spawner.ExitMaxTime)
 		case <-heartbeat.C:
+			beat := spawner.Report{Type: spawner.ReportHeartbeat, Jobs: s.finished,
+				Running: len(s.running), Paused: w.paused.Load()}
+			// An idle worker whose report has not changed beats every
+			// IdleHeartbeats intervals only: each heartbeat wakes its master.
+			send := beat.Running > 0 || beat.Jobs != last.Jobs || beat.Paused != last.Paused || skipped+1 >= IdleHeartbeats
+			if !send && w.cfg.MaxMemoryMB == 0 {
+				skipped++
+				continue
+			}
 			mem := w.cfg.MemoryMB()
-			w.report(spawner.Report{Type: spawner.ReportHeartbeat, Jobs: s.finished,
-				Running: len(s.running), MemoryMB: mem, Paused: w.paused.Load()})
+			beat.MemoryMB = mem
+			if send {
+				w.report(beat)
+				last, skipped = beat, 0
+			} else {
+				skipped++
+			}
 			if w.cfg.MaxMemoryMB > 0 && mem > float64(w.cfg.MaxMemoryMB) {
 				w.log.Info("memory limit reached", "memory_mb", mem, "max_memory_mb", w.cfg.MaxMemoryMB)
 				w.beginStop(s, spawner.ExitMaxMemory)
 			}
-		case now := <-watchdog.C:
+		case now := <-watchdogC:
 			if r := w.overdue(s, now); r != nil {
 				return w.abandon(s, r)
 			}
