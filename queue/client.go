@@ -33,20 +33,20 @@ const DefaultQueue = "default"
 type Client struct {
 	store    *store.Store
 	defaults Defaults
-	notifier *notifier
+	inserter *inserter
 }
 
 // NewClient returns a client dispatching on pool.
 func NewClient(pool *pgxpool.Pool, d Defaults) *Client {
 	d.Queue = cmp.Or(d.Queue, DefaultQueue)
 	st := store.New(pool)
-	return &Client{store: st, defaults: d, notifier: newNotifier(st)}
+	return &Client{store: st, defaults: d, inserter: newInserter(st, newNotifier(st))}
 }
 
 // Dispatch inserts job and returns its id. Idle workers of its queue wake
-// within milliseconds: after the insert commits, the client notifies them
-// in a transaction of its own, at most one notification per queue in
-// flight (see DispatchTx for the transactional form).
+// within milliseconds: the insert notifies them as it commits, or, while
+// another notification for the queue is in flight, one more is sent right
+// after it (see notifier; DispatchTx is the transactional form).
 func (c *Client) Dispatch(ctx context.Context, job *Job) (int64, error) {
 	ids, err := c.DispatchMany(ctx, []*Job{job})
 	if err != nil {
@@ -69,14 +69,13 @@ func (c *Client) DispatchTx(ctx context.Context, tx pgx.Tx, job *Job) (int64, er
 }
 
 // DispatchMany inserts jobs in one statement, all or none, and returns
-// their ids in order.
+// their ids in order. Dispatches made at the same time from several
+// goroutines share statements and commits: while one insert is in flight
+// the others gather, and go together in the next (each call still succeeds
+// or fails on its own).
 func (c *Client) DispatchMany(ctx context.Context, jobs []*Job) ([]int64, error) {
-	ids, queues, err := c.insert(ctx, c.store.Pool(), jobs)
-	if err != nil {
-		return nil, err
-	}
-	c.notifier.wake(queues)
-	return ids, nil
+	ids, _, err := c.insert(ctx, nil, jobs)
+	return ids, err
 }
 
 // DispatchManyTx is DispatchMany inside the caller's transaction.
@@ -91,9 +90,9 @@ func (c *Client) DispatchManyTx(ctx context.Context, tx pgx.Tx, jobs []*Job) ([]
 	return ids, nil
 }
 
-// insert inserts jobs and returns their ids and the queues of those
-// available at once.
-func (c *Client) insert(ctx context.Context, db store.DBTX, jobs []*Job) ([]int64, []string, error) {
+// insert inserts jobs on tx, or through the shared inserter when tx is
+// nil, and returns their ids and the queues of those available at once.
+func (c *Client) insert(ctx context.Context, tx pgx.Tx, jobs []*Job) ([]int64, []string, error) {
 	params := make([]store.JobInsertParams, len(jobs))
 	for i, j := range jobs {
 		p, err := c.params(j)
@@ -102,7 +101,13 @@ func (c *Client) insert(ctx context.Context, db store.DBTX, jobs []*Job) ([]int6
 		}
 		params[i] = p
 	}
-	ids, err := c.store.JobInsertMany(ctx, db, params)
+	var ids []int64
+	var err error
+	if tx != nil {
+		ids, err = c.store.JobInsertMany(ctx, tx, params)
+	} else {
+		ids, err = c.inserter.insert(ctx, params)
+	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("dispatch: %w", err)
 	}

@@ -15,10 +15,11 @@ const notifyTimeout = 5 * time.Second
 // notifier wakes idle workers after a dispatch, coalesced per queue: at
 // most one notification per queue is in flight from a client, and
 // dispatches that commit while it is in flight are covered by one more
-// sent right after it. A quiet queue is notified at once; a busy one costs
-// one small transaction per round trip, however many jobs are dispatched.
-// The notification is sent outside the dispatching transaction, so that
-// concurrent dispatches never queue behind PostgreSQL's notify lock.
+// sent right after it. A quiet queue is notified by the inserting
+// statement itself (begin, end), in the same round trip; a busy one costs
+// one small transaction of its own per round trip, however many jobs are
+// dispatched, so that concurrent dispatches do not queue behind
+// PostgreSQL's notify lock.
 //
 // The goroutine that sends is started by the dispatch that found the queue
 // idle and ends as soon as no dispatch is waiting for it.
@@ -58,6 +59,45 @@ func (n *notifier) wake(queues []string) {
 	n.mu.Unlock()
 	if len(start) > 0 {
 		go n.send(start)
+	}
+}
+
+// begin returns those of queues that no notification is in flight for,
+// marked as notified by the caller's own statement; the caller then calls
+// end.
+func (n *notifier) begin(queues []string) []string {
+	var own []string
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, q := range queues {
+		if n.queues[q] != nil {
+			continue
+		}
+		n.queues[q] = &notifyState{busy: true}
+		own = append(own, q)
+	}
+	return own
+}
+
+// end follows the statement that carried begin's notifications: the
+// dispatches that committed meanwhile get one more.
+func (n *notifier) end(own []string) {
+	if len(own) == 0 {
+		return
+	}
+	var more []string
+	n.mu.Lock()
+	for _, q := range own {
+		if s := n.queues[q]; s.again {
+			s.again = false
+			more = append(more, q)
+		} else {
+			delete(n.queues, q)
+		}
+	}
+	n.mu.Unlock()
+	if len(more) > 0 {
+		go n.send(more)
 	}
 }
 

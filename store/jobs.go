@@ -29,6 +29,52 @@ func (s *Store) JobInsertMany(ctx context.Context, db DBTX, jobs []JobInsertPara
 	if len(jobs) == 0 {
 		return nil, nil
 	}
+	rows, err := db.Query(ctx, jobInsertSQL, jobInsertArgs(jobs)...)
+	if err != nil {
+		return nil, fmt.Errorf("insert %d jobs: %w", len(jobs), err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, fmt.Errorf("insert %d jobs: %w", len(jobs), err)
+	}
+	return ids, nil
+}
+
+// JobInsertManyNotify is JobInsertMany on the pool with a notification for
+// each of queues sent in the same round trip and the same transaction, so
+// that idle workers wake as the jobs commit. The commit then takes
+// PostgreSQL's notify lock: callers use it when no other notification for
+// these queues is in flight.
+func (s *Store) JobInsertManyNotify(ctx context.Context, jobs []JobInsertParams, queues []string) ([]int64, error) {
+	if len(queues) == 0 {
+		return s.JobInsertMany(ctx, s.pool, jobs)
+	}
+	var ids []int64
+	b := &pgx.Batch{}
+	b.Queue(jobInsertSQL, jobInsertArgs(jobs)...).Query(func(rows pgx.Rows) error {
+		var err error
+		ids, err = pgx.CollectRows(rows, pgx.RowTo[int64])
+		return err
+	})
+	b.Queue(`SELECT pg_notify('`+NotifyChannel+`', q) FROM unnest($1::text[]) AS q`, queues)
+	// A batch outside a transaction is one implicit transaction: both
+	// statements commit together at its end.
+	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
+		return nil, fmt.Errorf("insert %d jobs: %w", len(jobs), err)
+	}
+	return ids, nil
+}
+
+const jobInsertSQL = `
+	INSERT INTO queue_jobs (queue, name, payload, max_tries, backoff_secs, timeout_ms, available_at, retry_of)
+	SELECT u.q, u.n, u.p::jsonb, NULLIF(u.t, 0), u.b::integer[], NULLIF(u.tm, 0),
+	       now() + u.d * interval '1 millisecond', NULLIF(u.r, 0)
+	FROM unnest($1::text[], $2::text[], $3::text[], $4::integer[], $5::text[], $6::bigint[], $7::bigint[], $8::bigint[])
+	     WITH ORDINALITY AS u(q, n, p, t, b, tm, d, r, ord)
+	ORDER BY u.ord
+	RETURNING id`
+
+func jobInsertArgs(jobs []JobInsertParams) []any {
 	n := len(jobs)
 	queues, names, payloads, backoffs := make([]string, n), make([]string, n), make([]string, n), make([]*string, n)
 	tries, timeouts, delays, retryOf := make([]int32, n), make([]int64, n), make([]int64, n), make([]int64, n)
@@ -43,23 +89,7 @@ func (s *Store) JobInsertMany(ctx context.Context, db DBTX, jobs []JobInsertPara
 		delays[i] = j.Delay.Milliseconds()
 		retryOf[i] = j.RetryOf
 	}
-	rows, err := db.Query(ctx, `
-		INSERT INTO queue_jobs (queue, name, payload, max_tries, backoff_secs, timeout_ms, available_at, retry_of)
-		SELECT u.q, u.n, u.p::jsonb, NULLIF(u.t, 0), u.b::integer[], NULLIF(u.tm, 0),
-		       now() + u.d * interval '1 millisecond', NULLIF(u.r, 0)
-		FROM unnest($1::text[], $2::text[], $3::text[], $4::integer[], $5::text[], $6::bigint[], $7::bigint[], $8::bigint[])
-		     WITH ORDINALITY AS u(q, n, p, t, b, tm, d, r, ord)
-		ORDER BY u.ord
-		RETURNING id`,
-		queues, names, payloads, tries, backoffs, timeouts, delays, retryOf)
-	if err != nil {
-		return nil, fmt.Errorf("insert %d jobs: %w", n, err)
-	}
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-	if err != nil {
-		return nil, fmt.Errorf("insert %d jobs: %w", n, err)
-	}
-	return ids, nil
+	return []any{queues, names, payloads, tries, backoffs, timeouts, delays, retryOf}
 }
 
 func intArrayLiteral(v []int) string {

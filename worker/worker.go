@@ -459,6 +459,8 @@ func (w *Worker) claim(ctx, jobBase context.Context, s *loopState, poll *time.Ti
 		s.buffer = append(s.buffer, jobs...)
 		s.claimed += int64(len(jobs))
 		limit -= len(jobs)
+		// Start them now, not after the rest of the round.
+		w.startBuffered(jobBase, s)
 	}
 	if w.cfg.MaxJobs > 0 && s.claimed >= int64(w.cfg.MaxJobs) {
 		return false // the last of them start from the buffer; then the worker stops

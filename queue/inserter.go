@@ -1,0 +1,188 @@
+package queue
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/fleet-go/fleet/store"
+)
+
+// Limits of the shared inserter.
+const (
+	// insertRoundJobs is the most jobs one shared insert takes.
+	insertRoundJobs = 1000
+	// insertTimeout bounds one shared insert.
+	insertTimeout = 30 * time.Second
+)
+
+// inserter gathers concurrent dispatches on a pool into shared inserts,
+// like a database's group commit: while one insert is in flight, the
+// dispatches that arrive wait for it, and the first of them then inserts
+// all of theirs in one statement and one commit. A lone dispatch inserts at
+// once. Each dispatch still succeeds or fails on its own: when a shared
+// insert fails, its dispatches are inserted again one by one, so that one
+// bad job fails only its own call.
+type inserter struct {
+	st       *store.Store
+	notifier *notifier
+
+	mu      sync.Mutex
+	busy    bool // an insert is in flight
+	waiting []*insertCall
+}
+
+type insertCall struct {
+	ctx    context.Context
+	params []store.JobInsertParams
+	// done receives nil once ids is set or err is the call's own error; or
+	// errLead when the call is to run the next shared insert itself.
+	done chan error
+	ids  []int64
+	// taken is set under the lock once the call is part of an insert; it
+	// must then wait for that insert's answer.
+	taken bool
+}
+
+type leadSignal struct{}
+
+func (leadSignal) Error() string { return "lead the next insert" }
+
+var errLead error = leadSignal{}
+
+func newInserter(st *store.Store, n *notifier) *inserter { return &inserter{st: st, notifier: n} }
+
+// insert inserts params and returns their ids in order.
+func (in *inserter) insert(ctx context.Context, params []store.JobInsertParams) ([]int64, error) {
+	call := &insertCall{ctx: ctx, params: params, done: make(chan error, 1)}
+	in.mu.Lock()
+	if !in.busy {
+		in.busy = true
+		call.taken = true
+		in.mu.Unlock()
+		in.lead(call)
+		return call.ids, <-call.done
+	}
+	in.waiting = append(in.waiting, call)
+	in.mu.Unlock()
+	select {
+	case err := <-call.done:
+		if err == errLead {
+			in.lead(call)
+			return call.ids, <-call.done
+		}
+		return call.ids, err
+	case <-ctx.Done():
+		in.mu.Lock()
+		if !call.taken {
+			in.remove(call)
+			in.mu.Unlock()
+			return nil, ctx.Err()
+		}
+		in.mu.Unlock()
+		// Already being inserted: its answer decides.
+		err := <-call.done
+		if err == errLead {
+			in.lead(call)
+			err = <-call.done
+		}
+		return call.ids, err
+	}
+}
+
+func (in *inserter) remove(call *insertCall) {
+	for i, c := range in.waiting {
+		if c == call {
+			in.waiting = append(in.waiting[:i], in.waiting[i+1:]...)
+			return
+		}
+	}
+}
+
+// lead runs one shared insert: first's jobs and those of the calls
+// waiting, up to insertRoundJobs, then hands the lead to the next call
+// still waiting, if any.
+func (in *inserter) lead(first *insertCall) {
+	round := []*insertCall{first}
+	n := len(first.params)
+	in.mu.Lock()
+	rest := in.waiting[:0]
+	for _, c := range in.waiting {
+		if n+len(c.params) <= insertRoundJobs && c.ctx.Err() == nil {
+			c.taken = true
+			round = append(round, c)
+			n += len(c.params)
+		} else {
+			rest = append(rest, c)
+		}
+	}
+	in.waiting = rest
+	in.mu.Unlock()
+
+	in.run(round, n)
+
+	in.mu.Lock()
+	if len(in.waiting) == 0 {
+		in.busy = false
+		in.mu.Unlock()
+		return
+	}
+	next := in.waiting[0]
+	in.waiting = in.waiting[1:]
+	next.taken = true
+	in.mu.Unlock()
+	next.done <- errLead
+}
+
+// run inserts the round's jobs in one statement, or each call's on its own
+// if that fails, wakes the workers of their queues and answers every call.
+func (in *inserter) run(round []*insertCall, n int) {
+	all := round[0].params
+	ctx := round[0].ctx
+	if len(round) > 1 {
+		all = make([]store.JobInsertParams, 0, n)
+		for _, c := range round {
+			all = append(all, c.params...)
+		}
+		// The statement serves several callers: none of their contexts
+		// alone may cancel it.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(context.Background(), insertTimeout)
+		defer cancel()
+	}
+	queues := readyQueues(all)
+	own := in.notifier.begin(queues)
+	ids, err := in.st.JobInsertManyNotify(ctx, all, own)
+	in.notifier.end(own)
+	if err != nil && len(round) > 1 {
+		for _, c := range round {
+			c.ids, err = in.st.JobInsertMany(c.ctx, in.st.Pool(), c.params)
+			if err == nil {
+				in.notifier.wake(readyQueues(c.params))
+			}
+			c.done <- err
+		}
+		return
+	}
+	if err != nil {
+		round[0].done <- err
+		return
+	}
+	in.notifier.wake(without(queues, own))
+	for _, c := range round {
+		c.ids, ids = ids[:len(c.params):len(c.params)], ids[len(c.params):]
+		c.done <- nil
+	}
+}
+
+// without returns the queues not in drop.
+func without(queues, drop []string) []string {
+	var out []string
+	for _, q := range queues {
+		if !slices.Contains(drop, q) {
+			out = append(out, q)
+		}
+	}
+	return out
+}
