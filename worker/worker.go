@@ -329,7 +329,7 @@ func (w *Worker) loop(ctx, jobBase context.Context) (Result, error) {
 		if s.stopping && len(s.running) == 0 {
 			break
 		}
-		if needClaim && !s.stopping && !w.paused.Load() && s.held() < w.cfg.Concurrency+w.prefetch(s) &&
+		if needClaim && !s.stopping && !w.paused.Load() && w.roomToClaim(s) &&
 			w.writer.Unsaved() < w.cfg.MaxUnsaved {
 			needClaim = w.claim(ctx, jobBase, s, poll, probe)
 			probe = false
@@ -486,6 +486,16 @@ func (w *Worker) prefetch(s *loopState) int {
 		return 0
 	}
 	return w.cfg.Prefetch
+}
+
+// roomToClaim reports whether a claim is due: a slot is free and no
+// prefetched job waits for it, or a quarter of the room for prefetched
+// jobs is free. A claim of a job or two while others still wait in the
+// buffer would cost a round trip and a commit for little.
+func (w *Worker) roomToClaim(s *loopState) bool {
+	room := w.cfg.Concurrency + w.prefetch(s)
+	free := room - s.held()
+	return free > 0 && (len(s.buffer) == 0 || free >= room/4)
 }
 
 // startBuffered starts claimed jobs in free slots, oldest claim first. A
