@@ -142,3 +142,42 @@ func TestHotPathKeepsItsPlanUnderAGenericPlan(t *testing.T) {
 		t.Errorf("failed jobs = %d, want 50", n)
 	}
 }
+
+func TestQueueVacuumWhenDeadRowsPileUp(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cfg, err := pgxpool.ParseConfig(pgtest.URL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = 1 // one backend, whose statistics pg_stat_force_next_flush sends
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	st := store.New(pool)
+	for _, sql := range []string{
+		`INSERT INTO queue_jobs (queue, name) SELECT 'q', 'n' FROM generate_series(1, 30000)`,
+		`DELETE FROM queue_jobs WHERE id <= 20000`,
+		`SELECT pg_stat_force_next_flush()`,
+	} {
+		if _, err := pool.Exec(ctx, sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	params := store.QueueVacuumParams{MinDead: 15000, DeadPerLive: 0.2}
+	res, err := st.QueueVacuum(ctx, store.QueueVacuumParams{MinDead: 50000, DeadPerLive: 0.2})
+	if err != nil || res.Vacuumed || res.Dead < 20000 {
+		t.Fatalf("below the threshold: %+v, %v; want 20000 dead found and no vacuum", res, err)
+	}
+	if res, err = st.QueueVacuum(ctx, params); err != nil || !res.Vacuumed {
+		t.Fatalf("over the threshold: %+v, %v; want a vacuum", res, err)
+	}
+	if _, err := pool.Exec(ctx, `SELECT pg_stat_force_next_flush()`); err != nil {
+		t.Fatal(err)
+	}
+	if res, err = st.QueueVacuum(ctx, params); err != nil || res.Vacuumed || res.Dead != 0 || res.Live != 10000 {
+		t.Fatalf("after the vacuum: %+v, %v; want no dead rows, 10000 live and no second vacuum", res, err)
+	}
+}

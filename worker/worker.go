@@ -33,6 +33,7 @@ const (
 	DefaultTimeout           = 60 * time.Second
 	DefaultTimeoutGrace      = 5 * time.Second
 	DefaultHeartbeatInterval = time.Second
+	DefaultVacuumEvery       = 5 * time.Second
 	// DrainTimeout bounds how long a stopping worker keeps trying to write
 	// the outcomes of its last jobs.
 	DrainTimeout = 30 * time.Second
@@ -99,6 +100,10 @@ type Config struct {
 	// Master names the master this worker belongs to, so another master can
 	// release its jobs if both die.
 	Master string
+	// VacuumEvery is how often a worker that finished jobs since its last
+	// look checks whether queue_jobs needs a vacuum, and vacuums it if so
+	// (see store.QueueVacuum). Default DefaultVacuumEvery; negative: never.
+	VacuumEvery time.Duration
 	// Logger receives the worker's logs; default slog.Default().
 	Logger *slog.Logger
 	// Reports receives ready, heartbeat and exiting reports; may be nil.
@@ -134,6 +139,8 @@ type Worker struct {
 	pausedQueues atomic.Pointer[map[string]bool]
 	stopOnce     sync.Once
 	stop         chan struct{}
+	// finished counts attempts finished, for the vacuum check.
+	finished atomic.Int64
 }
 
 // New returns a worker running jobs from st with the handlers in jobs.
@@ -164,6 +171,7 @@ func New(st *store.Store, jobs *queue.Registry, cfg Config) (*Worker, error) {
 	cfg.DefaultTimeout = cmp.Or(cfg.DefaultTimeout, DefaultTimeout)
 	cfg.TimeoutGrace = cmp.Or(cfg.TimeoutGrace, DefaultTimeoutGrace)
 	cfg.HeartbeatInterval = cmp.Or(cfg.HeartbeatInterval, DefaultHeartbeatInterval)
+	cfg.VacuumEvery = cmp.Or(cfg.VacuumEvery, DefaultVacuumEvery)
 	if cfg.Name == "" {
 		cfg.Name = DefaultName()
 	}
@@ -278,6 +286,9 @@ func (w *Worker) Run(ctx context.Context) (Result, error) {
 	var wg sync.WaitGroup
 	wg.Go(func() { w.writer.run(bg) })
 	wg.Go(func() { w.listen(bg) })
+	if w.cfg.VacuumEvery > 0 {
+		wg.Go(func() { w.vacuum(bg) })
+	}
 	defer func() {
 		stopBackground()
 		wg.Wait()
@@ -598,6 +609,7 @@ func (w *Worker) finish(s *loopState, f finished) {
 	r.cancel()
 	delete(s.running, f.job.ID)
 	s.finished++
+	w.finished.Add(1)
 	if took := f.ended.Sub(r.started); s.runtime < 0 {
 		s.runtime = took
 	} else {
@@ -746,5 +758,43 @@ func (w *Worker) listen(ctx context.Context) {
 		case <-t.C:
 		}
 		backoff = min(backoff*2, 10*time.Second)
+	}
+}
+
+// The dead rows of queue_jobs worth a vacuum: at least vacuumMinDead, and
+// a fifth of the live rows.
+const (
+	vacuumMinDead     = 50_000
+	vacuumDeadPerLive = 0.2
+)
+
+// vacuum keeps queue_jobs vacuumed while the worker churns it: every
+// VacuumEvery, if it finished jobs since its last look, it asks
+// store.QueueVacuum. An idle worker asks nothing.
+func (w *Worker) vacuum(ctx context.Context) {
+	t := time.NewTicker(w.cfg.VacuumEvery)
+	defer t.Stop()
+	seen := w.finished.Load()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		n := w.finished.Load()
+		if n == seen {
+			continue
+		}
+		seen = n
+		vctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+		began := time.Now()
+		r, err := w.st.QueueVacuum(vctx, store.QueueVacuumParams{MinDead: vacuumMinDead, DeadPerLive: vacuumDeadPerLive})
+		cancel()
+		switch {
+		case err != nil && ctx.Err() == nil:
+			w.log.Warn("vacuum of queue_jobs failed; claims slow down as dead rows pile up", "err", err)
+		case r.Vacuumed:
+			w.log.Debug("vacuumed queue_jobs", "dead", r.Dead, "live", r.Live, "took", time.Since(began).Round(time.Millisecond))
+		}
 	}
 }
