@@ -209,9 +209,9 @@ func New(st *store.Store, jobs *queue.Registry, cfg Config) (*Worker, error) {
 // of 256 drained 18,000 jobs/s and one of 1000 about 23,000.
 func DefaultMaxUnsaved(concurrency int) int { return max(4*concurrency, writeBatch) }
 
-// IdleHeartbeats is how many heartbeat intervals apart an idle worker
-// whose report has not changed sends heartbeats (a busy one sends one every
-// interval).
+// IdleHeartbeats is how many heartbeat intervals apart, at least, an idle
+// worker whose report has not changed sends heartbeats, at its polls (a
+// busy one sends one every interval).
 const IdleHeartbeats = 5
 
 // PrefetchBelow is the recent average runtime under which a worker
@@ -322,7 +322,7 @@ func (w *Worker) loop(ctx, jobBase context.Context) (Result, error) {
 	heartbeat := time.NewTicker(w.cfg.HeartbeatInterval)
 	defer heartbeat.Stop()
 	var last spawner.Report // the last heartbeat sent
-	skipped := 0
+	lastBeat := time.Now()
 	watchdog := time.NewTicker(min(200*time.Millisecond, w.cfg.TimeoutGrace))
 	defer watchdog.Stop()
 	poll := time.NewTimer(w.cfg.PollInterval)
@@ -349,10 +349,15 @@ func (w *Worker) loop(ctx, jobBase context.Context) (Result, error) {
 		if s.stopping && len(s.running) == 0 {
 			break
 		}
-		// The watchdog only ticks while jobs run: an idle worker sleeps.
-		var watchdogC <-chan time.Time
+		// The watchdog only ticks while jobs run, and the heartbeat while
+		// there is news for the master: an idle worker wakes for its poll
+		// alone, and beats from there now and then.
+		var watchdogC, heartbeatC <-chan time.Time
 		if len(s.running) > 0 {
 			watchdogC = watchdog.C
+		}
+		if len(s.running) > 0 || s.finished != last.Jobs || w.paused.Load() != last.Paused {
+			heartbeatC = heartbeat.C
 		}
 		select {
 		case <-ctxDone:
@@ -376,34 +381,19 @@ func (w *Worker) loop(ctx, jobBase context.Context) (Result, error) {
 			needClaim = true
 		case <-poll.C:
 			poll.Reset(w.cfg.PollInterval)
+			if heartbeatC == nil && time.Since(lastBeat) >= IdleHeartbeats*w.cfg.HeartbeatInterval {
+				w.heartbeat(s, &last)
+				lastBeat = time.Now()
+			}
 			// A poll with no claim pending since the last one is the idle
 			// case: one statement asks whether anything is ready first.
 			probe = !needClaim
 			needClaim = true
 		case <-maxTime:
 			w.beginStop(s, spawner.ExitMaxTime)
-		case <-heartbeat.C:
-			beat := spawner.Report{Type: spawner.ReportHeartbeat, Jobs: s.finished,
-				Running: len(s.running), Paused: w.paused.Load()}
-			// An idle worker whose report has not changed beats every
-			// IdleHeartbeats intervals only: each heartbeat wakes its master.
-			send := beat.Running > 0 || beat.Jobs != last.Jobs || beat.Paused != last.Paused || skipped+1 >= IdleHeartbeats
-			if !send && w.cfg.MaxMemoryMB == 0 {
-				skipped++
-				continue
-			}
-			mem := w.cfg.MemoryMB()
-			beat.MemoryMB = mem
-			if send {
-				w.report(beat)
-				last, skipped = beat, 0
-			} else {
-				skipped++
-			}
-			if w.cfg.MaxMemoryMB > 0 && mem > float64(w.cfg.MaxMemoryMB) {
-				w.log.Info("memory limit reached", "memory_mb", mem, "max_memory_mb", w.cfg.MaxMemoryMB)
-				w.beginStop(s, spawner.ExitMaxMemory)
-			}
+		case <-heartbeatC:
+			w.heartbeat(s, &last)
+			lastBeat = time.Now()
 		case now := <-watchdogC:
 			if r := w.overdue(s, now); r != nil {
 				return w.abandon(s, r)
@@ -411,6 +401,19 @@ func (w *Worker) loop(ctx, jobBase context.Context) (Result, error) {
 		}
 	}
 	return w.exit(s, nil)
+}
+
+// heartbeat reports the worker's state to its master and checks its
+// memory limit.
+func (w *Worker) heartbeat(s *loopState, last *spawner.Report) {
+	mem := w.cfg.MemoryMB()
+	*last = spawner.Report{Type: spawner.ReportHeartbeat, Jobs: s.finished,
+		Running: len(s.running), MemoryMB: mem, Paused: w.paused.Load()}
+	w.report(*last)
+	if w.cfg.MaxMemoryMB > 0 && mem > float64(w.cfg.MaxMemoryMB) {
+		w.log.Info("memory limit reached", "memory_mb", mem, "max_memory_mb", w.cfg.MaxMemoryMB)
+		w.beginStop(s, spawner.ExitMaxMemory)
+	}
 }
 
 func (w *Worker) beginStop(s *loopState, reason spawner.ExitReason) {
