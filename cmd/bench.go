@@ -77,7 +77,7 @@ func (r *runner) benchCommand() *cobra.Command {
 			"fleet: dispatch to handler start, dispatch to outcome written); dispatch (Dispatch from 1 " +
 			"and 16 goroutines, DispatchMany in batches of 1000 and one large batch); idle (a master " +
 			"process with 10 supervisors of 5 queues each, nothing to do, for --idle-secs: CPU, peak RSS, " +
-			"transactions per second); backlog (--backlog pending jobs: claim query, Workload and " +
+			"transactions per second); backlog (--backlog pending jobs: a claim, Workload and " +
 			"/metrics latency, then a drain for --sustain while jobs are dispatched at 80 % of the " +
 			"measured drain rate); scale (drain rate of one fleet:work process per backlog size × " +
 			"concurrency); all (every scenario in that order, one bound).\n\n" +

@@ -128,31 +128,6 @@ func (s *Store) BenchClaimDelete(ctx context.Context, queue string, batch int) (
 	return len(ids), nil
 }
 
-// BenchClaimProbe runs the claim query (lock up to limit ready jobs of
-// queue, skipping locked rows) and rolls back, changing nothing. It returns
-// how many rows it locked.
-func (s *Store) BenchClaimProbe(ctx context.Context, queue string, limit int) (int, error) {
-	tx, err := s.pool.Begin(ctx)
-	if err != nil {
-		return 0, fmt.Errorf("claim probe: %w", err)
-	}
-	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	rows, err := tx.Query(ctx, `
-		SELECT id FROM queue_jobs
-		WHERE queue = $1 AND reserved_by IS NULL AND available_at <= now()
-		ORDER BY available_at, id
-		LIMIT $2
-		FOR UPDATE SKIP LOCKED`, queue, limit)
-	if err != nil {
-		return 0, fmt.Errorf("claim probe: %w", err)
-	}
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-	if err != nil {
-		return 0, fmt.Errorf("claim probe: %w", err)
-	}
-	return len(ids), nil
-}
-
 // BenchQueueSize counts the jobs of queue, reserved or not, from the
 // trigger-maintained counts (exact, a few rows whatever the backlog).
 func (s *Store) BenchQueueSize(ctx context.Context, queue string) (int64, error) {
