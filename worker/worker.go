@@ -771,18 +771,22 @@ const (
 	vacuumDeadPerLive = 0.2
 )
 
-// vacuum keeps queue_jobs vacuumed while the worker churns it: every
-// VacuumEvery, if it finished jobs since its last look, it asks
-// store.QueueVacuum. An idle worker asks nothing.
+// vacuum keeps queue_jobs vacuumed while the worker churns it: at start,
+// then every VacuumEvery if it finished jobs since its last look, it asks
+// store.QueueVacuum. An idle worker asks nothing after its first look.
 func (w *Worker) vacuum(ctx context.Context) {
 	t := time.NewTicker(w.cfg.VacuumEvery)
 	defer t.Stop()
-	seen := w.finished.Load()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
+	// The first look is at start: a table left full of dead rows (a drained
+	// backlog, a mass delete) is vacuumed before the claims wade through it.
+	seen := int64(-1)
+	for first := true; ; first = false {
+		if !first {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
 		}
 		n := w.finished.Load()
 		if n == seen {
