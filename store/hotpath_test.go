@@ -181,3 +181,38 @@ func TestQueueVacuumWhenDeadRowsPileUp(t *testing.T) {
 		t.Fatalf("after the vacuum: %+v, %v; want no dead rows, 10000 live and no second vacuum", res, err)
 	}
 }
+
+// TestQueueNotifyWakesListeners covers the notification a dispatching
+// client sends on its own, outside the inserting transaction.
+func TestQueueNotifyWakesListeners(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	st := store.New(pool)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	listening := make(chan struct{})
+	got := make(chan string, 4)
+	done := make(chan error, 1)
+	go func() {
+		done <- st.Listen(ctx, func() { close(listening) }, func(q string) { got <- q })
+	}()
+	select {
+	case <-listening:
+	case err := <-done:
+		t.Fatalf("listen: %v", err)
+	}
+	if err := st.QueueNotify(ctx, []string{"mail", "default"}); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for len(seen) < 2 {
+		select {
+		case q := <-got:
+			seen[q] = true
+		case <-time.After(10 * time.Second):
+			t.Fatalf("notifications seen: %v, want mail and default", seen)
+		}
+	}
+	cancel()
+	<-done
+}
