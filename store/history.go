@@ -9,61 +9,6 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// JobHistoryRow is one finished attempt for fleet_jobs.
-type JobHistoryRow struct {
-	JobID      int64
-	Queue      string
-	Name       string
-	Attempt    int
-	Status     string // completed, failed, timed_out or lost
-	ReservedAt time.Time
-	StartedAt  time.Time
-	FinishedAt time.Time
-	RuntimeMs  float64
-	Error      string
-	Master     string
-	Worker     string
-}
-
-// QueueHistoryInsert queues on batch one INSERT of rows into fleet_jobs and
-// one upsert of fleet_counters adding, per queue, every row to processed
-// and those not completed to failed, so that the caller's batch of job
-// outcomes carries the history in the same round trip. Empty Error, Master
-// and Worker and a zero ReservedAt are stored as NULL. It queues nothing for
-// no rows.
-func QueueHistoryInsert(batch *pgx.Batch, rows []JobHistoryRow) {
-	if len(rows) == 0 {
-		return
-	}
-	n := len(rows)
-	ids, attempts := make([]int64, n), make([]int32, n)
-	queues, names, statuses, errs, masters, workers := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-	reserved, started, finished := make([]*time.Time, n), make([]time.Time, n), make([]time.Time, n)
-	runtimes := make([]float64, n)
-	for i, r := range rows {
-		ids[i], attempts[i] = r.JobID, int32(r.Attempt)
-		queues[i], names[i], statuses[i] = r.Queue, r.Name, r.Status
-		errs[i], masters[i], workers[i] = r.Error, r.Master, r.Worker
-		if !r.ReservedAt.IsZero() {
-			t := r.ReservedAt
-			reserved[i] = &t
-		}
-		started[i], finished[i], runtimes[i] = r.StartedAt, r.FinishedAt, r.RuntimeMs
-	}
-	batch.Queue(`
-		INSERT INTO fleet_jobs (job_id, queue, name, attempt, status, reserved_at, started_at, finished_at,
-		                        runtime_ms, error, master, worker)
-		SELECT u.id, u.q, u.n, u.a, u.s, u.r, u.st, u.f, u.rt, NULLIF(u.e, ''), NULLIF(u.m, ''), NULLIF(u.w, '')
-		FROM unnest($1::bigint[], $2::text[], $3::text[], $4::integer[], $5::text[], $6::timestamptz[],
-		            $7::timestamptz[], $8::timestamptz[], $9::float8[], $10::text[], $11::text[], $12::text[])
-		     AS u(id, q, n, a, s, r, st, f, rt, e, m, w)`,
-		ids, queues, names, attempts, statuses, reserved, started, finished, runtimes, errs, masters, workers)
-	batch.Queue(counterUpsert+`
-		SELECT q, `+counterShard+`, count(*), count(*) FILTER (WHERE s <> 'completed')
-		FROM unnest($1::text[], $2::text[]) AS u(q, s)
-		GROUP BY q ORDER BY q`+counterConflict, queues, statuses)
-}
-
 // counterUpsert and counterConflict wrap a SELECT of (queue, shard,
 // processed, failed) increments into fleet_counters, with counterShard as
 // the shard: one of 16 rows per queue picked by backend, so that concurrent

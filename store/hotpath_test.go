@@ -135,6 +135,10 @@ func TestHotPathKeepsItsPlanUnderAGenericPlan(t *testing.T) {
 	if n := scalar[int64](t, setup, `SELECT count(*) FROM fleet_jobs`); n != 1000 {
 		t.Errorf("history rows = %d, want 1000", n)
 	}
+	// An empty error is stored as NULL, a given one as it is.
+	if n := scalar[int64](t, setup, `SELECT count(*) FROM fleet_jobs WHERE (status = 'completed') = (error IS NULL) AND master = 'm' AND worker = 'w'`); n != 1000 {
+		t.Errorf("%d history rows with their error, master and worker as given, want 1000", n)
+	}
 	if n := scalar[int64](t, setup, `SELECT sum(processed) FROM fleet_counters`); n != 1000 {
 		t.Errorf("processed = %d, want 1000", n)
 	}
