@@ -54,8 +54,9 @@ type Config struct {
 	Concurrency int
 	// MaxUnsaved bounds the finished attempts whose outcome is not written
 	// yet: while that many wait for the database, the worker claims nothing
-	// (backpressure), so it never holds more than Concurrency + MaxUnsaved
-	// jobs whatever the backlog. Default DefaultMaxUnsaved(Concurrency).
+	// (backpressure), so it never holds more than Concurrency + Prefetch +
+	// MaxUnsaved jobs whatever the backlog. Default
+	// DefaultMaxUnsaved(Concurrency).
 	MaxUnsaved int
 	// Prefetch is how many claimed jobs may wait for a free slot while the
 	// worker's jobs are short (their recent average runtime under
@@ -139,7 +140,7 @@ type Worker struct {
 	pausedQueues atomic.Pointer[map[string]bool]
 	stopOnce     sync.Once
 	stop         chan struct{}
-	// finished counts attempts finished, for the vacuum check.
+	// finished counts attempts finished; the vacuum check reads it too.
 	finished atomic.Int64
 }
 
@@ -299,10 +300,9 @@ func (w *Worker) Run(ctx context.Context) (Result, error) {
 type loopState struct {
 	running map[int64]*running
 	// buffer holds claimed jobs waiting for a free slot (prefetch).
-	buffer   []store.ClaimedJob
-	claimed  int64 // jobs claimed
-	started  int64 // jobs started
-	finished int64 // attempts finished
+	buffer  []store.ClaimedJob
+	claimed int64 // jobs claimed
+	started int64 // jobs started
 	// runtime is a moving average of recent runtimes; negative until the
 	// first attempt finishes.
 	runtime  time.Duration
@@ -356,7 +356,7 @@ func (w *Worker) loop(ctx, jobBase context.Context) (Result, error) {
 		if len(s.running) > 0 {
 			watchdogC = watchdog.C
 		}
-		if len(s.running) > 0 || s.finished != last.Jobs || w.paused.Load() != last.Paused {
+		if len(s.running) > 0 || w.finished.Load() != last.Jobs || w.paused.Load() != last.Paused {
 			heartbeatC = heartbeat.C
 		}
 		select {
@@ -407,7 +407,7 @@ func (w *Worker) loop(ctx, jobBase context.Context) (Result, error) {
 // memory limit.
 func (w *Worker) heartbeat(s *loopState, last *spawner.Report) {
 	mem := w.cfg.MemoryMB()
-	*last = spawner.Report{Type: spawner.ReportHeartbeat, Jobs: s.finished,
+	*last = spawner.Report{Type: spawner.ReportHeartbeat, Jobs: w.finished.Load(),
 		Running: len(s.running), MemoryMB: mem, Paused: w.paused.Load()}
 	w.report(*last)
 	if w.cfg.MaxMemoryMB > 0 && mem > float64(w.cfg.MaxMemoryMB) {
@@ -611,7 +611,6 @@ func (w *Worker) finish(s *loopState, f finished) {
 	}
 	r.cancel()
 	delete(s.running, f.job.ID)
-	s.finished++
 	w.finished.Add(1)
 	if took := f.ended.Sub(r.started); s.runtime < 0 {
 		s.runtime = took
@@ -678,7 +677,7 @@ func (w *Worker) abandon(s *loopState, r *running) (Result, error) {
 	w.log.Error("job ignored its timeout; giving up on it and exiting so a fresh worker takes over",
 		"job_id", r.job.ID, "job", r.job.Name, "timeout", r.deadline.Sub(r.started), "grace", w.cfg.TimeoutGrace)
 	delete(s.running, r.job.ID)
-	s.finished++
+	w.finished.Add(1)
 	msg := fmt.Sprintf("timed out after %s and did not stop within %s", r.deadline.Sub(r.started), w.cfg.TimeoutGrace)
 	w.recordFailure(r.job, r.started, time.Now(), "timed_out", msg)
 	others := make([]store.ClaimedJob, 0, len(s.running))
@@ -723,10 +722,10 @@ func (w *Worker) exit(s *loopState, runErr error) (Result, error) {
 	if s.reason == "" {
 		s.reason = spawner.ExitStopped
 	}
-	w.report(spawner.Report{Type: spawner.ReportExiting, Reason: s.reason, Jobs: s.finished,
+	w.report(spawner.Report{Type: spawner.ReportExiting, Reason: s.reason, Jobs: w.finished.Load(),
 		Running: len(s.running), MemoryMB: w.cfg.MemoryMB()})
-	w.log.Info("worker exiting", "reason", string(s.reason), "jobs", s.finished)
-	return Result{Reason: s.reason, Jobs: s.finished}, runErr
+	w.log.Info("worker exiting", "reason", string(s.reason), "jobs", w.finished.Load())
+	return Result{Reason: s.reason, Jobs: w.finished.Load()}, runErr
 }
 
 func (w *Worker) report(r spawner.Report) {

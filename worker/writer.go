@@ -185,12 +185,11 @@ func (w *writer) isolate(ctx context.Context, batch []store.JobOutcome, err erro
 	if plain.Error != "" {
 		plain.Error = fmt.Sprintf("the error text of this attempt could not be stored: %v", sqlState(err))
 	}
-	if err2 := w.finish(ctx, []store.JobOutcome{plain}); err2 == nil {
+	if err = w.finish(ctx, []store.JobOutcome{plain}); err == nil {
 		return true
-	} else if ctx.Err() != nil {
+	}
+	if ctx.Err() != nil {
 		return false
-	} else {
-		err = err2
 	}
 	// Still rejected: give the job back rather than hold it forever.
 	rctx, cancel := context.WithTimeout(ctx, writeTimeout)
