@@ -3,6 +3,7 @@ package queue
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -26,34 +27,27 @@ const notifyTimeout = 5 * time.Second
 type notifier struct {
 	st *store.Store
 
-	mu     sync.Mutex
-	queues map[string]*notifyState
-}
-
-type notifyState struct {
-	busy  bool // a sender goroutine owns this queue
-	again bool // a dispatch committed while it was sending
+	mu sync.Mutex
+	// inFlight holds the queues a notification is in flight for: true once
+	// a dispatch has committed since it was sent, so one more is owed.
+	inFlight map[string]bool
 }
 
 func newNotifier(st *store.Store) *notifier {
-	return &notifier{st: st, queues: map[string]*notifyState{}}
+	return &notifier{st: st, inFlight: map[string]bool{}}
 }
 
-// wake notifies queues whose jobs just committed.
+// wake notifies queues whose jobs just committed: at once where no
+// notification is in flight, else by one more after it.
 func (n *notifier) wake(queues []string) {
 	var start []string
 	n.mu.Lock()
 	for _, q := range queues {
-		s := n.queues[q]
-		if s == nil {
-			s = &notifyState{}
-			n.queues[q] = s
-		}
-		if s.busy {
-			s.again = true
+		if _, ok := n.inFlight[q]; ok {
+			n.inFlight[q] = true
 			continue
 		}
-		s.busy = true
+		n.inFlight[q] = false
 		start = append(start, q)
 	}
 	n.mu.Unlock()
@@ -70,11 +64,10 @@ func (n *notifier) begin(queues []string) []string {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	for _, q := range queues {
-		if n.queues[q] != nil {
-			continue
+		if _, ok := n.inFlight[q]; !ok {
+			n.inFlight[q] = false
+			own = append(own, q)
 		}
-		n.queues[q] = &notifyState{busy: true}
-		own = append(own, q)
 	}
 	return own
 }
@@ -82,23 +75,26 @@ func (n *notifier) begin(queues []string) []string {
 // end follows the statement that carried begin's notifications: the
 // dispatches that committed meanwhile get one more.
 func (n *notifier) end(own []string) {
-	if len(own) == 0 {
-		return
-	}
-	var more []string
-	n.mu.Lock()
-	for _, q := range own {
-		if s := n.queues[q]; s.again {
-			s.again = false
-			more = append(more, q)
-		} else {
-			delete(n.queues, q)
-		}
-	}
-	n.mu.Unlock()
-	if len(more) > 0 {
+	if more := n.settle(own); len(more) > 0 {
 		go n.send(more)
 	}
+}
+
+// settle ends the notifications in flight for queues and returns those
+// owed one more, which stay in flight.
+func (n *notifier) settle(queues []string) []string {
+	var more []string
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, q := range queues {
+		if n.inFlight[q] {
+			n.inFlight[q] = false
+			more = append(more, q)
+		} else {
+			delete(n.inFlight, q)
+		}
+	}
+	return more
 }
 
 // send notifies queues until no dispatch is waiting on them.
@@ -110,20 +106,7 @@ func (n *notifier) send(queues []string) {
 			slog.Debug("notify idle workers failed; they will poll", "queues", queues, "err", err)
 		}
 		cancel()
-		n.mu.Lock()
-		more := queues[:0]
-		for _, q := range queues {
-			s := n.queues[q]
-			if s.again {
-				s.again = false
-				more = append(more, q)
-				continue
-			}
-			s.busy = false
-			delete(n.queues, q)
-		}
-		n.mu.Unlock()
-		queues = more
+		queues = n.settle(queues)
 	}
 }
 
@@ -131,17 +114,7 @@ func (n *notifier) send(queues []string) {
 func readyQueues(params []store.JobInsertParams) []string {
 	var out []string
 	for _, p := range params {
-		if p.Delay > 0 {
-			continue
-		}
-		found := false
-		for _, q := range out {
-			if q == p.Queue {
-				found = true
-				break
-			}
-		}
-		if !found {
+		if p.Delay <= 0 && !slices.Contains(out, p.Queue) {
 			out = append(out, p.Queue)
 		}
 	}
