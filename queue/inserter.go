@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sync"
 	"time"
@@ -45,11 +46,8 @@ type insertCall struct {
 	taken bool
 }
 
-type leadSignal struct{}
-
-func (leadSignal) Error() string { return "lead the next insert" }
-
-var errLead error = leadSignal{}
+// errLead tells a waiting call to run the next shared insert itself.
+var errLead = errors.New("lead the next insert")
 
 func newInserter(st *store.Store, n *notifier) *inserter { return &inserter{st: st, notifier: n} }
 
@@ -61,43 +59,34 @@ func (in *inserter) insert(ctx context.Context, params []store.JobInsertParams) 
 		in.busy = true
 		call.taken = true
 		in.mu.Unlock()
-		in.lead(call)
-		return call.ids, <-call.done
+		return in.answer(call, errLead)
 	}
 	in.waiting = append(in.waiting, call)
 	in.mu.Unlock()
 	select {
 	case err := <-call.done:
-		if err == errLead {
-			in.lead(call)
-			return call.ids, <-call.done
-		}
-		return call.ids, err
+		return in.answer(call, err)
 	case <-ctx.Done():
 		in.mu.Lock()
 		if !call.taken {
-			in.remove(call)
+			in.waiting = slices.DeleteFunc(in.waiting, func(c *insertCall) bool { return c == call })
 			in.mu.Unlock()
 			return nil, ctx.Err()
 		}
 		in.mu.Unlock()
 		// Already being inserted: its answer decides.
-		err := <-call.done
-		if err == errLead {
-			in.lead(call)
-			err = <-call.done
-		}
-		return call.ids, err
+		return in.answer(call, <-call.done)
 	}
 }
 
-func (in *inserter) remove(call *insertCall) {
-	for i, c := range in.waiting {
-		if c == call {
-			in.waiting = append(in.waiting[:i], in.waiting[i+1:]...)
-			return
-		}
+// answer returns what became of call, running the next shared insert
+// first when it was handed the lead.
+func (in *inserter) answer(call *insertCall, err error) ([]int64, error) {
+	if err == errLead {
+		in.lead(call)
+		err = <-call.done
 	}
+	return call.ids, err
 }
 
 // lead runs one shared insert: first's jobs and those of the calls
