@@ -56,7 +56,7 @@ func (s *Store) JobInsertManyNotify(ctx context.Context, jobs []JobInsertParams,
 		ids, err = pgx.CollectRows(rows, pgx.RowTo[int64])
 		return err
 	})
-	b.Queue(`SELECT pg_notify('`+NotifyChannel+`', q) FROM unnest($1::text[]) AS q`, queues)
+	b.Queue(queueNotifySQL, queues)
 	// A batch outside a transaction is one implicit transaction: both
 	// statements commit together at its end.
 	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {

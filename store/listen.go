@@ -50,13 +50,17 @@ func (s *Store) QueueNotify(ctx context.Context, queues []string) error {
 	return nil
 }
 
+// queueNotifySQL notifies the queues in $1, at the commit of the
+// transaction it runs in.
+const queueNotifySQL = `SELECT pg_notify('` + NotifyChannel + `', q) FROM unnest($1::text[]) AS q`
+
 // QueueNotifyTx queues on tx a notification for queues, delivered when tx
 // commits.
 func QueueNotifyTx(ctx context.Context, tx DBTX, queues []string) error {
 	if len(queues) == 0 {
 		return nil
 	}
-	if _, err := tx.Exec(ctx, `SELECT pg_notify('`+NotifyChannel+`', q) FROM unnest($1::text[]) AS q`, queues); err != nil {
+	if _, err := tx.Exec(ctx, queueNotifySQL, queues); err != nil {
 		return fmt.Errorf("notify queues %v: %w", queues, err)
 	}
 	return nil
