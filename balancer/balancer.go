@@ -125,12 +125,33 @@ func (a Allocation) Total() int {
 //
 // With constant inputs, repeated steps reach Target and stay there.
 //
+// ceiling, when not negative, caps the total: the master's share of a
+// fleet-wide budget (fleet_max_processes). It is applied last and wins over
+// everything else, min_processes included: an allocation above it is cut at
+// once, from the last queues first, so a master whose share drops shrinks
+// without waiting for shift.
+//
 // sup is expected to come from supervisor.Resolve. Otherwise a Balance other
 // than "simple" or "off" is taken as "auto", concurrency and min_processes
 // below 1 as 1, and a max_processes too small for the balance's rule is
 // raised to the least that obeys it, so that no queue is left without
 // processes.
-func NextAllocation(sup supervisor.Supervisor, current Allocation, workload map[string]QueueWorkload, shift int) Allocation {
+func NextAllocation(sup supervisor.Supervisor, current Allocation, workload map[string]QueueWorkload, shift, ceiling int) Allocation {
+	alloc := nextAllocation(sup, current, workload, shift)
+	if ceiling < 0 {
+		return alloc
+	}
+	groups := sanitize(sup).Groups()
+	over := alloc.Total() - ceiling
+	for i := len(groups) - 1; i >= 0 && over > 0; i-- {
+		cut := min(alloc[groups[i].Key], over)
+		alloc[groups[i].Key] -= cut
+		over -= cut
+	}
+	return alloc
+}
+
+func nextAllocation(sup supervisor.Supervisor, current Allocation, workload map[string]QueueWorkload, shift int) Allocation {
 	sup = sanitize(sup)
 	target := Target(sup, workload)
 	if sup.Balance == supervisor.BalanceOff || sup.Balance == supervisor.BalanceSimple {

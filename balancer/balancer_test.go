@@ -326,7 +326,7 @@ func TestNextAllocation(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := balancer.NextAllocation(tt.sup, tt.current, tt.work, tt.shift)
+			got := balancer.NextAllocation(tt.sup, tt.current, tt.work, tt.shift, -1)
 			if !reflect.DeepEqual(got, tt.want) {
 				t.Errorf("NextAllocation = %v, want %v", got, tt.want)
 			}
@@ -354,7 +354,7 @@ func TestBacklogGrowsByShift(t *testing.T) {
 			work := loads(busy("mail", tt.waiting))
 			var cur balancer.Allocation
 			for step, want := range tt.want {
-				cur = balancer.NextAllocation(sup, cur, work, tt.shift)
+				cur = balancer.NextAllocation(sup, cur, work, tt.shift, -1)
 				if cur["mail"] != want || cur["default"] != 1 {
 					t.Fatalf("step %d: %v, want mail %d, default 1", step+1, cur, want)
 				}
@@ -369,12 +369,12 @@ func TestScenarioMailBurst(t *testing.T) {
 	const shift = 1
 	work := loads(busy("mail", 3000))
 
-	cur := balancer.NextAllocation(sup, nil, work, shift)
+	cur := balancer.NextAllocation(sup, nil, work, shift, -1)
 	if !(cur["mail"] > cur["default"]) || cur["default"] != 1 {
 		t.Fatalf("after 1 step: %v, want mail > default and default 1", cur)
 	}
 	for range 10 {
-		cur = balancer.NextAllocation(sup, cur, work, shift)
+		cur = balancer.NextAllocation(sup, cur, work, shift, -1)
 		if cur["default"] != 1 || cur.Total() > 4 {
 			t.Fatalf("while busy: %v", cur)
 		}
@@ -385,13 +385,13 @@ func TestScenarioMailBurst(t *testing.T) {
 
 	// Drained: back to 1/1, one process per step, then still.
 	for _, want := range []int{2, 1} {
-		cur = balancer.NextAllocation(sup, cur, nil, shift)
+		cur = balancer.NextAllocation(sup, cur, nil, shift, -1)
 		if cur["mail"] != want || cur["default"] != 1 {
 			t.Fatalf("draining: %v, want mail %d", cur, want)
 		}
 	}
 	for step := range 100 {
-		cur = balancer.NextAllocation(sup, cur, loads(busy("default", 0), busy("mail", 0)), shift)
+		cur = balancer.NextAllocation(sup, cur, loads(busy("default", 0), busy("mail", 0)), shift, -1)
 		if want := (balancer.Allocation{"default": 1, "mail": 1}); !reflect.DeepEqual(cur, want) {
 			t.Fatalf("idle step %d: %v, want %v", step, cur, want)
 		}
@@ -404,5 +404,29 @@ func TestAllocationTotal(t *testing.T) {
 	}
 	if got := balancer.Allocation(nil).Total(); got != 0 {
 		t.Errorf("Total of nil = %d, want 0", got)
+	}
+}
+
+func TestNextAllocationCeiling(t *testing.T) {
+	sup := supervisor.Supervisor{Name: "s", Queues: []string{"a", "b"}, Balance: supervisor.BalanceAuto,
+		MinProcesses: 1, MaxProcesses: 8, Concurrency: 1}
+	work := loads(busy("a", 100), busy("b", 100))
+	cur := balancer.Allocation{"a": 4, "b": 4}
+	// A ceiling below the current total cuts at once, last queue first,
+	// below min_processes if need be.
+	if got := balancer.NextAllocation(sup, cur, work, 1, 3); !reflect.DeepEqual(got, balancer.Allocation{"a": 3, "b": 0}) {
+		t.Errorf("ceiling 3 = %v, want a:3 b:0", got)
+	}
+	if got := balancer.NextAllocation(sup, cur, work, 1, 0); got.Total() != 0 {
+		t.Errorf("ceiling 0 = %v, want nothing", got)
+	}
+	// A ceiling above what the step gives changes nothing.
+	if got, want := balancer.NextAllocation(sup, cur, work, 1, 100), balancer.NextAllocation(sup, cur, work, 1, -1); !reflect.DeepEqual(got, want) {
+		t.Errorf("ceiling 100 = %v, want %v", got, want)
+	}
+	off := sup
+	off.Balance = supervisor.BalanceOff
+	if got := balancer.NextAllocation(off, nil, work, 1, 5); got.Total() != 5 {
+		t.Errorf("balance off, ceiling 5 = %v, want 5 processes", got)
 	}
 }

@@ -91,7 +91,7 @@ func BenchmarkNextAllocation(b *testing.B) {
 				b.ReportAllocs()
 				var next balancer.Allocation
 				for b.Loop() {
-					next = balancer.NextAllocation(sup, start.current, work, shift)
+					next = balancer.NextAllocation(sup, start.current, work, shift, -1)
 				}
 				checkAllocation(b, sup, start.current, next, shift)
 			})

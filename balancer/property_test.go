@@ -166,12 +166,12 @@ func TestPropertyNextAllocation(t *testing.T) {
 			}
 			what := lazy(describe)
 
-			next := balancer.NextAllocation(sup, cur, work, shift)
+			next := balancer.NextAllocation(sup, cur, work, shift, -1)
 			checkShape(t, describe, sup, next)
 
 			// Determinism, whatever the maps' insertion order.
 			for range 3 {
-				again := balancer.NextAllocation(sup, reinsert(r, cur), reinsert(r, work), shift)
+				again := balancer.NextAllocation(sup, reinsert(r, cur), reinsert(r, work), shift, -1)
 				if !reflect.DeepEqual(again, next) {
 					t.Fatalf("%s: NextAllocation = %v, then %v", what, next, again)
 				}
@@ -250,11 +250,11 @@ func TestPropertyConverges(t *testing.T) {
 				if steps > limit {
 					t.Fatalf("%s: not at target %v after %d steps: %v", what, target, steps, cur)
 				}
-				cur = balancer.NextAllocation(sup, cur, work, shift)
+				cur = balancer.NextAllocation(sup, cur, work, shift, -1)
 				checkShape(t, describe, sup, cur)
 			}
 			for range 20 {
-				if cur = balancer.NextAllocation(sup, cur, work, shift); !reflect.DeepEqual(cur, target) {
+				if cur = balancer.NextAllocation(sup, cur, work, shift, -1); !reflect.DeepEqual(cur, target) {
 					t.Fatalf("%s: left the target %v for %v", what, target, cur)
 				}
 			}
@@ -292,7 +292,7 @@ func TestPropertyBacklog(t *testing.T) {
 			var cur balancer.Allocation
 			prev := sup.MinProcesses
 			for step := 0; step < sup.MaxProcesses+20; step++ {
-				cur = balancer.NextAllocation(sup, cur, work, shift)
+				cur = balancer.NextAllocation(sup, cur, work, shift, -1)
 				checkShape(t, describe, sup, cur)
 				if got, exp := cur[busyQ], min(prev+shift, want); got != exp {
 					t.Fatalf("%s: step %d: busy queue at %d, want %d (%v)", what, step+1, got, exp, cur)

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"os/signal"
 	"path/filepath"
 	"slices"
@@ -41,7 +42,8 @@ func supervisorOptions(cfg *config.Config, withOnly bool) supervisor.Options {
 		o.Supervisors[name] = supervisor.SupervisorOptions{
 			Queues: s.Queues, Balance: s.Balance,
 			MinProcesses: s.MinProcesses, MaxProcesses: s.MaxProcesses, Concurrency: s.Concurrency,
-			MaxJobs: s.MaxJobs, MaxMemoryMB: s.MaxMemoryMB, MaxTimeSecs: s.MaxTimeSecs,
+			FleetMaxProcesses: s.FleetMaxProcesses,
+			MaxJobs:           s.MaxJobs, MaxMemoryMB: s.MaxMemoryMB, MaxTimeSecs: s.MaxTimeSecs,
 			Tries: s.Tries, Backoff: s.Backoff, TimeoutSecs: s.TimeoutSecs,
 		}
 	}
@@ -65,11 +67,27 @@ func masterSettings(cfg *config.Config, sups []supervisor.Supervisor, version st
 		BalanceCooldown: time.Duration(cfg.Fleet.BalanceCooldownSecs) * time.Second,
 		BalanceMaxShift: cfg.Fleet.BalanceMaxShift,
 		TTL:             time.Duration(cfg.Fleet.MasterTTLSecs) * time.Second,
+		BeatInterval:    time.Duration(cfg.Fleet.BeatIntervalMs) * time.Millisecond,
+		OnStop:          cfg.Fleet.OnStop,
+		Linger:          time.Duration(cfg.Fleet.LingerSecs) * time.Second,
+		Name:            masterName(cfg),
 		DefaultTries:    cfg.Queue.Tries,
 		DefaultTimeout:  timeout,
 		TimeoutGrace:    time.Duration(cfg.Queue.TimeoutGraceSecs) * time.Second,
 		Version:         version,
 	}
+}
+
+// masterName is fleet.name, else the variable fleet.name_env names, else
+// empty (the master's default, host:pid:nonce).
+func masterName(cfg *config.Config) string {
+	if cfg.Fleet.Name != "" {
+		return cfg.Fleet.Name
+	}
+	if cfg.Fleet.NameEnv != "" {
+		return os.Getenv(cfg.Fleet.NameEnv)
+	}
+	return ""
 }
 
 func (r *runner) fleetCommand() *cobra.Command {
@@ -156,7 +174,7 @@ func (r *runner) runMaster(ctx context.Context, c *cobra.Command, cfg *config.Co
 		return err
 	}
 	if addr := cfg.Fleet.HTTP.Addr; addr != "" {
-		stopHTTP, err := serveHTTP(ctx, addr, metrics.NewCollector(st, metrics.Options{Beat: m, Logger: settings.Logger}), settings.Logger)
+		stopHTTP, err := serveHTTP(ctx, addr, metrics.NewCollector(st, metrics.Options{Beat: m.Membership(), Logger: settings.Logger}), settings.Logger)
 		if err != nil {
 			return err
 		}
@@ -330,19 +348,19 @@ func (r *runner) statusCommand() *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			return r.withService(c.Context(), func(_ *config.Config, svc *fleet.Service) error {
-				masters, err := svc.Masters(c.Context())
+				v, err := svc.Masters(c.Context(), false)
 				if err != nil {
 					return err
 				}
 				out := c.OutOrStdout()
-				status := fleet.StatusOf(masters)
+				status := fleet.StatusOf(v.Masters)
 				fmt.Fprintln(out, status)
 				if status == fleet.StatusInactive {
-					return &exitError{code: 1, err: fmt.Errorf("no fleet master beat in the last %s", fleet.StatusWindow)}
+					return &exitError{code: 1, err: errors.New("no fleet master is live")}
 				}
-				for _, m := range masters {
+				for _, m := range v.Masters {
 					fmt.Fprintf(out, "  %s  %s  pid %d  up %s  beat %.1fs ago\n", m.Name, m.State, m.PID,
-						m.BeatAt.Sub(m.StartedAt).Round(time.Second), m.BeatAgeSecs)
+						v.At.Sub(m.StartedAt).Round(time.Second), m.BeatAgeSecs)
 				}
 				return nil
 			})
@@ -357,10 +375,11 @@ func (r *runner) terminateCommand() *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			return r.withStore(c.Context(), func(_ *config.Config, st *store.Store) error {
-				masters, err := st.MasterList(c.Context(), fleet.StatusWindow)
+				v, err := fleet.New(st.Pool(), fleet.Options{}).Masters(c.Context(), false)
 				if err != nil {
 					return err
 				}
+				masters := v.Masters
 				if err := st.StateSet(c.Context(), store.StateTerminate); err != nil {
 					return err
 				}

@@ -76,37 +76,38 @@ func secs(s float64) string {
 }
 
 func (r *runner) mastersCommand() *cobra.Command {
-	var asJSON bool
+	var asJSON, all bool
 	c := &cobra.Command{
-		Use:   "fleet:masters",
-		Short: "List the masters that beat in the last 30 s, with their supervisors and processes",
-		Args:  cobra.NoArgs,
+		Use:   "fleet:masters [--all] [--json]",
+		Short: "List the live masters, with their supervisors and processes (--all: the recently gone too)",
+		Long: "Liveness is measured on the database clock: online, draining (stopping, its children finishing " +
+			"their jobs), or offline (its row expired; shown with --all until it is deleted, " +
+			"10 minutes after its last beat).",
+		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			return r.withService(c.Context(), func(_ *config.Config, svc *fleet.Service) error {
-				masters, err := svc.Masters(c.Context())
+				v, err := svc.Masters(c.Context(), all)
 				if err != nil {
 					return err
 				}
 				if asJSON {
-					if masters == nil {
-						masters = []store.Master{}
-					}
-					return printJSON(c.OutOrStdout(), masters)
+					return printJSON(c.OutOrStdout(), v)
 				}
 				tw := table(c.OutOrStdout())
-				fmt.Fprintln(tw, "NAME\tSTATE\tHOST\tPID\tVERSION\tUP\tBEAT\tSUPERVISORS\t")
-				for _, m := range masters {
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%.1fs ago\t%s\t\n", m.Name, m.State, m.Host, m.PID, m.Version,
+				fmt.Fprintln(tw, "NAME\tLIVENESS\tSTATE\tHOST\tPID\tVERSION\tUP\tBEAT\tSUPERVISORS\t")
+				for _, m := range v.Masters {
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%.1fs ago\t%s\t\n", m.Name, m.Liveness, m.State, m.Host, m.PID, m.Version,
 						m.BeatAt.Sub(m.StartedAt).Round(time.Second), m.BeatAgeSecs, supervisorsSummary(m.Supervisors))
 				}
-				if len(masters) == 0 {
-					fmt.Fprintln(tw, "(no master beat in the last 30 s)")
+				if len(v.Masters) == 0 {
+					fmt.Fprintln(tw, "(no live master)")
 				}
 				return tw.Flush()
 			})
 		},
 	}
 	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	c.Flags().BoolVar(&all, "all", false, "also list masters that stopped beating recently (offline)")
 	return c
 }
 

@@ -5,6 +5,8 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
+	"github.com/fleet-go/fleet/membership"
 	"io"
 	"log/slog"
 	"os"
@@ -30,6 +32,7 @@ type workFlags struct {
 	queues        string
 	supervisor    string
 	master        string
+	masterTTL     time.Duration
 	workerName    string
 	paused        bool
 	pausedQueues  string
@@ -63,6 +66,7 @@ func (r *runner) workCommand() *cobra.Command {
 	fl.BoolVar(&f.stopWhenEmpty, "stop-when-empty", false, "exit once nothing is running and no job is ready")
 	fl.StringVar(&f.supervisor, "supervisor", "", "supervisor this worker belongs to (set by the master)")
 	fl.StringVar(&f.master, "master", "", "master this worker belongs to (set by the master); the worker then takes commands on stdin and stops when stdin closes")
+	fl.DurationVar(&f.masterTTL, "master-ttl", 0, "the master's row ttl: exit when fenced out that long (set by the master)")
 	fl.StringVar(&f.workerName, "worker-name", "", "lease-holder name (default host:pid:random)")
 	fl.BoolVar(&f.paused, "paused", false, "start paused: take no jobs until told to continue")
 	fl.StringVar(&f.pausedQueues, "paused-queues", "", "queues not to claim from until told otherwise, comma-separated")
@@ -110,7 +114,37 @@ func (r *runner) work(c *cobra.Command, f workFlags) error {
 		return err
 	}
 	defer pool.Close()
-	w, err := worker.New(store.New(pool), r.app.Jobs, wcfg)
+	st := store.New(pool)
+	if f.master == "" {
+		// Run by hand: the worker keeps a membership row of its own, so
+		// that masters know it is alive (and never release a job it still
+		// runs, however long its timeout) and release its jobs once it is
+		// gone.
+		if wcfg.Name == "" {
+			wcfg.Name = worker.DefaultName()
+		}
+		ttl := time.Duration(cfg.Fleet.MasterTTLSecs) * time.Second
+		member, err := membership.New(st, membership.Config{
+			Kind: store.KindWorker, Name: wcfg.Name, Version: r.app.Version, TTL: ttl,
+			Interval: max(ttl/4, 10*time.Millisecond), Logger: log,
+			Report: func() (string, any) { return "running", map[string]any{"queues": wcfg.Queues} },
+		})
+		if err != nil {
+			return fmt.Errorf("worker %q: %w", wcfg.Name, err)
+		}
+		if err := member.Start(ctx); err != nil {
+			return err
+		}
+		defer func() {
+			lctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := member.Stop(lctx, 0); err != nil {
+				log.Warn("remove the worker's membership row failed; it expires on its own", "err", err)
+			}
+		}()
+		wcfg.Master, wcfg.MasterTTL = member.Instance(), ttl
+	}
+	w, err := worker.New(st, r.app.Jobs, wcfg)
 	if err != nil {
 		return err
 	}
@@ -181,6 +215,7 @@ func workerConfig(cfg *config.Config, f workFlags) (worker.Config, error) {
 		Name:           f.workerName,
 		TimeoutGrace:   time.Duration(cfg.Queue.TimeoutGraceSecs) * time.Second,
 		Master:         f.master,
+		MasterTTL:      f.masterTTL,
 		Redact:         cfg.Log.Redact,
 	}, nil
 }

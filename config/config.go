@@ -68,6 +68,19 @@ type FleetConfig struct {
 	BalanceMaxShift int `toml:"balance_max_shift"`
 	// MasterTTLSecs is how long a master's row lives after its last beat.
 	MasterTTLSecs int `toml:"master_ttl_secs"`
+	// BeatIntervalMs is the time between two beats of a master; it must be
+	// below half of master_ttl_secs.
+	BeatIntervalMs int `toml:"beat_interval_ms"`
+	// OnStop is "leave" (delete the row once the children are gone) or
+	// "linger" (one last draining row that lives linger_secs).
+	OnStop string `toml:"on_stop"`
+	// LingerSecs is how long the last row lives with on_stop = "linger".
+	LingerSecs int `toml:"linger_secs"`
+	// Name is the master's name (default host:pid:nonce).
+	Name string `toml:"name"`
+	// NameEnv names an environment variable holding the master's name
+	// (e.g. a pod name); it is used when Name is empty.
+	NameEnv string `toml:"name_env"`
 	// LongWait maps a queue to the wait, in seconds, that raises an alert.
 	LongWait map[string]int `toml:"long_wait"`
 	// LongWaitCooldownMinutes is the least time between two alerts of a queue.
@@ -91,13 +104,16 @@ type SupervisorConfig struct {
 	Balance      string   `toml:"balance"`
 	MinProcesses *int     `toml:"min_processes"`
 	MaxProcesses *int     `toml:"max_processes"`
-	Concurrency  *int     `toml:"concurrency"`
-	MaxJobs      int      `toml:"max_jobs"`
-	MaxMemoryMB  int      `toml:"max_memory_mb"`
-	MaxTimeSecs  int      `toml:"max_time_secs"`
-	Tries        *int     `toml:"tries"`
-	Backoff      []int    `toml:"backoff"`
-	TimeoutSecs  *int     `toml:"timeout_secs"`
+	// FleetMaxProcesses caps the supervisor's processes summed over every
+	// master that runs it.
+	FleetMaxProcesses *int  `toml:"fleet_max_processes"`
+	Concurrency       *int  `toml:"concurrency"`
+	MaxJobs           int   `toml:"max_jobs"`
+	MaxMemoryMB       int   `toml:"max_memory_mb"`
+	MaxTimeSecs       int   `toml:"max_time_secs"`
+	Tries             *int  `toml:"tries"`
+	Backoff           []int `toml:"backoff"`
+	TimeoutSecs       *int  `toml:"timeout_secs"`
 }
 
 // TrimConfig says how long job history and metrics are kept.
@@ -136,6 +152,9 @@ func Default() Config {
 			BalanceCooldownSecs:     3,
 			BalanceMaxShift:         1,
 			MasterTTLSecs:           10,
+			BeatIntervalMs:          1000,
+			OnStop:                  "leave",
+			LingerSecs:              30,
 			LongWaitCooldownMinutes: 15,
 			Trim:                    TrimConfig{CompletedHours: 24, FailedDays: 7, MetricsDays: 30},
 			HTTP:                    HTTPConfig{Addr: "127.0.0.1:9465"},

@@ -15,7 +15,9 @@ import (
 // queue.timeout_grace_secs is at least 0; queue.poll_interval_ms is at
 // least 10; queue.default_queue and the names in queue.queues are not
 // empty; the fleet section's cooldowns, shift and retentions are at least 1,
-// fleet.master_ttl_secs at least 3 (three beats) and long-wait thresholds
+// fleet.master_ttl_secs at least 1 with fleet.beat_interval_ms below half
+// of it, fleet.on_stop leave or linger, fleet.name free of tabs, newlines
+// and braces, and long-wait thresholds
 // at least 0. The rules of supervisors belong to the package that resolves
 // them.
 //
@@ -52,13 +54,23 @@ func (c *Config) Validate() error {
 	errs = append(errs,
 		atLeast("fleet.balance_cooldown_secs", f.BalanceCooldownSecs, 1),
 		atLeast("fleet.balance_max_shift", f.BalanceMaxShift, 1),
-		// The master beats every second: a row must outlive three beats.
-		atLeast("fleet.master_ttl_secs", f.MasterTTLSecs, 3),
+		atLeast("fleet.master_ttl_secs", f.MasterTTLSecs, 1),
+		atLeast("fleet.beat_interval_ms", f.BeatIntervalMs, 10),
+		oneOf("fleet.on_stop", f.OnStop, secrets, "leave", "linger"),
+		atLeast("fleet.linger_secs", f.LingerSecs, 1),
 		atLeast("fleet.long_wait_cooldown_minutes", f.LongWaitCooldownMinutes, 1),
 		atLeast("fleet.trim.completed_hours", f.Trim.CompletedHours, 1),
 		atLeast("fleet.trim.failed_days", f.Trim.FailedDays, 1),
 		atLeast("fleet.trim.metrics_days", f.Trim.MetricsDays, 1),
 	)
+	if f.MasterTTLSecs >= 1 && f.BeatIntervalMs >= 10 && f.BeatIntervalMs*2 >= f.MasterTTLSecs*1000 {
+		// One lost beat must never expire the row.
+		errs = append(errs, invalid("fleet.beat_interval_ms",
+			"must be below half of fleet.master_ttl_secs (%d ms ≥ %d s / 2)", f.BeatIntervalMs, f.MasterTTLSecs))
+	}
+	if strings.ContainsAny(f.Name, "\t\n\r{}") {
+		errs = append(errs, invalid("fleet.name", "must hold no tab, newline or brace, got %q", f.Name))
+	}
 	for _, q := range slices.Sorted(maps.Keys(f.LongWait)) {
 		errs = append(errs, atLeast("fleet.long_wait."+q, f.LongWait[q], 0))
 	}

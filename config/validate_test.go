@@ -134,10 +134,11 @@ func TestValidateFleetSection(t *testing.T) {
 	t.Parallel()
 	c := Default()
 	c.Fleet.MasterTTLSecs = 2
+	c.Fleet.BeatIntervalMs = 1000
 	c.Fleet.BalanceMaxShift = 0
 	c.Fleet.LongWait = map[string]int{"mail": -1}
 	err := c.Validate()
-	for _, want := range []string{"fleet.master_ttl_secs: must be at least 3, got 2", "fleet.balance_max_shift", "fleet.long_wait.mail"} {
+	for _, want := range []string{"fleet.beat_interval_ms: must be below half of fleet.master_ttl_secs (1000 ms ≥ 2 s / 2)", "fleet.balance_max_shift", "fleet.long_wait.mail"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Validate() = %v, want it to mention %q", err, want)
 		}

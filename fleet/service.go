@@ -7,6 +7,7 @@ package fleet
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -25,10 +26,6 @@ import (
 // ErrFailedJobNotFound is returned by Retry, Forget and FailedJob for an id
 // that does not exist (any more).
 var ErrFailedJobNotFound = store.ErrFailedJobNotFound
-
-// StatusWindow is how recently a master must have beaten to count as
-// alive.
-const StatusWindow = 30 * time.Second
 
 // Options configure a Service.
 type Options struct {
@@ -147,40 +144,99 @@ type Status string
 
 // Statuses.
 const (
-	// StatusRunning: at least one master beat in the last 30 s and not
-	// every one is paused.
+	// StatusRunning: at least one master is live (online or draining)
+	// and not every live one is paused.
 	StatusRunning Status = "Running"
 	// StatusPaused: every live master is paused.
 	StatusPaused Status = "Paused"
-	// StatusInactive: no master beat in the last 30 s.
+	// StatusInactive: no master is live.
 	StatusInactive Status = "Inactive"
 )
 
 // Status reports Running, Paused or Inactive.
 func (s *Service) Status(ctx context.Context) (Status, error) {
-	masters, err := s.Masters(ctx)
+	v, err := s.Masters(ctx, false)
 	if err != nil {
 		return "", err
 	}
-	return StatusOf(masters), nil
+	return StatusOf(v.Masters), nil
 }
 
-// StatusOf decides the status from the live masters.
-func StatusOf(masters []store.Master) Status {
-	if len(masters) == 0 {
-		return StatusInactive
-	}
+// StatusOf decides the status from live masters.
+func StatusOf(masters []Master) Status {
+	live := 0
 	for _, m := range masters {
+		if m.Liveness == store.LivenessOffline {
+			continue
+		}
+		live++
 		if m.State != "paused" {
 			return StatusRunning
 		}
 	}
+	if live == 0 {
+		return StatusInactive
+	}
 	return StatusPaused
 }
 
-// Masters lists the masters that beat in the last 30 s, newest first.
-func (s *Service) Masters(ctx context.Context) ([]store.Master, error) {
-	return s.st.MasterList(ctx, StatusWindow)
+// Master is one master as the membership shows it. Liveness is online,
+// draining or offline, measured against the view's database clock.
+type Master struct {
+	Name          string          `json:"name"`
+	Instance      string          `json:"instance"`
+	Host          string          `json:"host"`
+	PID           int             `json:"pid"`
+	Version       string          `json:"version"`
+	State         string          `json:"state"`
+	Liveness      string          `json:"liveness"`
+	StartedAt     time.Time       `json:"started_at"`
+	BeatAt        time.Time       `json:"beat_at"`
+	ExpiresAt     time.Time       `json:"expires_at"`
+	BeatAgeSecs   float64         `json:"beat_age_secs"`
+	Supervisors   json.RawMessage `json:"supervisors"`
+	JobsPerMinute float64         `json:"jobs_per_minute"`
+	MemoryMB      float64         `json:"memory_mb"`
+}
+
+// MastersView is the masters at one moment of the database clock.
+type MastersView struct {
+	// At is the database's now() when the view was read.
+	At time.Time `json:"at"`
+	// Masters are sorted by name.
+	Masters []Master `json:"masters"`
+}
+
+// Masters returns the live masters (online or draining) sorted by name,
+// with the database time the view was read at; with all, the recently gone
+// (offline, up to store.MemberGoneRetention after their last beat) too.
+func (s *Service) Masters(ctx context.Context, all bool) (MastersView, error) {
+	v, err := s.st.MemberView(ctx)
+	if err != nil {
+		return MastersView{}, err
+	}
+	out := MastersView{At: v.At, Masters: []Master{}}
+	for _, m := range v.Members {
+		if m.Kind != store.KindMaster || (!all && !m.Live(v.At)) {
+			continue
+		}
+		var r struct {
+			Supervisors   json.RawMessage `json:"supervisors"`
+			JobsPerMinute float64         `json:"jobs_per_minute"`
+			MemoryMB      float64         `json:"memory_mb"`
+		}
+		_ = json.Unmarshal(m.Report, &r) // a report this version cannot read shows as empty
+		if len(r.Supervisors) == 0 {
+			r.Supervisors = json.RawMessage(`[]`)
+		}
+		out.Masters = append(out.Masters, Master{
+			Name: m.Name, Instance: m.Instance, Host: m.Host, PID: m.PID, Version: m.Version, State: m.State,
+			Liveness: m.Liveness(v.At), StartedAt: m.StartedAt, BeatAt: m.BeatAt, ExpiresAt: m.ExpiresAt,
+			BeatAgeSecs: v.At.Sub(m.BeatAt).Seconds(), Supervisors: r.Supervisors,
+			JobsPerMinute: r.JobsPerMinute, MemoryMB: r.MemoryMB,
+		})
+	}
+	return out, nil
 }
 
 // QueueWorkload is one queue's load.

@@ -2,77 +2,202 @@ package master
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"time"
 
 	"github.com/fleet-go/fleet/fleet"
+	"github.com/fleet-go/fleet/store"
 )
 
-// Duties are done by one master of the fleet at a time: each is claimed
-// through a conditional update of a fleet_state row, so two masters never
-// both do it in the same period.
+// Periodic duties are done by one master of the fleet per period: each
+// period of a duty (the metrics snapshot of one minute, the partition
+// upkeep of one ten-minute period) is claimed in fleet_duties for that
+// period, under a lease. A master that dies mid-duty leaves it undone and
+// another takes it over once the lease has passed; a duty that failed is
+// retried after a backoff (store.DutyRetryStep); masters catch up the
+// recent periods nobody did (snapshotBack). Periods come from the database
+// clock, never from this process's.
 const (
-	// snapshotEvery is how often a master tries the metrics snapshot; the
-	// claim lasts a bit less than a minute so that exactly one master per
-	// minute wins.
-	snapshotClaim = 50 * time.Second
-	// partitionsEvery is how often one master creates partitions ahead and
-	// trims old ones.
+	// snapshotDuty names the metrics snapshot duty; its periods are
+	// minutes.
+	snapshotDuty = "metrics"
+	// snapshotBack is how many of the latest complete minutes a master
+	// checks for a missing snapshot.
+	snapshotBack = 5
+	// snapshotSettle is how long after its end a minute is snapshotted, so
+	// that attempts finished in it whose history a worker writes a little
+	// late are counted.
+	snapshotSettle = 3 * time.Second
+	// snapshotLease is how long a master holds a minute's snapshot before
+	// another may take it over; it also bounds the snapshot's statement.
+	snapshotLease = 30 * time.Second
+
+	// upkeepDuty names the partition upkeep duty: history partitions ahead
+	// and expired ones dropped, failed jobs and duty rows trimmed.
+	upkeepDuty = "partitions"
+	// partitionsEvery is the period of the upkeep.
 	partitionsEvery = 10 * time.Minute
+	// upkeepLease is how long a master holds an upkeep period before
+	// another may take it over. The upkeep itself is not cut short: moving
+	// rows out of a default partition may take long, and is safe to repeat.
+	upkeepLease = 3 * time.Minute
 	// partitionsHoursAhead and partitionsDaysAhead say how far ahead
 	// partitions are created.
 	partitionsHoursAhead = 48
 	partitionsDaysAhead  = 8
+	// dutyKeep is how long fleet_duties rows are kept; far longer than any
+	// period a master checks.
+	dutyKeep = 24 * time.Hour
+
+	// dutyRecordTimeout bounds recording a duty's outcome, which is done
+	// even when the master is stopping, so that a finished duty is not
+	// redone.
+	dutyRecordTimeout = 5 * time.Second
 )
+
+// periodicDuty is a duty done once per period by one master of the fleet.
+type periodicDuty struct {
+	name   string
+	every  time.Duration
+	back   int           // how many of the latest complete periods are checked
+	settle time.Duration // how long after its end a period is due
+	lease  time.Duration
+	// timeout bounds run; 0 for none.
+	timeout time.Duration
+	run     func(ctx context.Context, period time.Time) error
+}
+
+// dutyMemo is what duties remembers between ticks so as not to read
+// fleet_duties when nothing can be due: per duty, the instant (of this
+// process's monotonic clock) before which no period can become due by
+// itself. It is used only by the goroutine that runs duties.
+type dutyMemo struct {
+	quiet map[string]time.Time
+}
+
+// memo returns m's dutyMemo, made on first use.
+func (m *Master) memo() *dutyMemo {
+	if m.dutyMemo == nil {
+		m.dutyMemo = &dutyMemo{quiet: map[string]time.Time{}}
+	}
+	return m.dutyMemo
+}
+
+// dutyHolder is the name this master claims duties under.
+func (m *Master) dutyHolder() string { return m.Instance() }
 
 // duties runs the once-per-period work of the fleet that falls to this
 // master: metrics snapshots, partition upkeep, long-wait alerts.
 func (m *Master) duties(ctx context.Context) {
-	now := m.set.Now()
-	if minute := now.Truncate(time.Minute); !minute.Equal(m.lastSnapshot) {
-		m.lastSnapshot = minute
-		if won, err := m.st.DutyClaim(ctx, "metrics", snapshotClaim); err != nil {
-			m.log.Warn("claim the metrics snapshot failed", "err", err)
-		} else if won {
-			if n, err := m.st.MetricsSnapshot(ctx); err != nil {
-				m.log.Warn("metrics snapshot failed", "err", err)
-			} else {
-				m.log.Debug("metrics snapshot written", "rows", n)
-			}
-		}
-	}
-	if now.Sub(m.lastPartitions) >= partitionsEvery {
-		m.lastPartitions = now
-		m.partitions(ctx)
-	}
+	memo := m.memo()
+	m.periodic(ctx, memo, periodicDuty{
+		name: snapshotDuty, every: time.Minute, back: snapshotBack, settle: snapshotSettle,
+		lease: snapshotLease, timeout: snapshotLease, run: m.snapshot,
+	})
+	m.periodic(ctx, memo, periodicDuty{
+		name: upkeepDuty, every: partitionsEvery, back: 1, lease: upkeepLease, run: m.upkeep,
+	})
 	m.longWaits(ctx)
 }
 
-// partitions creates history partitions ahead and drops expired ones, if
-// no other master did in the last period.
-func (m *Master) partitions(ctx context.Context) {
-	won, err := m.st.DutyClaim(ctx, "partitions", partitionsEvery-time.Minute)
-	if err != nil {
-		m.log.Warn("claim partition upkeep failed", "err", err)
+// periodic does the due periods of d that this master wins. It reads the
+// duty's recent periods (one statement) unless it knows that none can be
+// due yet: after a round in which it did every due period, until the next
+// period completes or a lease held by another master ends.
+func (m *Master) periodic(ctx context.Context, memo *dutyMemo, d periodicDuty) {
+	if time.Now().Before(memo.quiet[d.name]) {
 		return
+	}
+	delete(memo.quiet, d.name)
+	w, err := m.st.DutyRecent(ctx, store.DutyRecentParams{Duty: d.name, Every: d.every, Back: d.back, Settle: d.settle})
+	read := time.Now()
+	if err != nil {
+		m.log.Warn("read duty periods failed", "duty", d.name, "err", err)
+		return
+	}
+	settled := true
+	for _, period := range w.Due() {
+		if !m.doPeriod(ctx, d, period) {
+			settled = false
+		}
+	}
+	if settled {
+		// Measured from after the read, by this process's monotonic clock:
+		// the database's clock may differ from ours, not its pace.
+		memo.quiet[d.name] = read.Add(w.Wake().Sub(w.Now))
+	}
+}
+
+// doPeriod claims period of d and, when won, does it and records the
+// outcome. It reports whether the period is settled: done by this master,
+// or no longer due (another master holds it and the next read will say
+// until when).
+func (m *Master) doPeriod(ctx context.Context, d periodicDuty, period time.Time) bool {
+	holder := m.dutyHolder()
+	won, err := m.st.DutyClaimPeriod(ctx, d.name, period, holder, d.lease)
+	if err != nil {
+		m.log.Warn("claim a duty failed", "duty", d.name, "period", period, "err", err)
+		return false
 	}
 	if !won {
-		return
+		return false // another master has it: read again next tick
 	}
+	rctx, cancel := ctx, context.CancelFunc(func() {})
+	if d.timeout > 0 {
+		rctx, cancel = context.WithTimeout(ctx, d.timeout)
+	}
+	runErr := d.run(rctx, period)
+	cancel()
+	wctx, wcancel := context.WithTimeout(context.WithoutCancel(ctx), dutyRecordTimeout)
+	defer wcancel()
+	if runErr != nil {
+		m.log.Warn("duty failed", "duty", d.name, "period", period, "err", runErr)
+		if err := m.st.DutyFailed(wctx, d.name, period, holder, runErr.Error()); err != nil {
+			m.log.Warn("record a duty's failure failed", "duty", d.name, "period", period, "err", err)
+		}
+		return false
+	}
+	if err := m.st.DutyDone(wctx, d.name, period, holder); err != nil {
+		// The work is done; it may be done again by whoever took the
+		// period over, which every duty allows.
+		m.log.Warn("record a duty done failed", "duty", d.name, "period", period, "err", err)
+		return false
+	}
+	return true
+}
+
+// snapshot writes the metrics snapshot of minute.
+func (m *Master) snapshot(ctx context.Context, minute time.Time) error {
+	n, err := m.st.MetricsSnapshot(ctx, minute)
+	if err != nil {
+		return err
+	}
+	m.log.Debug("metrics snapshot written", "minute", minute, "rows", n)
+	return nil
+}
+
+// upkeep creates history partitions ahead, drops expired ones and trims
+// failed jobs and old duty rows. Each step is tried even when one before
+// failed; the period fails (and is retried) when any did.
+func (m *Master) upkeep(ctx context.Context, _ time.Time) error {
+	var errs []error
 	created, err := m.st.PartitionsEnsure(ctx, partitionsHoursAhead, partitionsDaysAhead)
-	if err != nil {
-		m.log.Warn("create history partitions failed", "err", err)
-	}
+	errs = append(errs, err)
 	dropped, err := m.st.PartitionsTrim(ctx, m.set.Trim)
-	if err != nil {
-		m.log.Warn("trim history partitions failed", "err", err)
-	}
+	errs = append(errs, err)
 	failed, err := m.st.FailedJobTrim(ctx, time.Duration(m.set.Trim.FailedDays)*24*time.Hour)
-	if err != nil {
-		m.log.Warn("trim failed jobs failed", "err", err)
+	errs = append(errs, err)
+	duties, err := m.st.DutyTrim(ctx, dutyKeep)
+	errs = append(errs, err)
+	if created+dropped > 0 || failed+duties > 0 {
+		m.log.Info("history upkeep", "partitions_created", created, "partitions_dropped", dropped,
+			"failed_jobs_trimmed", failed, "duties_trimmed", duties)
 	}
-	if created+dropped > 0 || failed > 0 {
-		m.log.Info("history upkeep", "partitions_created", created, "partitions_dropped", dropped, "failed_jobs_trimmed", failed)
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("history upkeep: %w", err)
 	}
+	return nil
 }
 
 // longWaits raises LongWaitDetected for each queue whose oldest ready job

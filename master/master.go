@@ -3,6 +3,33 @@
 // them across queues, recycles and restarts them, applies pause and
 // terminate requests stored in PostgreSQL, keeps its membership row beating,
 // and releases the jobs of workers and masters that died.
+//
+// A master is a set of services, each a goroutine with its own loop, its
+// own per-operation timeouts and the same lifecycle (started by Run, stopped
+// once, in order). They start in this order, and stop in the reverse:
+//
+//  1. membership (package membership): the beat. It starts first, because
+//     the first beat is the boot check and gives the instance its row
+//     before any worker can claim under it, and stops last, because a peer
+//     releases the jobs of a master whose row expired: the row keeps
+//     beating, as draining, until the last child has exited and its jobs
+//     are released.
+//  2. housekeeping: the release of jobs of exited workers and of expired
+//     members, and the check for workers overdue on a job. It stops after
+//     supervision, so that the jobs of the last exiting children are
+//     released before the row goes.
+//  3. shared state: pause flags and terminate requests, read every tick.
+//  4. workload: queue counts and recent runtimes for the balancer, read
+//     every balance cooldown.
+//  5. duties: metrics snapshots, partition upkeep, trimming and long-wait
+//     alerts, claimed per period across the fleet.
+//  6. supervision (the goroutine that called Run): children, balancing,
+//     recycling and crash backoff. It never runs a statement itself, so a
+//     slow query delays neither a beat nor a child's event; it reads what
+//     the other services last published.
+//
+// Jobs never wait on any of them: children claim and finish on their own
+// connections.
 package master
 
 import (
@@ -24,16 +51,28 @@ import (
 
 	"github.com/fleet-go/fleet/balancer"
 	"github.com/fleet-go/fleet/fleet"
+	"github.com/fleet-go/fleet/membership"
 	"github.com/fleet-go/fleet/spawner"
 	"github.com/fleet-go/fleet/store"
 	"github.com/fleet-go/fleet/supervisor"
 )
 
+// On-stop behaviours of a master's row (fleet.on_stop).
+const (
+	// OnStopLeave deletes the row once the children are gone.
+	OnStopLeave = "leave"
+	// OnStopLinger writes one last draining row that lives Linger.
+	OnStopLinger = "linger"
+)
+
 // Settings tune the master. Zero fields take the defaults below.
 type Settings struct {
-	// Tick is how often the master beats, reads shared state and
-	// reconciles its processes (default 1 s).
+	// Tick is how often supervision, housekeeping, shared state and duties
+	// run (default 1 s).
 	Tick time.Duration
+	// BeatInterval is the time between beats (default Tick); it must be
+	// below half the TTL.
+	BeatInterval time.Duration
 	// BalanceCooldown is the time between rebalancing steps (default 3 s).
 	BalanceCooldown time.Duration
 	// BalanceMaxShift is how far one group moves per step (default 1).
@@ -42,6 +81,11 @@ type Settings struct {
 	// 10 s). Another master releases the jobs of a master whose row
 	// expired.
 	TTL time.Duration
+	// OnStop is OnStopLeave (default) or OnStopLinger.
+	OnStop string
+	// Linger is how long the last row lives with OnStopLinger (default
+	// 30 s).
+	Linger time.Duration
 	// StopTimeout is how long shutdown waits for workers to finish their
 	// running jobs before killing them (default: DefaultTimeout +
 	// TimeoutGrace + 5 s).
@@ -56,12 +100,16 @@ type Settings struct {
 	// are added so the worker's own watchdog acts first).
 	DefaultTimeout, TimeoutGrace time.Duration
 	// Name is the master's name in fleet_masters (default host:pid:nonce).
+	// Several instances may share a name; each is told apart by its
+	// random instance id.
 	Name string
 	// Version is reported in its row (default "dev").
 	Version string
 	// Logger receives the master's logs, under logger=fleet.
 	Logger *slog.Logger
-	// Now is the clock used for restart backoff (default time.Now).
+	// Now is the clock used for restart backoff and the balance cooldown
+	// (default time.Now). Liveness never uses it: it is measured on the
+	// database clock.
 	Now func() time.Time
 	// LongWait maps a queue to the wait, in seconds, that raises
 	// OnLongWait (0 or absent: off).
@@ -79,9 +127,12 @@ type Settings struct {
 
 func (s Settings) withDefaults() Settings {
 	s.Tick = cmp.Or(s.Tick, time.Second)
+	s.BeatInterval = cmp.Or(s.BeatInterval, s.Tick)
 	s.BalanceCooldown = cmp.Or(s.BalanceCooldown, 3*time.Second)
 	s.BalanceMaxShift = cmp.Or(s.BalanceMaxShift, 1)
 	s.TTL = cmp.Or(s.TTL, 10*time.Second)
+	s.OnStop = cmp.Or(s.OnStop, OnStopLeave)
+	s.Linger = cmp.Or(s.Linger, 30*time.Second)
 	s.RestartBase = cmp.Or(s.RestartBase, time.Second)
 	s.RestartMax = cmp.Or(s.RestartMax, time.Minute)
 	s.DefaultTries = cmp.Or(s.DefaultTries, 3)
@@ -94,10 +145,7 @@ func (s Settings) withDefaults() Settings {
 	s.Trim.FailedDays = cmp.Or(s.Trim.FailedDays, 7)
 	s.Trim.MetricsDays = cmp.Or(s.Trim.MetricsDays, 30)
 	if s.Name == "" {
-		host, _ := os.Hostname()
-		b := make([]byte, 3)
-		_, _ = rand.Read(b)
-		s.Name = fmt.Sprintf("%s:%d:%s", cmp.Or(host, "localhost"), os.Getpid(), hex.EncodeToString(b))
+		s.Name = DefaultName()
 	}
 	if s.Logger == nil {
 		s.Logger = slog.Default()
@@ -106,6 +154,14 @@ func (s Settings) withDefaults() Settings {
 		s.Now = time.Now
 	}
 	return s
+}
+
+// DefaultName is host:pid:nonce, the nonce random per call.
+func DefaultName() string {
+	host, _ := os.Hostname()
+	b := make([]byte, 3)
+	_, _ = rand.Read(b)
+	return fmt.Sprintf("%s:%d:%s", cmp.Or(host, "localhost"), os.Getpid(), hex.EncodeToString(b))
 }
 
 // Summary is what a master did, returned by Run.
@@ -138,23 +194,39 @@ type Master struct {
 	set     Settings
 	log     *slog.Logger
 	sups    []*supState
+	member  *membership.Service
 
+	// Owned by supervision (the goroutine in Run).
 	procs     map[spawner.Process]*proc
 	startedAt time.Time // the row's started_at, database clock
 	lastBal   time.Time
 	stopping  bool
+	running   bool // every supervisor had its children once
 	summary   Summary
-	beatFails int
 	// pausedQueues is the set of queues paused across every supervisor.
 	pausedQueues map[string]bool
 	seq          int // numbers worker names
+	workload     map[string]balancer.QueueWorkload
+	jobSamples   []jobSample
 
-	lastSnapshot   time.Time // the minute of the last snapshot attempt
-	lastPartitions time.Time
-	alerts         chan fleet.LongWaitDetected
+	// Published by supervision for the beat.
+	report atomic.Pointer[masterReport]
+	state  atomic.Value // string
 
-	beatErrors   atomic.Uint64
-	beatDuration atomic.Int64 // nanoseconds
+	// Channels from the services to supervision (latest value wins) and
+	// back.
+	stateCh    chan stateSnap
+	workloadCh chan map[string]balancer.QueueWorkload
+	killCh     chan []string
+	releaseCh  chan releaseReq
+
+	alerts chan fleet.LongWaitDetected
+
+	// Owned by housekeeping.
+	lastSweep time.Time
+
+	// Owned by the duties goroutine.
+	dutyMemo *dutyMemo
 }
 
 type supState struct {
@@ -163,6 +235,11 @@ type supState struct {
 	alloc    balancer.Allocation
 	paused   bool
 	restarts map[string]*restarts
+	// ceiling is the process ceiling this master confirmed for the
+	// supervisor's fleet-wide budget (-1: no budget).
+	ceiling int
+	// claim is the ceiling published in the last beat.
+	claim int
 }
 
 // pausedOf returns which of queues are in the paused set, in their order.
@@ -186,6 +263,11 @@ type proc struct {
 	memoryMB float64
 }
 
+type jobSample struct {
+	at   time.Time
+	jobs int64
+}
+
 // New returns a master for supervisors.
 func New(st *store.Store, supervisors []supervisor.Supervisor, opts ...Option) (*Master, error) {
 	m := &Master{st: st, procs: map[spawner.Process]*proc{}}
@@ -199,43 +281,144 @@ func New(st *store.Store, supervisors []supervisor.Supervisor, opts ...Option) (
 		return nil, errors.New("master needs at least one supervisor")
 	}
 	m.set = m.set.withDefaults()
+	if m.set.OnStop != OnStopLeave && m.set.OnStop != OnStopLinger {
+		return nil, fmt.Errorf("on stop %q: want %q or %q", m.set.OnStop, OnStopLeave, OnStopLinger)
+	}
 	m.log = m.set.Logger.With("logger", "fleet", "master", m.set.Name)
 	for _, s := range supervisors {
-		ss := &supState{sup: s, groups: s.Groups(), alloc: balancer.Allocation{}, restarts: map[string]*restarts{}}
+		ss := &supState{sup: s, groups: s.Groups(), alloc: balancer.Allocation{}, restarts: map[string]*restarts{}, ceiling: -1, claim: -1}
 		for _, g := range ss.groups {
 			ss.restarts[g.Key] = &restarts{}
 		}
+		if s.FleetMaxProcesses > 0 {
+			ss.ceiling, ss.claim = 0, 0
+		}
 		m.sups = append(m.sups, ss)
 	}
+	member, err := membership.New(st, membership.Config{
+		Kind: store.KindMaster, Name: m.set.Name, Version: m.set.Version,
+		TTL: m.set.TTL, Interval: m.set.BeatInterval, Logger: m.log,
+		Report: func() (string, any) { return m.currentState(), m.report.Load() },
+	})
+	if err != nil {
+		return nil, fmt.Errorf("master %q: %w", m.set.Name, err)
+	}
+	m.member = member
+	m.state.Store("starting")
+	m.publish()
 	return m, nil
 }
 
 // Name is the master's name in fleet_masters.
 func (m *Master) Name() string { return m.set.Name }
 
+// Instance is this master's instance id, the key of its row and the
+// reserved_master of its workers' jobs.
+func (m *Master) Instance() string { return m.member.Instance() }
+
+// Membership is the master's membership service (its view, beat counts).
+func (m *Master) Membership() *membership.Service { return m.member }
+
 // Run supervises until ctx ends or a terminate request made after this
 // master started arrives; then it stops every worker gracefully (they finish
-// their running jobs within StopTimeout), removes its row and returns.
+// their running jobs within StopTimeout), and leaves the fleet (or lingers)
+// once the last of them has exited and its jobs are released.
 func (m *Master) Run(ctx context.Context) (Summary, error) {
-	events := make(chan spawner.Event, 64)
-	started, err := m.beat(ctx, "starting")
-	if err != nil {
+	if err := m.member.Start(ctx); err != nil {
 		return m.summary, err
 	}
-	m.startedAt = started
-	m.log.Info("master started", "supervisors", len(m.sups), "ttl", m.set.TTL)
-	if m.set.OnLongWait != nil {
-		var wg sync.WaitGroup
-		m.alerts = make(chan fleet.LongWaitDetected, 64)
-		wg.Go(func() { m.notify(context.WithoutCancel(ctx)) })
-		defer func() {
-			close(m.alerts)
-			wg.Wait()
-		}()
+	view := m.member.View()
+	if me, ok := view.Find(m.Instance()); ok {
+		m.startedAt = me.StartedAt
 	}
-	m.housekeep(ctx)
-	m.readState(ctx)
-	m.rebalance(ctx)
+	m.log.Info("master started", "instance", m.Instance(), "supervisors", len(m.sups), "ttl", m.set.TTL)
+
+	m.stateCh = make(chan stateSnap, 1)
+	m.workloadCh = make(chan map[string]balancer.QueueWorkload, 1)
+	m.killCh = make(chan []string, 1)
+	m.releaseCh = make(chan releaseReq, 1024)
+
+	// Services after membership, in the documented order; stopped in
+	// reverse by the deferred calls.
+	var alertsDone sync.WaitGroup
+	if m.set.OnLongWait != nil {
+		m.alerts = make(chan fleet.LongWaitDetected, 64)
+		alertsDone.Go(func() { m.notify(context.WithoutCancel(ctx)) })
+	}
+	house := startLoop(m.set.Tick, m.housekeep, m.drainReleases)
+	// The first pause state and workload are read before any child starts.
+	m.readState(context.WithoutCancel(ctx))
+	m.readWorkload(context.WithoutCancel(ctx))
+	state := startLoop(m.set.Tick, m.readState, nil)
+	work := startLoop(m.set.BalanceCooldown, m.readWorkload, nil)
+	duties := startLoop(m.set.Tick, m.duties, nil)
+
+	sum, err := m.supervise(ctx)
+
+	duties.stop()
+	if m.alerts != nil {
+		close(m.alerts)
+		alertsDone.Wait()
+	}
+	work.stop()
+	state.stop()
+	house.stop() // releases what exited workers still held
+	lctx, cancel := context.WithTimeout(context.Background(), m.member.BeatTimeout()+5*time.Second)
+	defer cancel()
+	linger := time.Duration(0)
+	if m.set.OnStop == OnStopLinger {
+		linger = m.set.Linger
+	}
+	if serr := m.member.Stop(lctx, linger); serr != nil {
+		m.log.Warn("leave the fleet failed; the row expires on its own", "err", serr)
+	}
+	m.log.Info("master stopped", "started", m.summary.Started, "recycled", m.summary.Recycled,
+		"crashed", m.summary.Crashed, "jobs", m.summary.Jobs, "on_stop", m.set.OnStop)
+	return sum, err
+}
+
+// loop is one background service: run every interval until stopped, then
+// final once.
+type loop struct {
+	quit chan struct{}
+	done chan struct{}
+	once sync.Once
+}
+
+func startLoop(every time.Duration, run func(context.Context), final func(context.Context)) *loop {
+	l := &loop{quit: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(l.done)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-l.quit:
+				if final != nil {
+					final(context.Background())
+				}
+				return
+			case <-t.C:
+				run(context.Background())
+			}
+		}
+	}()
+	return l
+}
+
+// stop ends the loop and waits for it; safe twice.
+func (l *loop) stop() {
+	l.once.Do(func() { close(l.quit) })
+	<-l.done
+}
+
+// supervise is the supervision service: it runs in Run's goroutine until
+// ctx ends or a terminate request arrives, then drains.
+func (m *Master) supervise(ctx context.Context) (Summary, error) {
+	events := make(chan spawner.Event, 64)
+	m.applyState(m.drainState())
+	m.applyWorkload()
+	m.rebalance()
 	m.reconcileAll(ctx, events)
 
 	tick := time.NewTicker(m.set.Tick)
@@ -248,24 +431,25 @@ func (m *Master) Run(ctx context.Context) (Summary, error) {
 		case <-ctx.Done():
 			return m.shutdown(events, "stopped")
 		case ev := <-events:
-			m.handle(ctx, ev)
+			m.handle(ev)
 			m.reconcileAll(ctx, events)
 		case <-wake.C:
 			m.reconcileAll(ctx, events)
-		case <-tick.C:
-			if _, err := m.beat(ctx, m.state()); err != nil {
-				m.beatFailed(err)
-			}
-			if m.readState(ctx) {
+		case snap := <-m.stateCh:
+			if m.applyState(snap) {
 				return m.shutdown(events, "terminate requested")
 			}
-			m.housekeep(ctx)
-			m.duties(ctx)
+		case ws := <-m.killCh:
+			m.killOverdue(ws)
+		case <-tick.C:
+			m.applyWorkload()
+			m.applyBudgets()
 			if m.set.Now().Sub(m.lastBal) >= m.set.BalanceCooldown {
-				m.rebalance(ctx)
+				m.rebalance()
 			}
 			m.reconcileAll(ctx, events)
 		}
+		m.publish()
 	}
 }
 
@@ -292,9 +476,31 @@ func (m *Master) armWake(t *time.Timer) {
 	t.Reset(d)
 }
 
-func (m *Master) state() string {
+func (m *Master) currentState() string {
+	s, _ := m.state.Load().(string)
+	return s
+}
+
+// stateNow is starting until every supervisor has had its children, then
+// running, or paused while every supervisor is paused, and draining from
+// the moment shutdown begins.
+func (m *Master) stateNow() string {
 	if m.stopping {
 		return "draining"
+	}
+	if !m.running {
+		all := true
+		for _, s := range m.sups {
+			for _, g := range s.groups {
+				if m.alive(s, g.Key) < s.alloc[g.Key] {
+					all = false
+				}
+			}
+		}
+		if !all {
+			return "starting"
+		}
+		m.running = true
 	}
 	for _, s := range m.sups {
 		if !s.paused {
@@ -304,88 +510,135 @@ func (m *Master) state() string {
 	return "paused"
 }
 
+// masterReport is the report in the master's row: small, and capped by
+// the membership service.
+type masterReport struct {
+	Supervisors   []supRow `json:"supervisors"`
+	JobsPerMinute float64  `json:"jobs_per_minute"`
+	MemoryMB      float64  `json:"memory_mb"`
+}
+
 type supRow struct {
-	Name      string         `json:"name"`
-	Queues    []string       `json:"queues"`
-	Balance   string         `json:"balance"`
-	Paused    bool           `json:"paused"`
+	Name    string   `json:"name"`
+	Queues  []string `json:"queues"`
+	Balance string   `json:"balance"`
+	Paused  bool     `json:"paused"`
+	// Processes counts the processes of each group that are not stopping.
 	Processes map[string]int `json:"processes"`
+	// Running counts every process of the supervisor, stopping ones
+	// included: what the fleet-wide budget counts.
+	Running int `json:"running"`
+	// Claim is the ceiling this master may grow to under the fleet-wide
+	// budget (absent without one).
+	Claim *int `json:"claim,omitempty"`
 }
 
-func (m *Master) beat(ctx context.Context, state string) (time.Time, error) {
-	rows := make([]supRow, 0, len(m.sups))
+// publish hands the beat the current state and report, and beats at once
+// when the state changed.
+func (m *Master) publish() {
+	r := &masterReport{Supervisors: make([]supRow, 0, len(m.sups))}
 	for _, s := range m.sups {
-		r := supRow{Name: s.sup.Name, Queues: s.sup.Queues, Balance: string(s.sup.Balance), Paused: s.paused, Processes: map[string]int{}}
+		row := supRow{Name: s.sup.Name, Queues: s.sup.Queues, Balance: string(s.sup.Balance), Paused: s.paused, Processes: map[string]int{}}
 		for _, g := range s.groups {
-			r.Processes[g.Key] = m.alive(s, g.Key)
+			row.Processes[g.Key] = m.alive(s, g.Key)
 		}
-		rows = append(rows, r)
+		for _, p := range m.procs {
+			if p.sup == s {
+				row.Running++
+			}
+		}
+		if s.claim >= 0 {
+			c := s.claim
+			row.Claim = &c
+		}
+		r.Supervisors = append(r.Supervisors, row)
 	}
-	sups, _ := json.Marshal(rows)
-	host, _ := os.Hostname()
-	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(m.set.Tick, time.Second)*3)
+	var jobs int64
+	for _, p := range m.procs {
+		jobs += p.jobs
+		r.MemoryMB += p.memoryMB
+	}
+	now := time.Now()
+	m.jobSamples = append(m.jobSamples, jobSample{at: now, jobs: m.summary.Jobs + jobs})
+	for len(m.jobSamples) > 1 && now.Sub(m.jobSamples[1].at) >= time.Minute {
+		m.jobSamples = m.jobSamples[1:]
+	}
+	if first := m.jobSamples[0]; now.Sub(first.at) > time.Second {
+		r.JobsPerMinute = float64(m.summary.Jobs+jobs-first.jobs) / now.Sub(first.at).Minutes()
+	}
+	m.report.Store(r)
+	if st := m.stateNow(); st != m.currentState() {
+		m.state.Store(st)
+		m.member.Kick()
+	}
+}
+
+// stateSnap is what the shared-state service read.
+type stateSnap struct {
+	ok        bool
+	keys      map[string]bool
+	queues    map[string]bool
+	terminate bool
+}
+
+// readState is the shared-state service: it reads pause flags and
+// terminate requests and hands them to supervision.
+func (m *Master) readState(ctx context.Context) {
+	rctx, cancel := context.WithTimeout(ctx, max(m.set.Tick*3, 3*time.Second))
 	defer cancel()
-	start := time.Now()
-	t, err := m.st.MasterBeat(bctx, store.MasterBeatParams{
-		Name: m.set.Name, Host: host, PID: os.Getpid(), Nonce: m.set.Name, Version: m.set.Version,
-		State: state, Supervisors: sups, TTL: m.set.TTL,
-	})
-	m.beatDuration.Store(int64(time.Since(start)))
-	if err != nil {
-		m.beatErrors.Add(1)
-	}
-	return t, err
-}
-
-// BeatErrors counts the master's failed beats (for the
-// fleet_master_beat_errors_total counter).
-func (m *Master) BeatErrors() uint64 { return m.beatErrors.Load() }
-
-// LastBeatDuration is how long the last beat took.
-func (m *Master) LastBeatDuration() time.Duration { return time.Duration(m.beatDuration.Load()) }
-
-func (m *Master) beatFailed(err error) {
-	m.beatFails++
-	// Rate-limited: the first failure, then every tenth.
-	if m.beatFails == 1 || m.beatFails%10 == 0 {
-		m.log.Warn("master beat failed; workers go on, retrying next tick", "failures", m.beatFails, "err", err)
-	}
-}
-
-// readState applies pause flags and reports whether a terminate request
-// newer than this master arrived.
-func (m *Master) readState(ctx context.Context) (terminate bool) {
-	rows, err := m.st.StateList(ctx, "pause:", store.StateTerminate)
+	rows, err := m.st.StateList(rctx, "pause:", store.StateTerminate)
 	if err != nil {
 		m.log.Warn("read fleet state failed", "err", err)
-		return false
+		return
 	}
-	keys := map[string]bool{}
-	queues := map[string]bool{}
+	snap := stateSnap{ok: true, keys: map[string]bool{}, queues: map[string]bool{}}
 	for _, r := range rows {
-		keys[r.Key] = true
+		snap.keys[r.Key] = true
 		if r.Key == store.StateTerminate && r.UpdatedAt.After(m.startedAt) {
-			terminate = true
+			snap.terminate = true
 		}
 		if q, ok := strings.CutPrefix(r.Key, store.StatePauseQueuePrefix); ok {
-			queues[q] = true
+			snap.queues[q] = true
 		}
 	}
-	if !maps.Equal(queues, m.pausedQueues) {
-		m.pausedQueues = queues
-		m.log.Info("paused queues", "queues", slices.Sorted(maps.Keys(queues)))
+	select {
+	case <-m.stateCh: // replace an unread older one
+	default:
+	}
+	m.stateCh <- snap
+}
+
+// drainState returns the snapshot waiting for supervision, if any.
+func (m *Master) drainState() stateSnap {
+	select {
+	case s := <-m.stateCh:
+		return s
+	default:
+		return stateSnap{}
+	}
+}
+
+// applyState applies pause flags and reports whether a terminate request
+// newer than this master arrived.
+func (m *Master) applyState(snap stateSnap) (terminate bool) {
+	if !snap.ok {
+		return false
+	}
+	if !maps.Equal(snap.queues, m.pausedQueues) {
+		m.pausedQueues = snap.queues
+		m.log.Info("paused queues", "queues", slices.Sorted(maps.Keys(snap.queues)))
 		for _, p := range m.procs {
 			if p.stopping {
 				continue
 			}
-			cmd := spawner.Command{Type: spawner.CommandPauseQueues, Queues: pausedOf(p.p.Spec().Queues, queues)}
+			cmd := spawner.Command{Type: spawner.CommandPauseQueues, Queues: pausedOf(p.p.Spec().Queues, snap.queues)}
 			if err := p.p.Send(cmd); err != nil {
 				m.log.Warn("send command failed", "command", cmd.Type, "pid", p.p.PID(), "err", err)
 			}
 		}
 	}
 	for _, s := range m.sups {
-		paused := keys[store.StatePauseAll] || keys[store.StatePauseSupervisorPrefix+s.sup.Name]
+		paused := snap.keys[store.StatePauseAll] || snap.keys[store.StatePauseSupervisorPrefix+s.sup.Name]
 		if paused == s.paused {
 			continue
 		}
@@ -403,23 +656,97 @@ func (m *Master) readState(ctx context.Context) (terminate bool) {
 			}
 		}
 	}
-	return terminate
+	return snap.terminate
 }
 
-// housekeep releases the jobs of expired masters and kills workers that
-// hold a job far past its timeout.
+// releaseReq asks housekeeping to release what an exited worker held.
+type releaseReq struct {
+	worker string
+	tries  int
+	reason string
+}
+
+// housekeep is the housekeeping service's tick: it releases the jobs of
+// exited workers and of members whose rows expired, and finds workers of
+// this master holding a job far past its timeout.
 func (m *Master) housekeep(ctx context.Context) {
-	expired, lost, err := m.st.MasterExpire(ctx, m.set.DefaultTries, m.set.DefaultTimeout, m.set.TimeoutGrace+time.Minute)
-	if err != nil {
-		m.log.Warn("expire masters failed", "err", err)
-	} else if len(expired) > 0 || lost.Released+lost.Failed > 0 {
-		m.log.Warn("released the jobs of lost masters", "masters", expired, "released", lost.Released, "failed", lost.Failed)
-	}
-	overdue, err := m.st.WorkerOverdue(ctx, m.set.Name, m.set.DefaultTimeout, m.set.TimeoutGrace+5*time.Second)
+	m.drainReleases(ctx)
+	m.releaseExpired(ctx)
+	octx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	overdue, err := m.st.WorkerOverdue(octx, m.Instance(), m.set.DefaultTimeout, m.set.TimeoutGrace+5*time.Second)
 	if err != nil {
 		m.log.Warn("look for overdue workers failed", "err", err)
 		return
 	}
+	if len(overdue) > 0 {
+		select {
+		case m.killCh <- overdue:
+		default: // supervision has the previous list still; the next tick sends again
+		}
+	}
+}
+
+// drainReleases releases the jobs of every exited worker queued so far.
+func (m *Master) drainReleases(ctx context.Context) {
+	for {
+		var r releaseReq
+		select {
+		case r = <-m.releaseCh:
+		default:
+			return
+		}
+		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		lost, err := m.st.JobReleaseWorker(rctx, r.worker, r.tries, r.reason)
+		cancel()
+		if err != nil {
+			m.log.Error("release the jobs of an exited worker failed; they will be released when this master's row expires", "worker", r.worker, "err", err)
+		} else if lost.Released+lost.Failed > 0 {
+			m.log.Warn("released the jobs of a lost worker", "worker", r.worker, "released", lost.Released, "failed", lost.Failed)
+		}
+	}
+}
+
+// sweepEvery is how often a master runs the full sweep for jobs whose
+// holder has no row at all.
+const sweepEvery = time.Minute
+
+// releaseExpired releases the jobs of members that are offline in the
+// view, once this master's own beats have held for a whole ttl.
+func (m *Master) releaseExpired(ctx context.Context) {
+	if !m.member.Trusted() {
+		return
+	}
+	view := m.member.View()
+	var gone []string
+	for _, mem := range view.Members {
+		if !mem.Live(view.At) && mem.Instance != m.Instance() {
+			gone = append(gone, mem.Instance)
+		}
+	}
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if len(gone) > 0 {
+		lost, err := m.st.MemberRelease(rctx, gone, m.set.DefaultTries)
+		if err != nil {
+			m.log.Warn("release the jobs of expired members failed", "err", err)
+		} else if lost.Released+lost.Failed > 0 {
+			m.log.Warn("released the jobs of members that stopped beating", "members", gone, "released", lost.Released, "failed", lost.Failed)
+		}
+	}
+	if time.Since(m.lastSweep) >= sweepEvery {
+		m.lastSweep = time.Now()
+		lost, err := m.st.MemberSweep(rctx, m.set.DefaultTries, m.set.DefaultTimeout, m.set.TimeoutGrace+time.Minute)
+		if err != nil {
+			m.log.Warn("sweep for jobs without a live holder failed", "err", err)
+		} else if lost.Released+lost.Failed > 0 {
+			m.log.Warn("released jobs whose holder has no membership row", "released", lost.Released, "failed", lost.Failed)
+		}
+	}
+}
+
+// killOverdue kills this master's workers named in overdue.
+func (m *Master) killOverdue(overdue []string) {
 	for _, w := range overdue {
 		for _, p := range m.procs {
 			if p.p.Spec().Worker == w {
@@ -430,20 +757,21 @@ func (m *Master) housekeep(ctx context.Context) {
 	}
 }
 
-// rebalance computes each supervisor's next allocation from the workload:
-// the counts of queue_counts and the mean runtimes of the last 5 complete
-// minutes from the metrics snapshots (1 s per job for a queue that has
-// none), neither of which reads the job history, so a step costs the same
-// however much history there is.
-func (m *Master) rebalance(ctx context.Context) {
-	m.lastBal = m.set.Now()
-	counts, err := m.st.QueueCounts(ctx)
+// readWorkload is the workload service: the counts of queue_counts and
+// the mean runtimes of the last 5 complete minutes from the metrics
+// snapshots (1 s per job for a queue that has none), neither of which
+// reads the job history, so a step costs the same however much history
+// there is.
+func (m *Master) readWorkload(ctx context.Context) {
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	counts, err := m.st.QueueCounts(rctx)
 	if err != nil {
 		m.log.Warn("read workload failed; keeping the current allocation", "err", err)
-		counts = nil
+		return
 	}
 	runtimes := map[string]float64{}
-	if stats, err := m.st.QueueRuntimes(ctx); err != nil {
+	if stats, err := m.st.QueueRuntimes(rctx); err != nil {
 		m.log.Warn("read average runtimes failed; assuming 1 s per job", "err", err)
 	} else {
 		for _, s := range stats {
@@ -454,12 +782,95 @@ func (m *Master) rebalance(ctx context.Context) {
 	for _, c := range counts {
 		workload[c.Queue] = balancer.NewQueueWorkload(c.Queue, int(c.Pending), int(c.Reserved), 0, runtimes[c.Queue])
 	}
+	select {
+	case <-m.workloadCh:
+	default:
+	}
+	m.workloadCh <- workload
+}
+
+// applyWorkload takes the latest workload the workload service read.
+func (m *Master) applyWorkload() {
+	select {
+	case w := <-m.workloadCh:
+		m.workload = w
+	default:
+	}
+}
+
+// applyBudgets recomputes, for each supervisor with a fleet-wide budget,
+// the ceiling of this master from its view: its Share of the budget over
+// the live masters running the supervisor, and no more than the budget
+// minus what the others run or have claimed. The ceiling it may grow to is
+// the smaller of that and the claim it published in its previous beat, so
+// two masters that grow at once never both take the same room: each grows
+// only to what the other had seen it claim. A drop applies at once.
+func (m *Master) applyBudgets() {
+	view := m.member.View()
+	for _, s := range m.sups {
+		n := s.sup.FleetMaxProcesses
+		if n <= 0 {
+			continue
+		}
+		members := []store.Member{{Instance: m.Instance()}}
+		others := 0
+		for _, mem := range view.Live(store.KindMaster) {
+			if mem.Instance == m.Instance() {
+				continue
+			}
+			row, ok := reportedSup(mem.Report, s.sup.Name)
+			if !ok {
+				continue
+			}
+			members = append(members, mem)
+			others += max(row.Running, derefOr(row.Claim, 0))
+		}
+		computed := max(0, min(membership.Share(s.sup.Name, n, members, m.Instance()), n-others))
+		prev := s.claim
+		s.claim = computed
+		next := min(prev, computed)
+		if next != s.ceiling {
+			m.log.Info("fleet-wide budget", "supervisor", s.sup.Name, "fleet_max_processes", n,
+				"masters", len(members), "ceiling", next)
+		}
+		s.ceiling = next
+		if s.alloc.Total() > s.ceiling {
+			m.rebalance() // shrink at once
+		}
+	}
+}
+
+func derefOr(p *int, def int) int {
+	if p == nil {
+		return def
+	}
+	return *p
+}
+
+// reportedSup finds supervisor name in a master's report.
+func reportedSup(raw []byte, name string) (supRow, bool) {
+	var r masterReport
+	if err := json.Unmarshal(raw, &r); err != nil {
+		return supRow{}, false
+	}
+	for _, s := range r.Supervisors {
+		if s.Name == name {
+			return s, true
+		}
+	}
+	return supRow{}, false
+}
+
+// rebalance computes each supervisor's next allocation from the latest
+// workload and its ceiling.
+func (m *Master) rebalance() {
+	m.lastBal = m.set.Now()
 	for _, s := range m.sups {
 		current := balancer.Allocation{}
 		for _, g := range s.groups {
 			current[g.Key] = m.alive(s, g.Key)
 		}
-		next := balancer.NextAllocation(s.sup, current, workload, m.set.BalanceMaxShift)
+		next := balancer.NextAllocation(s.sup, current, m.workload, m.set.BalanceMaxShift, s.ceiling)
 		if !maps.Equal(next, s.alloc) {
 			m.log.Info("allocation", "supervisor", s.sup.Name, "processes", next)
 		}
@@ -479,6 +890,17 @@ func (m *Master) alive(s *supState, group string) int {
 	return n
 }
 
+// running counts every process of a supervisor, stopping ones included.
+func (m *Master) runningOf(s *supState) int {
+	n := 0
+	for _, p := range m.procs {
+		if p.sup == s {
+			n++
+		}
+	}
+	return n
+}
+
 func (m *Master) reconcileAll(ctx context.Context, events chan<- spawner.Event) {
 	if m.stopping {
 		return
@@ -491,11 +913,16 @@ func (m *Master) reconcileAll(ctx context.Context, events chan<- spawner.Event) 
 }
 
 // reconcile starts or stops processes of one group to meet its allocation.
+// Under a fleet-wide budget a start also waits until the supervisor's
+// processes, stopping ones included, are below the ceiling.
 func (m *Master) reconcile(ctx context.Context, events chan<- spawner.Event, s *supState, g supervisor.Group) {
 	want, have := s.alloc[g.Key], m.alive(s, g.Key)
 	for ; have < want; have++ {
 		r := s.restarts[g.Key]
 		if !r.ready(m.set.Now()) {
+			return
+		}
+		if s.ceiling >= 0 && m.runningOf(s) >= s.ceiling {
 			return
 		}
 		if err := m.spawn(ctx, events, s, g); err != nil {
@@ -530,10 +957,13 @@ func (m *Master) stop(p *proc) {
 func (m *Master) spawn(ctx context.Context, events chan<- spawner.Event, s *supState, g supervisor.Group) error {
 	m.seq++
 	spec := spawner.Spec{
-		Supervisor:   s.sup.Name,
-		Queues:       g.Queues,
-		Master:       m.set.Name,
-		Worker:       fmt.Sprintf("%s/%s/%d", m.set.Name, s.sup.Name, m.seq),
+		Supervisor: s.sup.Name,
+		Queues:     g.Queues,
+		Master:     m.Instance(),
+		MasterTTL:  m.set.TTL,
+		// Worker names carry the instance's first digits, so two masters
+		// under one name never hand out the same lease-holder name.
+		Worker:       fmt.Sprintf("%s/%s/%s-%d", m.set.Name, s.sup.Name, m.Instance()[:6], m.seq),
 		Concurrency:  s.sup.Concurrency,
 		MaxJobs:      s.sup.MaxJobs,
 		MaxTime:      s.sup.MaxTime,
@@ -571,7 +1001,7 @@ func (m *Master) failed(s *supState, group string, lived time.Duration, what str
 }
 
 // handle applies one event from a process.
-func (m *Master) handle(ctx context.Context, ev spawner.Event) {
+func (m *Master) handle(ev spawner.Event) {
 	p, ok := m.procs[ev.Process]
 	if !ok {
 		return
@@ -590,15 +1020,9 @@ func (m *Master) handle(ctx context.Context, ev spawner.Event) {
 	m.summary.Jobs += p.jobs
 	spec := p.p.Spec()
 	lived := m.set.Now().Sub(p.started)
-	// Whatever the worker still held is released at once; its attempt counts.
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	lost, err := m.st.JobReleaseWorker(rctx, spec.Worker, cmp.Or(spec.Tries, m.set.DefaultTries), string(exit.Reason))
-	cancel()
-	if err != nil {
-		m.log.Error("release the jobs of an exited worker failed; they will be released when its master's row expires", "worker", spec.Worker, "err", err)
-	} else if lost.Released+lost.Failed > 0 {
-		m.log.Warn("released the jobs of a lost worker", "worker", spec.Worker, "released", lost.Released, "failed", lost.Failed)
-	}
+	// Whatever the worker still held is released by housekeeping, soon;
+	// its attempt counts. The row keeps beating until that is done.
+	m.releaseCh <- releaseReq{worker: spec.Worker, tries: cmp.Or(spec.Tries, m.set.DefaultTries), reason: string(exit.Reason)}
 	switch {
 	case exit.Reason.Recycled():
 		m.summary.Recycled++
@@ -609,22 +1033,22 @@ func (m *Master) handle(ctx context.Context, ev spawner.Event) {
 		if !m.stopping {
 			m.failed(p.sup, p.group, lived, fmt.Sprintf("exited with status %d", exit.Code), exit.Err)
 		}
+	case exit.Reason == spawner.ExitFenced:
+		p.sup.restarts[p.group].ok()
+		m.log.Warn("worker stopped: this master was out of the fleet's view for a ttl", "supervisor", spec.Supervisor, "queues", p.group, "pid", p.p.PID())
 	default:
 		p.sup.restarts[p.group].ok()
 		m.log.Debug("worker exited", "supervisor", spec.Supervisor, "queues", p.group, "pid", p.p.PID(), "reason", string(exit.Reason))
 	}
 }
 
-// shutdown stops every worker gracefully, waits for them (killing those
-// still running after StopTimeout), and removes the master's row.
+// shutdown stops every worker gracefully and waits for them (killing those
+// still running after StopTimeout). The membership service keeps beating,
+// as draining, all the while.
 func (m *Master) shutdown(events chan spawner.Event, why string) (Summary, error) {
 	m.stopping = true
-	ctx, cancel := context.WithTimeout(context.Background(), m.set.StopTimeout+15*time.Second)
-	defer cancel()
+	m.publish() // beats draining at once
 	m.log.Info("master stopping: workers finish their running jobs", "reason", why, "workers", len(m.procs))
-	if _, err := m.beat(ctx, "draining"); err != nil {
-		m.beatFailed(err)
-	}
 	for _, p := range m.procs {
 		if !p.stopping {
 			m.stop(p)
@@ -632,23 +1056,21 @@ func (m *Master) shutdown(events chan spawner.Event, why string) (Summary, error
 	}
 	deadline := time.NewTimer(m.set.StopTimeout)
 	defer deadline.Stop()
+	hard := time.NewTimer(m.set.StopTimeout + 15*time.Second)
+	defer hard.Stop()
 	for len(m.procs) > 0 {
 		select {
 		case ev := <-events:
-			m.handle(ctx, ev)
+			m.handle(ev)
+			m.publish()
 		case <-deadline.C:
 			m.log.Error("workers did not finish within the stop timeout: killing them", "workers", len(m.procs), "stop_timeout", m.set.StopTimeout)
 			for _, p := range m.procs {
 				_ = p.p.Kill()
 			}
-		case <-ctx.Done():
+		case <-hard.C:
 			return m.summary, fmt.Errorf("workers did not exit after being killed: %d left", len(m.procs))
 		}
 	}
-	if err := m.st.MasterDelete(ctx, m.set.Name); err != nil {
-		m.log.Warn("remove master row failed; it expires on its own", "err", err)
-	}
-	m.log.Info("master stopped", "started", m.summary.Started, "recycled", m.summary.Recycled,
-		"crashed", m.summary.Crashed, "jobs", m.summary.Jobs)
 	return m.summary, nil
 }

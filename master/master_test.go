@@ -177,7 +177,7 @@ func TestMasterStartsAtMinAndStopsGracefully(t *testing.T) {
 	groups := map[string]bool{}
 	for _, s := range specs {
 		groups[s.Group()] = true
-		if s.Supervisor != "default" || s.Master != b.m.Name() || s.Concurrency != 4 || s.MaxJobs != 50 ||
+		if s.Supervisor != "default" || s.Master != b.m.Instance() || s.Concurrency != 4 || s.MaxJobs != 50 ||
 			!strings.HasPrefix(s.Worker, b.m.Name()+"/default/") {
 			t.Errorf("spec = %+v", s)
 		}
@@ -339,7 +339,8 @@ func TestMasterReleasesJobsOfExpiredMaster(t *testing.T) {
 	pool := pgtest.Pool(t)
 	st := store.New(pool)
 	ctx := context.Background()
-	if _, err := st.MasterBeat(ctx, store.MasterBeatParams{Name: "gone", Host: "h", PID: 1, Nonce: "n", State: "running", TTL: time.Millisecond}); err != nil {
+	// A master that claimed a job and then stopped beating.
+	if _, err := st.MemberBeat(ctx, store.MemberBeatParams{Instance: "gone-instance", Name: "gone", Host: "h", PID: 1, State: "running", TTL: time.Minute}, false); err != nil {
 		t.Fatal(err)
 	}
 	client := queue.NewClient(pool, queue.Defaults{})
@@ -347,15 +348,29 @@ func TestMasterReleasesJobsOfExpiredMaster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.JobClaim(ctx, store.JobClaimParams{Queue: "default", Limit: 1, Worker: "gone/default/1", Master: "gone"}); err != nil {
+	if jobs, err := st.JobClaim(ctx, store.JobClaimParams{Queue: "default", Limit: 1, Worker: "gone/default/1", Master: "gone-instance"}); err != nil || len(jobs) != 1 {
+		t.Fatalf("claim under a live row: %d jobs, %v", len(jobs), err)
+	}
+	if _, err := pool.Exec(ctx, `UPDATE fleet_masters SET expires_at = now() - interval '1 second' WHERE instance = 'gone-instance'`); err != nil {
 		t.Fatal(err)
+	}
+	// Fenced: nothing more can be claimed under the expired row.
+	if _, err := client.Dispatch(ctx, queue.NewJob("y", nil)); err != nil {
+		t.Fatal(err)
+	}
+	if jobs, err := st.JobClaim(ctx, store.JobClaimParams{Queue: "default", Limit: 5, Worker: "gone/default/1", Master: "gone-instance"}); err != nil || len(jobs) != 0 {
+		t.Fatalf("claim under an expired row: %d jobs, %v; want none", len(jobs), err)
 	}
 	b := start(t, pool, resolve(t, nil), nil)
 	poll(t, "the release", func() bool {
 		return b.count(t, `SELECT count(*) FROM queue_jobs WHERE id = $1 AND reserved_by IS NULL`, id) == 1
 	})
-	if n := b.count(t, `SELECT count(*) FROM fleet_masters WHERE name = 'gone'`); n != 0 {
-		t.Fatal("the expired row is still there")
+	// Released only once the new master's own beats held for a ttl.
+	if n := b.count(t, `SELECT count(*) FROM fleet_jobs WHERE job_id = $1 AND status = 'lost'`, id); n != 1 {
+		t.Fatalf("lost attempts = %d, want 1", n)
+	}
+	if !strings.Contains(b.logs.String(), "released the jobs of members that stopped beating") {
+		t.Error("no log line for the release")
 	}
 }
 
@@ -560,8 +575,9 @@ func TestMasterWritesMetricsSnapshot(t *testing.T) {
 	poll(t, "the snapshot", func() bool {
 		return b.count(t, `SELECT count(*) FROM fleet_metrics WHERE kind = 'queue' AND subject = 'mail' AND jobs = 30`) == 1
 	})
-	if n := b.count(t, `SELECT count(*) FROM fleet_state WHERE key = 'duty:metrics'`); n != 1 {
-		t.Fatal("the snapshot duty was not claimed through fleet_state")
+	if n := b.count(t, `SELECT count(*) FROM fleet_duties WHERE duty = 'metrics' AND done_at IS NOT NULL
+		AND period = (SELECT date_trunc('minute', min(finished_at)) FROM fleet_jobs)`); n != 1 {
+		t.Fatal("the snapshot of that minute was not recorded as done in fleet_duties")
 	}
 }
 

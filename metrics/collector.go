@@ -13,11 +13,13 @@
 //	fleet_jobs_processed_total{queue}            counter: from fleet_counters
 //	fleet_jobs_failed_total{queue}               counter: from fleet_counters
 //	fleet_job_runtime_seconds{queue,stat}        gauge: stat is mean or p95, over the last 5 minutes
-//	fleet_masters{state}                         gauge: live masters by state, all four states always
+//	fleet_masters{state}                         gauge: masters by liveness on the database clock: online, draining, offline (expired, not yet deleted); all three always
 //	fleet_supervisor_paused{supervisor}          gauge: 1 for each paused supervisor
 //	fleet_paused_all                             gauge: 1 when every supervisor is paused, else 0
 //	fleet_master_beat_errors_total               counter: the master's failed beats (with Options.Beat)
-//	fleet_master_beat_duration_seconds           gauge: the master's last beat (with Options.Beat)
+//	fleet_master_beat_duration_seconds           histogram: the master's beats (with Options.Beat)
+//	fleet_master_view_age_seconds                gauge: time since the master's last successful beat (with Options.Beat)
+//	fleet_master_duplicate_names_total           counter: other live instances seen under the master's name (with Options.Beat)
 //	fleet_scrape_errors_total                    counter: failed reads of the database
 //
 // When a read fails, a scrape holds only fleet_scrape_errors_total and the
@@ -49,7 +51,7 @@ const readTimeout = 10 * time.Second
 
 // masterStates are the states fleet_masters always shows, 0 when no master
 // is in them.
-func masterStates() [4]string { return [...]string{"starting", "running", "paused", "draining"} }
+func masterStates() [3]string { return [...]string{"online", "draining", "offline"} }
 
 // Options configure a Collector.
 type Options struct {
@@ -65,13 +67,17 @@ type Options struct {
 	Beat BeatStats
 }
 
-// BeatStats is implemented by the master: counts of failed beats and the
-// duration of the last beat.
+// BeatStats is implemented by the master's membership service.
 type BeatStats interface {
 	// BeatErrors is how many beats have failed since the master started.
 	BeatErrors() uint64
-	// LastBeatDuration is how long the last beat took.
-	LastBeatDuration() time.Duration
+	// BeatDurations is the beat-duration histogram: cumulative counts per
+	// upper bound in seconds, the count and the sum.
+	BeatDurations() (buckets map[float64]uint64, count uint64, sum float64)
+	// ViewAge is the time since the last successful beat.
+	ViewAge() time.Duration
+	// Duplicates counts other live instances seen under the same name.
+	Duplicates() uint64
 }
 
 // Collector is a prometheus.Collector reading fleet state from PostgreSQL at
@@ -97,6 +103,8 @@ type Collector struct {
 	pausedAll    *prometheus.Desc
 	beatErrors   *prometheus.Desc
 	beatDuration *prometheus.Desc
+	viewAge      *prometheus.Desc
+	duplicates   *prometheus.Desc
 	scrapeErrors *prometheus.Desc
 
 	// mu guards the cache and is held across a read, so that scrapes
@@ -140,7 +148,7 @@ func NewCollector(st *store.Store, opts Options) *Collector {
 			"Runtime of the queue's attempts finished in the last 5 minutes: mean or 95th percentile (p95).",
 			[]string{"queue", "stat"}, nil),
 		masters: prometheus.NewDesc("fleet_masters",
-			"Live masters by state.",
+			"Masters by liveness on the database clock: online, draining, or offline (expired, not yet deleted).",
 			[]string{"state"}, nil),
 		supPaused: prometheus.NewDesc("fleet_supervisor_paused",
 			"1 for each supervisor paused by name.",
@@ -152,7 +160,13 @@ func NewCollector(st *store.Store, opts Options) *Collector {
 			"Beats of this master that failed.",
 			nil, nil),
 		beatDuration: prometheus.NewDesc("fleet_master_beat_duration_seconds",
-			"How long the last beat of this master took.",
+			"How long the beats of this master took.",
+			nil, nil),
+		viewAge: prometheus.NewDesc("fleet_master_view_age_seconds",
+			"Seconds since this master's last successful beat: the age of its view of the fleet.",
+			nil, nil),
+		duplicates: prometheus.NewDesc("fleet_master_duplicate_names_total",
+			"Other live master instances seen under this master's name.",
 			nil, nil),
 		scrapeErrors: prometheus.NewDesc("fleet_scrape_errors_total",
 			"Reads of fleet state from the database that failed.",
@@ -181,6 +195,8 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	if c.beat != nil {
 		ch <- c.beatErrors
 		ch <- c.beatDuration
+		ch <- c.viewAge
+		ch <- c.duplicates
 	}
 }
 
@@ -192,7 +208,10 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.scrapeErrors, prometheus.CounterValue, float64(errs))
 	if c.beat != nil {
 		ch <- prometheus.MustNewConstMetric(c.beatErrors, prometheus.CounterValue, float64(c.beat.BeatErrors()))
-		ch <- prometheus.MustNewConstMetric(c.beatDuration, prometheus.GaugeValue, c.beat.LastBeatDuration().Seconds())
+		buckets, n, sum := c.beat.BeatDurations()
+		ch <- prometheus.MustNewConstHistogram(c.beatDuration, n, sum, buckets)
+		ch <- prometheus.MustNewConstMetric(c.viewAge, prometheus.GaugeValue, c.beat.ViewAge().Seconds())
+		ch <- prometheus.MustNewConstMetric(c.duplicates, prometheus.CounterValue, float64(c.beat.Duplicates()))
 	}
 	if err != nil {
 		return

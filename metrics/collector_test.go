@@ -56,13 +56,13 @@ func seed(t *testing.T, pool *pgxpool.Pool) {
 			('mail', 'm', now() - interval '1 hour', 'w2', 'm1', now(), 1),
 			('default', 'd', now() - interval '1 hour', 'w3', 'm1', now(), 1)`,
 		`INSERT INTO fleet_counters (queue, processed, failed) VALUES ('mail', 40, 3), ('default', 12, 0), ('drained', 7, 1)`,
-		`INSERT INTO fleet_masters (name, host, pid, nonce, state, supervisors, expires_at) VALUES
-			('m1', 'h1', 1, 'n', 'running', '[
+		`INSERT INTO fleet_masters (instance, name, host, pid, state, report, expires_at) VALUES
+			('i-m1', 'm1', 'h1', 1, 'running', '{"supervisors":[
 				{"name":"default","queues":["default","mail"],"balance":"auto","paused":false,"processes":{"default":1,"mail":3}},
-				{"name":"batch","queues":["default","mail"],"balance":"off","paused":true,"processes":{"default,mail":2}}]',
+				{"name":"batch","queues":["default","mail"],"balance":"off","paused":true,"processes":{"default,mail":2}}]}',
 			 now() + interval '1 minute'),
-			('m2', 'h2', 2, 'n', 'draining', '[{"name":"default","queues":["mail"],"processes":{"mail":1}}]', now() + interval '1 minute'),
-			('gone', 'h3', 3, 'n', 'paused', '[{"name":"default","processes":{"mail":50}}]', now() - interval '1 second')`,
+			('i-m2', 'm2', 'h2', 2, 'draining', '{"supervisors":[{"name":"default","queues":["mail"],"processes":{"mail":1}}]}', now() + interval '1 minute'),
+			('i-gone', 'gone', 'h3', 3, 'paused', '{"supervisors":[{"name":"default","processes":{"mail":50}}]}', now() - interval '1 second')`,
 		`INSERT INTO fleet_state (key) VALUES ('pause:*'), ('pause:supervisor:batch'), ('pause:queue:mail'), ('terminate')`,
 		// mail ran 100..1000 ms within the last 5 minutes; older attempts do not count.
 		`INSERT INTO fleet_jobs (job_id, queue, name, attempt, status, started_at, finished_at, runtime_ms)
@@ -104,8 +104,12 @@ func countReads(c *Collector) *atomic.Int64 {
 
 type fakeBeat struct{}
 
-func (fakeBeat) BeatErrors() uint64              { return 4 }
-func (fakeBeat) LastBeatDuration() time.Duration { return 25 * time.Millisecond }
+func (fakeBeat) BeatErrors() uint64 { return 4 }
+func (fakeBeat) BeatDurations() (map[float64]uint64, uint64, float64) {
+	return map[float64]uint64{0.01: 1, 0.05: 2}, 2, 0.05
+}
+func (fakeBeat) ViewAge() time.Duration { return 1500 * time.Millisecond }
+func (fakeBeat) Duplicates() uint64     { return 1 }
 
 func TestCollectorFamilies(t *testing.T) {
 	pool := pgtest.Pool(t)
@@ -125,18 +129,21 @@ fleet_jobs_failed_total{queue="mail"} 3
 fleet_jobs_processed_total{queue="default"} 12
 fleet_jobs_processed_total{queue="drained"} 7
 fleet_jobs_processed_total{queue="mail"} 40
-# HELP fleet_master_beat_duration_seconds How long the last beat of this master took.
-# TYPE fleet_master_beat_duration_seconds gauge
-fleet_master_beat_duration_seconds 0.025
+# HELP fleet_master_beat_duration_seconds How long the beats of this master took.
+# TYPE fleet_master_beat_duration_seconds histogram
+fleet_master_beat_duration_seconds_bucket{le="0.01"} 1
+fleet_master_beat_duration_seconds_bucket{le="0.05"} 2
+fleet_master_beat_duration_seconds_bucket{le="+Inf"} 2
+fleet_master_beat_duration_seconds_sum 0.05
+fleet_master_beat_duration_seconds_count 2
 # HELP fleet_master_beat_errors_total Beats of this master that failed.
 # TYPE fleet_master_beat_errors_total counter
 fleet_master_beat_errors_total 4
-# HELP fleet_masters Live masters by state.
+# HELP fleet_masters Masters by liveness on the database clock: online, draining, or offline (expired, not yet deleted).
 # TYPE fleet_masters gauge
 fleet_masters{state="draining"} 1
-fleet_masters{state="paused"} 0
-fleet_masters{state="running"} 1
-fleet_masters{state="starting"} 0
+fleet_masters{state="offline"} 1
+fleet_masters{state="online"} 1
 # HELP fleet_paused_all 1 when every supervisor is paused, else 0.
 # TYPE fleet_paused_all gauge
 fleet_paused_all 1
@@ -187,8 +194,11 @@ fleet_supervisor_paused{supervisor="batch"} 1
 			got[f.GetName()][labelString(m)] = m.GetGauge().GetValue() + m.GetCounter().GetValue()
 		}
 	}
-	if len(got) != 13 {
-		t.Errorf("got %d families, want 13", len(got))
+	if len(got) != 15 {
+		t.Errorf("got %d families, want 15", len(got))
+	}
+	if got["fleet_master_view_age_seconds"][""] != 1.5 || got["fleet_master_duplicate_names_total"][""] != 1 {
+		t.Errorf("view age %v, duplicates %v; want 1.5 and 1", got["fleet_master_view_age_seconds"], got["fleet_master_duplicate_names_total"])
 	}
 	wait := got["fleet_queue_oldest_wait_seconds"]
 	if len(wait) != 3 || wait["queue=drained"] != 0 || !between(wait["queue=mail"], 30, 60) ||
@@ -297,7 +307,7 @@ func TestHandler(t *testing.T) {
 	}
 	for _, want := range []string{
 		`fleet_queue_jobs{queue="mail",state="pending"} 3`,
-		`fleet_masters{state="running"} 1`,
+		`fleet_masters{state="online"} 1`,
 		`go_goroutines `,
 	} {
 		if !strings.Contains(body, want) {
@@ -348,7 +358,7 @@ fleet_scrape_errors_total ` + strconv.Itoa(errors) + "\n"
 
 	// The beat metrics come from the process and survive a failed read.
 	b := NewCollector(store.New(pool), Options{Beat: fakeBeat{}, Logger: slog.New(slog.DiscardHandler)})
-	if n := testutil.CollectAndCount(b); n != 3 {
-		t.Errorf("failed read with Beat: %d metrics, want 3 (scrape errors and two beat metrics)", n)
+	if n := testutil.CollectAndCount(b); n != 5 {
+		t.Errorf("failed read with Beat: %d metrics, want 5 (scrape errors and four beat metrics)", n)
 	}
 }

@@ -148,7 +148,7 @@ func (s *ProcessSpawner) environ() []string {
 //
 //	fleet:work --supervisor NAME --queue a,b --master M --worker-name W --concurrency N
 //
-// followed, each only when non-zero or non-empty, by --max-jobs N,
+// followed, each only when non-zero or non-empty, by --master-ttl 10s, --max-jobs N,
 // --max-time SECS (rounded up to whole seconds), --max-memory-mb MB,
 // --tries N, --backoff 1,5,30, --timeout 30s (a Go duration) and --paused.
 // The supervisor and queues come first so that ps shows what each process
@@ -161,6 +161,9 @@ func WorkArgs(spec Spec) []string {
 		"--master", spec.Master,
 		"--worker-name", spec.Worker,
 		"--concurrency", strconv.Itoa(spec.Concurrency),
+	}
+	if spec.MasterTTL != 0 {
+		args = append(args, "--master-ttl", spec.MasterTTL.String())
 	}
 	if spec.MaxJobs != 0 {
 		args = append(args, "--max-jobs", strconv.Itoa(spec.MaxJobs))

@@ -43,6 +43,9 @@ const (
 	ExitTimeout   ExitReason = "timeout"
 	ExitError     ExitReason = "error"
 	ExitCrash     ExitReason = "crash"
+	// ExitFenced: the worker's master was out of the fleet's view (its
+	// row not live) for a ttl, so the worker stopped claiming and exited.
+	ExitFenced ExitReason = "fenced"
 )
 
 // Recycled reports whether the worker stopped at one of its recycling limits.

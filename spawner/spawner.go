@@ -13,9 +13,13 @@ type Spec struct {
 	Supervisor string
 	// Queues are worked in priority order.
 	Queues []string
-	// Master is the master's name; the worker's leases carry it so another
-	// master can release them if this one dies.
+	// Master is the master's instance id; the worker's leases carry it so
+	// another master can release them if this one dies, and the worker
+	// claims only while that instance's membership row is live.
 	Master string
+	// MasterTTL is the master's row ttl: a worker fenced out (its master's
+	// row not live) for this long stops and exits with ExitFenced.
+	MasterTTL time.Duration
 	// Worker is the worker's lease-holder name, unique across the fleet.
 	Worker string
 	// Concurrency is how many jobs the worker runs at once.

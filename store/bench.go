@@ -19,7 +19,7 @@ import (
 func (s *Store) BenchTablesMissing(ctx context.Context) ([]string, error) {
 	rows, err := s.pool.Query(ctx, `
 		SELECT t FROM unnest($1::text[]) AS t WHERE to_regclass(t) IS NULL ORDER BY t`,
-		[]string{"queue_jobs", "queue_counts", "queue_failed_jobs", "fleet_jobs", "fleet_masters", "fleet_counters", "fleet_metrics", "fleet_state"})
+		[]string{"queue_jobs", "queue_counts", "queue_failed_jobs", "fleet_jobs", "fleet_masters", "fleet_counters", "fleet_metrics", "fleet_state", "fleet_duties"})
 	if err != nil {
 		return nil, fmt.Errorf("look for fleet's tables: %w", err)
 	}

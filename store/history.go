@@ -79,23 +79,31 @@ func (s *Store) DutyClaim(ctx context.Context, name string, every time.Duration)
 	return true, nil
 }
 
-// MetricsSnapshot writes the fleet_metrics rows of the minute that just
-// ended, [date_trunc('minute', now()) - 1 minute, date_trunc('minute',
-// now())), per queue and per job name, from the attempts' real finish
-// times, in one statement. Jobs and failed count every attempt; the runtime
-// figures leave lost attempts out (no worker timed them; 0 when none is
-// left). Queue rows also carry the backlog at snapshot time: pending (ready)
-// jobs, the age of the oldest, and the seconds to clear them at this
-// minute's rate (NULL when nothing finished, 0 with no backlog); a queue
-// with a backlog and no history gets a row too. Writing the same minute
-// again changes nothing. It returns the rows written.
-func (s *Store) MetricsSnapshot(ctx context.Context) (int, error) {
-	tag, err := s.pool.Exec(ctx, `
+// MetricsSnapshot writes the fleet_metrics rows of the given minute,
+// [minute, minute + 1 minute), per queue and per job name, from the
+// attempts' real finish times, in one statement; minute must be a whole
+// minute that is over by the database clock. Jobs and failed count every
+// attempt; the runtime figures leave lost attempts out (no worker timed
+// them; 0 when none is left). Queue rows also carry the backlog: pending
+// (ready) jobs, the age of the oldest, and the seconds to clear them at
+// that minute's rate (NULL when nothing finished, 0 with no backlog); a
+// queue with a backlog and no history gets a row too. The backlog is
+// measured when the snapshot is taken, not at the minute's end: a late or
+// retried snapshot of a minute carries the backlog of its writing. A minute
+// is written once: when it has any rows, writing it again writes nothing
+// and changes nothing. It returns the rows written.
+func (s *Store) MetricsSnapshot(ctx context.Context, minute time.Time) (int, error) {
+	if minute.IsZero() || !minute.Truncate(time.Minute).Equal(minute) {
+		return 0, fmt.Errorf("write metrics snapshot of %s: not a whole minute", minute.UTC().Format(time.RFC3339Nano))
+	}
+	var n int
+	var over bool
+	err := s.pool.QueryRow(ctx, `
 		WITH w AS (
-			SELECT date_trunc('minute', now()) - interval '1 minute' AS lo, date_trunc('minute', now()) AS hi
+			SELECT $1::timestamptz AS lo, $1::timestamptz + interval '1 minute' AS hi
 		), h AS (
 			SELECT j.queue, j.name, j.status, j.runtime_ms
-			FROM fleet_jobs j, w WHERE j.finished_at >= w.lo AND j.finished_at < w.hi
+			FROM fleet_jobs j WHERE j.finished_at >= $1::timestamptz AND j.finished_at < $1::timestamptz + interval '1 minute'
 		), per AS (
 			SELECT 'queue' AS kind, queue AS subject, count(*) AS jobs,
 			       count(*) FILTER (WHERE status <> 'completed') AS failed,
@@ -120,19 +128,26 @@ func (s *Store) MetricsSnapshot(ctx context.Context) (int, error) {
 			UNION ALL
 			SELECT 'queue', b.queue, 0, 0, 0, 0, 0, 0, b.wait, b.pending
 			FROM backlog b WHERE NOT EXISTS (SELECT 1 FROM per p WHERE p.kind = 'queue' AND p.subject = b.queue)
+		), ins AS (
+			INSERT INTO fleet_metrics (taken_at, kind, subject, jobs, failed, jobs_per_minute, runtime_p50_ms,
+			                           runtime_p95_ms, runtime_p99_ms, runtime_mean_ms, wait_secs, clear_secs, pending)
+			SELECT w.lo, r.kind, r.subject, r.jobs, r.failed, r.jobs, COALESCE(r.p50, 0), COALESCE(r.p95, 0),
+			       COALESCE(r.p99, 0), COALESCE(r.mean, 0), r.wait,
+			       CASE WHEN r.pending = 0 THEN 0 WHEN r.jobs = 0 THEN NULL ELSE r.pending::float8 / r.jobs * 60 END,
+			       r.pending
+			FROM rows r, w
+			WHERE w.hi <= now() AND NOT EXISTS (SELECT 1 FROM fleet_metrics m WHERE m.taken_at = w.lo)
+			ON CONFLICT (taken_at, kind, subject) DO NOTHING
+			RETURNING 1
 		)
-		INSERT INTO fleet_metrics (taken_at, kind, subject, jobs, failed, jobs_per_minute, runtime_p50_ms,
-		                           runtime_p95_ms, runtime_p99_ms, runtime_mean_ms, wait_secs, clear_secs, pending)
-		SELECT w.lo, r.kind, r.subject, r.jobs, r.failed, r.jobs, COALESCE(r.p50, 0), COALESCE(r.p95, 0),
-		       COALESCE(r.p99, 0), COALESCE(r.mean, 0), r.wait,
-		       CASE WHEN r.pending = 0 THEN 0 WHEN r.jobs = 0 THEN NULL ELSE r.pending::float8 / r.jobs * 60 END,
-		       r.pending
-		FROM rows r, w
-		ON CONFLICT (taken_at, kind, subject) DO NOTHING`)
+		SELECT (SELECT count(*) FROM ins), hi <= now() FROM w`, minute).Scan(&n, &over)
 	if err != nil {
-		return 0, fmt.Errorf("write metrics snapshot: %w", err)
+		return 0, fmt.Errorf("write metrics snapshot of %s: %w", minute.UTC().Format(time.RFC3339), err)
 	}
-	return int(tag.RowsAffected()), nil
+	if !over {
+		return 0, fmt.Errorf("write metrics snapshot of %s: the minute is not over", minute.UTC().Format(time.RFC3339))
+	}
+	return n, nil
 }
 
 // MetricsRow is a row of fleet_metrics.

@@ -75,7 +75,7 @@ func TestMigrationCreatesPartitionsAhead(t *testing.T) {
 	url := pgtest.URL(t)
 	// The test database is a copy of a template that may be days old: roll
 	// the fleet set back (which must remove all of it) and apply it now.
-	if err := migrations.Down(ctx, url, "fleet", 2); err != nil {
+	if err := migrations.Down(ctx, url, "fleet", 3); err != nil {
 		t.Fatal(err)
 	}
 	pool, err := pgxpool.New(ctx, url)
@@ -537,39 +537,36 @@ func TestMetricsSnapshot(t *testing.T) {
 	exec(t, pool, `INSERT INTO queue_jobs (queue, name, available_at) VALUES
 		('mail', 'send', now()), ('mail', 'send', now() - interval '5 seconds'), ('mail', 'send', now() + interval '1 hour'),
 		('slow', 'x', now() - interval '90 seconds')`)
-	var lo time.Time
-	var first, second int
-	for try := 0; ; try++ {
-		// Ten attempts finished during the previous minute, runtimes 10..100,
-		// the last one failed, plus a lost one; two attempts outside it.
-		lo = scalar[time.Time](t, pool, `SELECT date_trunc('minute', now()) - interval '1 minute'`)
-		exec(t, pool, `
-			INSERT INTO fleet_jobs (job_id, queue, name, attempt, status, started_at, finished_at, runtime_ms)
-			SELECT g, 'mail', CASE WHEN g <= 5 THEN 'send' ELSE 'bounce' END, 1,
-			       CASE WHEN g = 10 THEN 'failed' ELSE 'completed' END, ts, ts, g * 10
-			FROM generate_series(1, 10) g, LATERAL (SELECT $1::timestamptz + g * interval '1 second' AS ts) x`, lo)
-		exec(t, pool, `
-			INSERT INTO fleet_jobs (job_id, queue, name, attempt, status, started_at, finished_at, runtime_ms) VALUES
-			    (11, 'mail', 'bounce', 1, 'lost', $1::timestamptz, $1::timestamptz + interval '59.999 seconds', 99999),
-			    (12, 'mail', 'send', 1, 'completed', $1::timestamptz, $1::timestamptz - interval '1 millisecond', 5000),
-			    (13, 'mail', 'send', 1, 'completed', $1::timestamptz, $1::timestamptz + interval '1 minute', 5000)`, lo)
-		var err error
-		if first, err = st.MetricsSnapshot(ctx); err != nil {
-			t.Fatal(err)
-		}
-		if second, err = st.MetricsSnapshot(ctx); err != nil {
-			t.Fatal(err)
-		}
-		if scalar[bool](t, pool, `SELECT date_trunc('minute', now()) - interval '1 minute' = $1`, lo) {
-			break
-		}
-		if try == 2 {
-			t.Fatal("the minute turned during every try")
-		}
-		exec(t, pool, `TRUNCATE fleet_jobs, fleet_metrics`) // the minute turned: again
+	// An explicit past minute: three minutes ago, well over by the clock.
+	lo := scalar[time.Time](t, pool, `SELECT date_trunc('minute', now()) - interval '3 minutes'`)
+	// Ten attempts finished during that minute, runtimes 10..100, the last
+	// one failed, plus a lost one; two attempts just outside it.
+	exec(t, pool, `
+		INSERT INTO fleet_jobs (job_id, queue, name, attempt, status, started_at, finished_at, runtime_ms)
+		SELECT g, 'mail', CASE WHEN g <= 5 THEN 'send' ELSE 'bounce' END, 1,
+		       CASE WHEN g = 10 THEN 'failed' ELSE 'completed' END, ts, ts, g * 10
+		FROM generate_series(1, 10) g, LATERAL (SELECT $1::timestamptz + g * interval '1 second' AS ts) x`, lo)
+	exec(t, pool, `
+		INSERT INTO fleet_jobs (job_id, queue, name, attempt, status, started_at, finished_at, runtime_ms) VALUES
+		    (11, 'mail', 'bounce', 1, 'lost', $1::timestamptz, $1::timestamptz + interval '59.999 seconds', 99999),
+		    (12, 'mail', 'send', 1, 'completed', $1::timestamptz, $1::timestamptz - interval '1 millisecond', 5000),
+		    (13, 'mail', 'send', 1, 'completed', $1::timestamptz, $1::timestamptz + interval '1 minute', 5000)`, lo)
+	first, err := st.MetricsSnapshot(ctx, lo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Written again, even with a new queue's backlog since, the minute
+	// stays as it was.
+	exec(t, pool, `INSERT INTO queue_jobs (queue, name, available_at) VALUES ('late', 'x', now())`)
+	second, err := st.MetricsSnapshot(ctx, lo)
+	if err != nil {
+		t.Fatal(err)
 	}
 	if first != 4 || second != 0 {
 		t.Fatalf("snapshots wrote %d then %d rows, want mail, slow, send, bounce then nothing", first, second)
+	}
+	if n := scalar[int](t, pool, `SELECT count(*) FROM fleet_metrics`); n != 4 {
+		t.Fatalf("%d metrics rows, want the minute's 4 only", n)
 	}
 	rows, err := st.MetricsList(ctx, lo, time.Minute)
 	if err != nil {
@@ -605,5 +602,33 @@ func TestMetricsSnapshot(t *testing.T) {
 	slow := by["queue:slow"]
 	if slow.Jobs != 0 || slow.Pending != 1 || slow.WaitSecs < 90 || slow.ClearSecs != nil || slow.RuntimeP50Ms != 0 {
 		t.Errorf("slow = %+v (no throughput: clear time unknown)", slow)
+	}
+}
+
+func TestMetricsSnapshotTakesWholeMinutesThatAreOver(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	st := store.New(pool)
+	ctx := context.Background()
+	exec(t, pool, `INSERT INTO queue_jobs (queue, name, available_at) VALUES ('mail', 'send', now())`)
+	ahead := scalar[time.Time](t, pool, `SELECT date_trunc('minute', now()) + interval '10 minutes'`)
+	if n, err := st.MetricsSnapshot(ctx, ahead); err == nil {
+		t.Fatalf("a snapshot of a minute not over wrote %d rows", n)
+	}
+	past := scalar[time.Time](t, pool, `SELECT date_trunc('minute', now()) - interval '2 minutes'`)
+	if n, err := st.MetricsSnapshot(ctx, past.Add(time.Second)); err == nil {
+		t.Fatalf("a snapshot of a part minute wrote %d rows", n)
+	}
+	if n := scalar[int](t, pool, `SELECT count(*) FROM fleet_metrics`); n != 0 {
+		t.Fatalf("%d rows written by refused snapshots", n)
+	}
+	// Each minute is its own: the two before now, written out of order.
+	for _, m := range []time.Time{past.Add(time.Minute), past} {
+		if n, err := st.MetricsSnapshot(ctx, m); err != nil || n != 1 {
+			t.Fatalf("snapshot of %s = %d, %v; want the mail backlog row", m, n, err)
+		}
+	}
+	if n := scalar[int](t, pool, `SELECT count(DISTINCT taken_at) FROM fleet_metrics WHERE taken_at IN ($1, $2)`, past, past.Add(time.Minute)); n != 2 {
+		t.Fatalf("%d minutes written, want 2", n)
 	}
 }

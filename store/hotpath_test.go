@@ -57,6 +57,9 @@ func TestHotPathKeepsItsPlanUnderAGenericPlan(t *testing.T) {
 		SELECT 'default', 'n', now() - interval '1 hour' + g * interval '1 microsecond' FROM generate_series(1, 100000) g`); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := st.MemberBeat(ctx, store.MemberBeatParams{Instance: "m", Name: "m", Host: "h", PID: 1, State: "running", TTL: time.Hour}, false); err != nil {
+		t.Fatal(err)
+	}
 	var held []store.ClaimedJob
 	for len(held) < 50000 {
 		jobs, err := st.JobClaim(ctx, store.JobClaimParams{Queue: "default", Limit: 1000, Worker: "w", Master: "m"})

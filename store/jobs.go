@@ -135,20 +135,18 @@ type JobClaimParams struct {
 // array, are updated through the primary key. (Joining the pick as a CTE
 // instead lets a generic plan, which guesses LIMIT $2 at a tenth of the
 // table, hash-join it against a scan of the whole table.)
+//
+// With a Master, the claim is fenced: it takes nothing unless that member's
+// row is live at the statement's now() (an uncorrelated EXISTS, evaluated
+// once per statement through the primary key), so a worker whose master
+// stopped beating, and whose jobs are about to be released, cannot take
+// more.
 func (s *Store) JobClaim(ctx context.Context, p JobClaimParams) ([]ClaimedJob, error) {
-	rows, err := s.pool.Query(ctx, `
-		UPDATE queue_jobs j
-		SET reserved_by = $3, reserved_master = NULLIF($4, ''), lease = (SELECT nextval('queue_jobs_lease_seq')),
-		    reserved_at = clock_timestamp(), attempts = j.attempts + 1
-		WHERE j.id = ANY (ARRAY(
-			SELECT id FROM queue_jobs
-			WHERE queue = $1 AND reserved_by IS NULL AND available_at <= now()
-			ORDER BY available_at, id
-			LIMIT $2
-			FOR UPDATE SKIP LOCKED))
-		RETURNING j.id, j.lease, j.queue, j.name, j.payload, j.attempts, j.max_tries,
-		          j.backoff_secs, j.timeout_ms, j.created_at, j.reserved_at`,
-		p.Queue, p.Limit, p.Worker, p.Master)
+	sql, args := jobClaimSQL, []any{p.Queue, p.Limit, p.Worker, p.Master}
+	if p.Master == "" {
+		sql, args = jobClaimUnfencedSQL, args[:3]
+	}
+	rows, err := s.pool.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, fmt.Errorf("claim jobs on %q: %w", p.Queue, err)
 	}
@@ -178,6 +176,35 @@ func (s *Store) JobClaim(ctx context.Context, p JobClaimParams) ([]ClaimedJob, e
 	}
 	return jobs, nil
 }
+
+const jobClaimSQL = `
+	UPDATE queue_jobs j
+	SET reserved_by = $3, reserved_master = $4, lease = (SELECT nextval('queue_jobs_lease_seq')),
+	    reserved_at = clock_timestamp(), attempts = j.attempts + 1
+	WHERE j.id = ANY (ARRAY(
+		SELECT id FROM queue_jobs
+		WHERE queue = $1 AND reserved_by IS NULL AND available_at <= now()
+		  AND EXISTS (SELECT 1 FROM fleet_masters m WHERE m.instance = $4 AND m.expires_at >= now())
+		ORDER BY available_at, id
+		LIMIT $2
+		FOR UPDATE SKIP LOCKED))
+	RETURNING j.id, j.lease, j.queue, j.name, j.payload, j.attempts, j.max_tries,
+	          j.backoff_secs, j.timeout_ms, j.created_at, j.reserved_at`
+
+// jobClaimUnfencedSQL claims for a holder with no member row (the bench's
+// reference loop and tests of the claim itself).
+const jobClaimUnfencedSQL = `
+	UPDATE queue_jobs j
+	SET reserved_by = $3, reserved_master = NULL, lease = (SELECT nextval('queue_jobs_lease_seq')),
+	    reserved_at = clock_timestamp(), attempts = j.attempts + 1
+	WHERE j.id = ANY (ARRAY(
+		SELECT id FROM queue_jobs
+		WHERE queue = $1 AND reserved_by IS NULL AND available_at <= now()
+		ORDER BY available_at, id
+		LIMIT $2
+		FOR UPDATE SKIP LOCKED))
+	RETURNING j.id, j.lease, j.queue, j.name, j.payload, j.attempts, j.max_tries,
+	          j.backoff_secs, j.timeout_ms, j.created_at, j.reserved_at`
 
 // Lease identifies one claim of one job: a worker holds the job while the
 // row's token is still Token.
@@ -422,19 +449,41 @@ func (s *Store) JobReadyExists(ctx context.Context, queues []string) (bool, erro
 // queues becomes available (0 when one is ready), and false when there is
 // none at all.
 func (s *Store) JobNextAvailable(ctx context.Context, queues []string) (time.Duration, bool, error) {
+	next, err := s.JobNext(ctx, queues, "")
+	return next.In, next.Any, err
+}
+
+// NextJob is what JobNext found.
+type NextJob struct {
+	// Any says whether any unreserved job exists; In is how long until
+	// the first of them is available (0: one is ready now).
+	Any bool
+	In  time.Duration
+	// Live says whether the member row of the master asked about was live
+	// at the statement's now() (true when none was asked about): a worker
+	// that is not live is fenced from claiming.
+	Live bool
+}
+
+// JobNext finds, in one statement, how long until the next job of queues
+// is available and whether master's member row is live.
+func (s *Store) JobNext(ctx context.Context, queues []string, master string) (NextJob, error) {
 	var ms *float64
+	var out NextJob
 	err := s.pool.QueryRow(ctx, `
-		SELECT EXTRACT(EPOCH FROM (min(x.available_at) - now()))::float8 * 1000
-		FROM unnest($1::text[]) AS q(name), LATERAL (
-			SELECT available_at FROM queue_jobs
-			WHERE queue = q.name AND reserved_by IS NULL
-			ORDER BY available_at LIMIT 1
-		) x`, queues).Scan(&ms)
+		SELECT (SELECT EXTRACT(EPOCH FROM (min(x.available_at) - now()))::float8 * 1000
+		        FROM unnest($1::text[]) AS q(name), LATERAL (
+		            SELECT available_at FROM queue_jobs
+		            WHERE queue = q.name AND reserved_by IS NULL
+		            ORDER BY available_at LIMIT 1
+		        ) x),
+		       $2 = '' OR EXISTS (SELECT 1 FROM fleet_masters m WHERE m.instance = $2 AND m.expires_at >= now())`,
+		queues, master).Scan(&ms, &out.Live)
 	if err != nil {
-		return 0, false, fmt.Errorf("find next available job: %w", err)
+		return out, fmt.Errorf("find next available job: %w", err)
 	}
-	if ms == nil {
-		return 0, false, nil // no job at all (GREATEST would have made that 0)
+	if ms != nil { // nil: no job at all (GREATEST would have made that 0)
+		out.Any, out.In = true, time.Duration(max(*ms, 0)*float64(time.Millisecond))
 	}
-	return time.Duration(max(*ms, 0) * float64(time.Millisecond)), true, nil
+	return out, nil
 }

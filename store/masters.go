@@ -4,86 +4,218 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 )
 
-// MasterBeatParams is one beat of a master's membership row.
-type MasterBeatParams struct {
-	Name        string
-	Host        string
-	PID         int
-	Nonce       string
-	Version     string
-	State       string
-	Supervisors json.RawMessage
-	TTL         time.Duration
+// Kinds of member rows in fleet_masters.
+const (
+	// KindMaster is a fleet master.
+	KindMaster = "master"
+	// KindWorker is a worker started without a master (by hand, from
+	// cron): it keeps a row of its own so its liveness is known.
+	KindWorker = "worker"
+)
+
+// Liveness of a member, measured against the view's database clock.
+const (
+	LivenessOnline   = "online"
+	LivenessDraining = "draining"
+	LivenessOffline  = "offline"
+)
+
+// MemberGoneRetention is how long the row of a member that stopped beating
+// stays in fleet_masters, shown as offline (fleet:masters --all), before
+// whoever beats deletes it. Its jobs are released as soon as it expires,
+// long before that.
+const MemberGoneRetention = 10 * time.Minute
+
+// MemberBeatParams is one beat of a member's row.
+type MemberBeatParams struct {
+	Instance string // random per process: the row's key and the jobs' reserved_master
+	Kind     string // KindMaster or KindWorker
+	Name     string
+	Host     string
+	PID      int
+	Version  string
+	State    string
+	Report   json.RawMessage // at most a few KiB; nil: {}
+	TTL      time.Duration   // the row expires TTL after this beat
 }
 
-// MasterBeat writes the master's row, its beat and expiry taken from the
-// database clock so that clock skew between hosts never matters, and returns
-// when the row was first written (database clock).
-func (s *Store) MasterBeat(ctx context.Context, p MasterBeatParams) (time.Time, error) {
-	sups := p.Supervisors
-	if len(sups) == 0 {
-		sups = json.RawMessage(`[]`)
+// Member is a row of fleet_masters as one beat or read saw it.
+type Member struct {
+	Instance  string          `json:"instance"`
+	Kind      string          `json:"kind"`
+	Name      string          `json:"name"`
+	Host      string          `json:"host"`
+	PID       int             `json:"pid"`
+	Version   string          `json:"version"`
+	State     string          `json:"state"`
+	Report    json.RawMessage `json:"report"`
+	StartedAt time.Time       `json:"started_at"`
+	BeatAt    time.Time       `json:"beat_at"`
+	ExpiresAt time.Time       `json:"expires_at"`
+}
+
+// Live reports whether the member's row had not expired at at.
+func (m Member) Live(at time.Time) bool { return !m.ExpiresAt.Before(at) }
+
+// Liveness is online, draining or offline at at (the view's database
+// clock, never the reader's).
+func (m Member) Liveness(at time.Time) string {
+	switch {
+	case !m.Live(at):
+		return LivenessOffline
+	case m.State == "draining":
+		return LivenessDraining
+	default:
+		return LivenessOnline
 	}
-	var started time.Time
-	err := s.pool.QueryRow(ctx, `
-		INSERT INTO fleet_masters (name, host, pid, nonce, version, state, supervisors, started_at, beat_at, expires_at)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, now(), now(), now() + $8 * interval '1 millisecond')
-		ON CONFLICT (name) DO UPDATE SET
-			state = EXCLUDED.state, supervisors = EXCLUDED.supervisors, version = EXCLUDED.version,
-			beat_at = now(), expires_at = EXCLUDED.expires_at
-		RETURNING started_at`,
-		p.Name, p.Host, p.PID, p.Nonce, p.Version, p.State, sups, p.TTL.Milliseconds()).Scan(&started)
+}
+
+// View is the membership as one statement saw it: every row not yet
+// deleted (live ones and the recently gone), sorted by name then instance,
+// with At, the database's now() of that statement. Liveness is always
+// measured against At.
+type View struct {
+	At      time.Time
+	Members []Member
+}
+
+// Live returns the live members of kind (every kind when empty), sorted
+// by name.
+func (v View) Live(kind string) []Member {
+	var out []Member
+	for _, m := range v.Members {
+		if m.Live(v.At) && (kind == "" || m.Kind == kind) {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// Find returns the member with instance.
+func (v View) Find(instance string) (Member, bool) {
+	for _, m := range v.Members {
+		if m.Instance == instance {
+			return m, true
+		}
+	}
+	return Member{}, false
+}
+
+const memberColumns = `instance, kind, name, host, pid, version, state, report, started_at, beat_at, expires_at`
+
+// MemberBeat writes the member's row (expiring TTL from now on the database
+// clock) and returns the view in the same statement. With expire, rows that
+// expired more than MemberGoneRetention ago are deleted; their jobs were
+// released long before (see MemberRelease).
+func (s *Store) MemberBeat(ctx context.Context, p MemberBeatParams, expire bool) (View, error) {
+	report := p.Report
+	if len(report) == 0 {
+		report = json.RawMessage(`{}`)
+	}
+	kind := p.Kind
+	if kind == "" {
+		kind = KindMaster
+	}
+	rows, err := s.pool.Query(ctx, `
+		WITH me AS (
+			INSERT INTO fleet_masters AS m (instance, kind, name, host, pid, version, state, report, started_at, beat_at, expires_at)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, now(), now(), now() + $9 * interval '1 millisecond')
+			ON CONFLICT (instance) DO UPDATE SET
+				state = EXCLUDED.state, report = EXCLUDED.report, version = EXCLUDED.version,
+				beat_at = now(), expires_at = EXCLUDED.expires_at
+			RETURNING `+memberColumns+`
+		), gone AS (
+			DELETE FROM fleet_masters
+			WHERE $10 AND instance <> $1 AND expires_at < now() - $11 * interval '1 millisecond'
+			RETURNING instance
+		)
+		SELECT now(), `+memberColumns+` FROM me
+		UNION ALL
+		SELECT now(), `+memberColumns+` FROM fleet_masters
+		WHERE instance <> $1 AND instance NOT IN (SELECT instance FROM gone)`,
+		p.Instance, kind, p.Name, p.Host, p.PID, p.Version, p.State, report, p.TTL.Milliseconds(),
+		expire, MemberGoneRetention.Milliseconds())
 	if err != nil {
-		return time.Time{}, fmt.Errorf("beat master %s: %w", p.Name, err)
+		return View{}, fmt.Errorf("beat %s %s: %w", kind, p.Name, err)
 	}
-	return started, nil
+	v, err := collectView(rows)
+	if err != nil {
+		return View{}, fmt.Errorf("beat %s %s: %w", kind, p.Name, err)
+	}
+	return v, nil
 }
 
-// MasterDelete removes a master's row: it left the fleet.
-func (s *Store) MasterDelete(ctx context.Context, name string) error {
-	if _, err := s.pool.Exec(ctx, `DELETE FROM fleet_masters WHERE name = $1`, name); err != nil {
-		return fmt.Errorf("remove master %s: %w", name, err)
+func collectView(rows pgx.Rows) (View, error) {
+	var v View
+	members, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Member, error) {
+		var m Member
+		err := row.Scan(&v.At, &m.Instance, &m.Kind, &m.Name, &m.Host, &m.PID, &m.Version, &m.State, &m.Report,
+			&m.StartedAt, &m.BeatAt, &m.ExpiresAt)
+		return m, err
+	})
+	if err != nil {
+		return View{}, err
+	}
+	slices.SortFunc(members, func(a, b Member) int {
+		return cmpOr(strings.Compare(a.Name, b.Name), strings.Compare(a.Instance, b.Instance))
+	})
+	v.Members = members
+	return v, nil
+}
+
+func cmpOr(a, b int) int {
+	if a != 0 {
+		return a
+	}
+	return b
+}
+
+// MemberView reads the view without beating: every row not yet deleted,
+// with the database's now().
+func (s *Store) MemberView(ctx context.Context) (View, error) {
+	rows, err := s.pool.Query(ctx, `SELECT now(), `+memberColumns+` FROM fleet_masters`)
+	if err != nil {
+		return View{}, fmt.Errorf("read membership: %w", err)
+	}
+	v, err := collectView(rows)
+	if err != nil {
+		return View{}, fmt.Errorf("read membership: %w", err)
+	}
+	if v.At.IsZero() {
+		// No row: ask for the clock alone.
+		if err := s.pool.QueryRow(ctx, `SELECT now()`).Scan(&v.At); err != nil {
+			return View{}, fmt.Errorf("read membership: %w", err)
+		}
+	}
+	return v, nil
+}
+
+// MemberLinger writes the member's last row: state draining, expiring
+// after linger, so that it is seen leaving without the process waiting.
+func (s *Store) MemberLinger(ctx context.Context, instance string, linger time.Duration) error {
+	_, err := s.pool.Exec(ctx, `
+		UPDATE fleet_masters SET state = 'draining', beat_at = now(), expires_at = now() + $2 * interval '1 millisecond'
+		WHERE instance = $1`, instance, linger.Milliseconds())
+	if err != nil {
+		return fmt.Errorf("write the last row of %s: %w", instance, err)
 	}
 	return nil
 }
 
-// Master is a row of fleet_masters.
-type Master struct {
-	Name        string          `json:"name"`
-	Host        string          `json:"host"`
-	PID         int             `json:"pid"`
-	Version     string          `json:"version"`
-	State       string          `json:"state"`
-	Supervisors json.RawMessage `json:"supervisors"`
-	StartedAt   time.Time       `json:"started_at"`
-	BeatAt      time.Time       `json:"beat_at"`
-	ExpiresAt   time.Time       `json:"expires_at"`
-	// BeatAgeSecs is how long ago it beat, by the database clock.
-	BeatAgeSecs float64 `json:"beat_age_secs"`
-}
-
-// MasterList returns the masters that beat within the last within, newest
-// first.
-func (s *Store) MasterList(ctx context.Context, within time.Duration) ([]Master, error) {
-	rows, err := s.pool.Query(ctx, `
-		SELECT name, host, pid, version, state, supervisors, started_at, beat_at, expires_at,
-		       EXTRACT(EPOCH FROM now() - beat_at)::float8
-		FROM fleet_masters
-		WHERE beat_at > now() - $1 * interval '1 millisecond'
-		ORDER BY started_at DESC, name`, within.Milliseconds())
-	if err != nil {
-		return nil, fmt.Errorf("list masters: %w", err)
+// MemberDelete removes a member's row: it left the fleet. Call it only once
+// nothing it ran holds a job any more.
+func (s *Store) MemberDelete(ctx context.Context, instance string) error {
+	if _, err := s.pool.Exec(ctx, `DELETE FROM fleet_masters WHERE instance = $1`, instance); err != nil {
+		return fmt.Errorf("remove member %s: %w", instance, err)
 	}
-	masters, err := pgx.CollectRows(rows, pgx.RowToStructByPos[Master])
-	if err != nil {
-		return nil, fmt.Errorf("list masters: %w", err)
-	}
-	return masters, nil
+	return nil
 }
 
 // LostJobs says how many jobs a release gave back and how many it moved to
@@ -147,31 +279,37 @@ func (s *Store) JobReleaseWorker(ctx context.Context, worker string, defaultTrie
 		fmt.Sprintf("worker lost: %s (%s)", worker, reason), worker)
 }
 
-// MasterExpire removes the rows of masters whose ttl has passed and
-// releases the jobs held by their workers, and by workers of any master that
-// has no row at all. Jobs held by a worker without a master are released
+// MemberRelease releases the jobs held under the given member instances,
+// which the caller saw expired (offline) in its view. The condition is
+// checked again in the statement: a member that beat since is left alone.
+// It reads only those members' jobs (through the reserved_master index).
+func (s *Store) MemberRelease(ctx context.Context, instances []string, defaultTries int) (LostJobs, error) {
+	if len(instances) == 0 {
+		return LostJobs{}, nil
+	}
+	return s.releaseLost(ctx, `j.reserved_master = ANY($1::text[])
+		AND NOT EXISTS (SELECT 1 FROM fleet_masters m WHERE m.instance = j.reserved_master AND m.expires_at >= now())`,
+		defaultTries, "worker lost: its master (or, for a worker run without one, the worker itself) stopped beating",
+		instances)
+}
+
+// MemberSweep releases the jobs of holders that have no live row at all
+// (their row is gone: deleted after its retention, or never written by a
+// worker of an older version), and jobs reserved with no member at all
 // once reserved longer than their timeout (defaultTimeout when unset) plus
-// orphanAfter. It returns the expired masters' names.
-func (s *Store) MasterExpire(ctx context.Context, defaultTries int, defaultTimeout, orphanAfter time.Duration) ([]string, LostJobs, error) {
-	rows, err := s.pool.Query(ctx, `DELETE FROM fleet_masters WHERE expires_at < now() RETURNING name`)
-	if err != nil {
-		return nil, LostJobs{}, fmt.Errorf("expire masters: %w", err)
-	}
-	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return nil, LostJobs{}, fmt.Errorf("expire masters: %w", err)
-	}
-	lost, err := s.releaseLost(ctx, `(j.reserved_master IS NOT NULL
-		AND NOT EXISTS (SELECT 1 FROM fleet_masters m WHERE m.name = j.reserved_master))
+// orphanAfter. It reads every reserved job, so masters run it rarely
+// (once a minute); MemberRelease does the per-beat work.
+func (s *Store) MemberSweep(ctx context.Context, defaultTries int, defaultTimeout, orphanAfter time.Duration) (LostJobs, error) {
+	return s.releaseLost(ctx, `(j.reserved_master IS NOT NULL
+		AND NOT EXISTS (SELECT 1 FROM fleet_masters m WHERE m.instance = j.reserved_master AND m.expires_at >= now()))
 		OR (j.reserved_by IS NOT NULL AND j.reserved_master IS NULL
 		AND j.reserved_at + (COALESCE(j.timeout_ms, $1) + $2) * interval '1 millisecond' < now())`,
 		defaultTries, "worker lost: its master stopped beating, or it held the job far past its timeout",
 		defaultTimeout.Milliseconds(), orphanAfter.Milliseconds())
-	return names, lost, err
 }
 
-// WorkerOverdue returns the workers of master holding a job reserved longer
-// than its timeout (or defaultTimeout) plus grace.
+// WorkerOverdue returns the workers under master (an instance) holding a
+// job reserved longer than its timeout (or defaultTimeout) plus grace.
 func (s *Store) WorkerOverdue(ctx context.Context, master string, defaultTimeout, grace time.Duration) ([]string, error) {
 	rows, err := s.pool.Query(ctx, `
 		SELECT DISTINCT reserved_by FROM queue_jobs

@@ -86,8 +86,12 @@ const scrapeSQL = `
 	), counters AS (
 		SELECT queue, sum(processed)::bigint AS processed, sum(failed)::bigint AS failed
 		FROM fleet_counters GROUP BY queue
+	), members AS (
+		SELECT CASE WHEN expires_at < now() THEN 'offline' WHEN state = 'draining' THEN 'draining' ELSE 'online' END AS state,
+		       report->'supervisors' AS supervisors, expires_at >= now() AS live
+		FROM fleet_masters WHERE kind = 'master'
 	), live AS (
-		SELECT state, supervisors FROM fleet_masters WHERE expires_at > now()
+		SELECT state, supervisors FROM members WHERE live
 	)
 	SELECT json_build_object(
 		'queues', (
@@ -104,7 +108,7 @@ const scrapeSQL = `
 			LEFT JOIN reserved x ON x.queue = n.queue),
 		'masters', (
 			SELECT COALESCE(json_object_agg(state, n), '{}')
-			FROM (SELECT state, count(*) AS n FROM live GROUP BY state) m),
+			FROM (SELECT state, count(*) AS n FROM members GROUP BY state) m),
 		'processes', (
 			SELECT COALESCE(json_agg(json_build_object(
 				'supervisor', supervisor, 'group', grp, 'processes', n

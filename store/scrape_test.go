@@ -61,15 +61,15 @@ func TestScrapeRead(t *testing.T) {
 		`INSERT INTO queue_jobs (queue, name, available_at) VALUES ('default', 'b', now() + interval '1 minute')`,
 		// drained: only counters.
 		`INSERT INTO fleet_counters (queue, processed, failed) VALUES ('mail', 40, 3), ('drained', 7, 0)`,
-		`INSERT INTO fleet_masters (name, host, pid, nonce, state, supervisors, expires_at) VALUES
-			('m1', 'h1', 1, 'n', 'running', '[
+		`INSERT INTO fleet_masters (instance, name, host, pid, state, report, expires_at) VALUES
+			('i-m1', 'm1', 'h1', 1, 'running', '{"supervisors":[
 				{"name":"default","queues":["default","mail"],"balance":"auto","paused":false,"processes":{"default":1,"mail":3}},
-				{"name":"batch","queues":["default","mail"],"balance":"off","paused":true,"processes":{"default,mail":2}}]',
+				{"name":"batch","queues":["default","mail"],"balance":"off","paused":true,"processes":{"default,mail":2}}]}',
 			 now() + interval '1 minute'),
-			('m2', 'h2', 2, 'n', 'running', '[{"name":"default","processes":{"mail":2}}]', now() + interval '1 minute'),
-			('m3', 'h3', 3, 'n', 'draining', '[{"name":"default","processes":null}, 7, {"processes":{"x":1}}]', now() + interval '1 minute'),
-			('m4', 'h4', 4, 'n', 'paused', '"not an array"', now() + interval '1 minute'),
-			('gone', 'h5', 5, 'n', 'running', '[{"name":"default","processes":{"mail":50}}]', now() - interval '1 second')`,
+			('i-m2', 'm2', 'h2', 2, 'running', '{"supervisors":[{"name":"default","processes":{"mail":2}}]}', now() + interval '1 minute'),
+			('i-m3', 'm3', 'h3', 3, 'draining', '{"supervisors":[{"name":"default","processes":null}, 7, {"processes":{"x":1}}]}', now() + interval '1 minute'),
+			('i-m4', 'm4', 'h4', 4, 'paused', '{"supervisors":"not an array"}', now() + interval '1 minute'),
+			('i-gone', 'gone', 'h5', 5, 'running', '{"supervisors":[{"name":"default","processes":{"mail":50}}]}', now() - interval '1 second')`,
 		`INSERT INTO fleet_state (key) VALUES ('pause:*'), ('pause:supervisor:batch'), ('pause:queue:mail'),
 			('pause:queue:zeta'), ('terminate')`,
 		// mail ran 100..1000 ms within the window; old and lost attempts do not count.
@@ -106,7 +106,7 @@ func TestScrapeRead(t *testing.T) {
 			{Queue: "drained"},
 			{Queue: "mail", Pending: 3, Delayed: 1, Reserved: 2},
 		},
-		Masters: map[string]int{"running": 2, "draining": 1, "paused": 1},
+		Masters: map[string]int{"online": 3, "draining": 1, "offline": 1},
 		Processes: []store.ScrapeProcesses{
 			{Supervisor: "batch", Group: "default,mail", Processes: 2},
 			{Supervisor: "default", Group: "default", Processes: 1},

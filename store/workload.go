@@ -47,10 +47,10 @@ func (s *Store) Workload(ctx context.Context) ([]QueueLoad, error) {
 		), procs AS (
 			SELECT q.queue, sum(p.value::int) AS n
 			FROM fleet_masters m,
-			     jsonb_array_elements(m.supervisors) s,
+			     jsonb_array_elements(m.report->'supervisors') s,
 			     jsonb_each_text(s->'processes') p,
 			     unnest(string_to_array(p.key, ',')) AS q(queue)
-			WHERE m.expires_at > now()
+			WHERE m.kind = 'master' AND m.expires_at > now()
 			GROUP BY q.queue
 		), names AS (
 			SELECT queue FROM counts UNION SELECT queue FROM hist UNION SELECT queue FROM procs

@@ -58,6 +58,9 @@ type SupervisorOptions struct {
 	MinProcesses *int
 	// MaxProcesses is the most processes of the whole supervisor (default 4).
 	MaxProcesses *int
+	// FleetMaxProcesses caps the supervisor's processes summed over every
+	// master that runs it (unset: no fleet-wide cap).
+	FleetMaxProcesses *int
 	// Concurrency is the number of jobs one process runs at once
 	// (default Options.DefaultConcurrency).
 	Concurrency *int
@@ -109,6 +112,10 @@ type Supervisor struct {
 	MinProcesses int
 	// MaxProcesses is the most processes of the whole supervisor, default 4.
 	MaxProcesses int
+	// FleetMaxProcesses is the most processes of the supervisor across
+	// every master running it (0: no such budget). Each master runs at
+	// most its share of it; see package master.
+	FleetMaxProcesses int
 	// Concurrency is the number of jobs one process runs at once, default
 	// Options.DefaultConcurrency.
 	Concurrency int
@@ -335,20 +342,24 @@ func resolveOne(name string, t SupervisorOptions, defaultConcurrency int, implic
 	if t.TimeoutSecs != nil && *t.TimeoutSecs < 1 {
 		fail(key+".timeout_secs", "must be at least 1, got %d", *t.TimeoutSecs)
 	}
+	if t.FleetMaxProcesses != nil && *t.FleetMaxProcesses < 1 {
+		fail(key+".fleet_max_processes", "must be at least 1, got %d", *t.FleetMaxProcesses)
+	}
 
 	return Supervisor{
-		Name:         name,
-		Queues:       slices.Clone(t.Queues),
-		Balance:      balance,
-		MinProcesses: minP,
-		MaxProcesses: maxP,
-		Concurrency:  concurrency,
-		MaxJobs:      t.MaxJobs,
-		MaxMemoryMB:  t.MaxMemoryMB,
-		MaxTime:      time.Duration(t.MaxTimeSecs) * time.Second,
-		Tries:        intOr(t.Tries, 0),
-		Backoff:      slices.Clone(t.Backoff),
-		Timeout:      time.Duration(intOr(t.TimeoutSecs, 0)) * time.Second,
+		Name:              name,
+		FleetMaxProcesses: intOr(t.FleetMaxProcesses, 0),
+		Queues:            slices.Clone(t.Queues),
+		Balance:           balance,
+		MinProcesses:      minP,
+		MaxProcesses:      maxP,
+		Concurrency:       concurrency,
+		MaxJobs:           t.MaxJobs,
+		MaxMemoryMB:       t.MaxMemoryMB,
+		MaxTime:           time.Duration(t.MaxTimeSecs) * time.Second,
+		Tries:             intOr(t.Tries, 0),
+		Backoff:           slices.Clone(t.Backoff),
+		Timeout:           time.Duration(intOr(t.TimeoutSecs, 0)) * time.Second,
 	}, errs
 }
 

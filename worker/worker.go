@@ -98,9 +98,17 @@ type Config struct {
 	HeartbeatInterval time.Duration
 	// Name is the lease holder's name; default host:pid:random.
 	Name string
-	// Master names the master this worker belongs to, so another master can
-	// release its jobs if both die.
+	// Master is the instance id of the membership row this worker's leases
+	// hang on: its master's, or for a worker run without a master, its
+	// own. Another master releases its jobs once that row expires, and the
+	// worker claims only while the row is live (empty: unfenced, for
+	// tests).
 	Master string
+	// MasterTTL is how long the worker may be fenced (its Master's row not
+	// live) before it stops and exits with spawner.ExitFenced: nothing keeps
+	// claiming what will be released. Default 10 s (fleet.master_ttl_secs'
+	// default).
+	MasterTTL time.Duration
 	// VacuumEvery is how often a worker that finished jobs since its last
 	// look checks whether queue_jobs needs a vacuum, and vacuums it if so
 	// (see store.QueueVacuum). Default DefaultVacuumEvery; negative: never.
@@ -158,6 +166,9 @@ func New(st *store.Store, jobs *queue.Registry, cfg Config) (*Worker, error) {
 		return nil, errors.New("worker concurrency and limits must not be negative")
 	}
 	cfg.Concurrency = cmp.Or(cfg.Concurrency, DefaultConcurrency)
+	if cfg.MasterTTL <= 0 {
+		cfg.MasterTTL = 10 * time.Second
+	}
 	if cfg.MaxUnsaved <= 0 {
 		cfg.MaxUnsaved = DefaultMaxUnsaved(cfg.Concurrency)
 	}
@@ -308,6 +319,9 @@ type loopState struct {
 	runtime  time.Duration
 	stopping bool
 	reason   spawner.ExitReason
+	// fencedSince is when the worker first found its master's row not
+	// live, in the current run of such answers (zero: not fenced).
+	fencedSince time.Time
 }
 
 // held is how many jobs the worker holds and has not finished.
@@ -439,16 +453,19 @@ func (w *Worker) claim(ctx, jobBase context.Context, s *loopState, poll *time.Ti
 	claimCtx, cancel := context.WithTimeout(jobBase, 30*time.Second)
 	defer cancel()
 	if probe && !w.cfg.StopWhenEmpty {
-		next, ok, err := w.st.JobNextAvailable(claimCtx, w.cfg.Queues)
+		next, err := w.st.JobNext(claimCtx, w.cfg.Queues, w.cfg.Master)
 		if err != nil {
 			w.log.Warn("looking for ready jobs failed; retrying at the next poll", "err", err)
 			return false
 		}
-		if !ok {
+		if !w.fenced(s, next.Live) {
+			return false
+		}
+		if !next.Any {
 			return false // nothing at all: wait for a notification or the next poll
 		}
-		if next > 0 {
-			w.schedule(poll, next)
+		if next.In > 0 {
+			w.schedule(poll, next.In)
 			return false
 		}
 	}
@@ -487,8 +504,31 @@ func (w *Worker) claim(ctx, jobBase context.Context, s *loopState, poll *time.Ti
 		w.beginStop(s, spawner.ExitEmpty)
 		return false
 	}
-	if next, ok, err := w.st.JobNextAvailable(claimCtx, w.cfg.Queues); err == nil && ok && next > 0 {
-		w.schedule(poll, next)
+	if next, err := w.st.JobNext(claimCtx, w.cfg.Queues, w.cfg.Master); err == nil {
+		if w.fenced(s, next.Live) && next.Any && next.In > 0 {
+			w.schedule(poll, next.In)
+		}
+	}
+	return false
+}
+
+// fenced notes whether the worker's master row is live and reports it. A
+// worker fenced for MasterTTL stops (its running jobs are released by
+// another master meanwhile; their outcomes will be refused).
+func (w *Worker) fenced(s *loopState, live bool) bool {
+	if live {
+		if !s.fencedSince.IsZero() {
+			w.log.Info("master row live again: claiming resumes", "master", w.cfg.Master)
+		}
+		s.fencedSince = time.Time{}
+		return true
+	}
+	if s.fencedSince.IsZero() {
+		s.fencedSince = time.Now()
+		w.log.Warn("fenced: the master's membership row is not live, so this worker claims nothing", "master", w.cfg.Master)
+	}
+	if time.Since(s.fencedSince) >= w.cfg.MasterTTL {
+		w.beginStop(s, spawner.ExitFenced)
 	}
 	return false
 }

@@ -62,6 +62,16 @@ func (b *bundle) worker(t *testing.T, cfg worker.Config) *worker.Worker {
 	return w
 }
 
+// member writes a live membership row for instance, so that a worker
+// under that master may claim.
+func (b *bundle) member(t *testing.T, instance string) {
+	t.Helper()
+	if _, err := store.New(b.pool).MemberBeat(context.Background(), store.MemberBeatParams{
+		Instance: instance, Name: instance, Host: "h", PID: 1, State: "running", TTL: time.Hour}, false); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func (b *bundle) count(t *testing.T, sql string, args ...any) int {
 	t.Helper()
 	var n int
@@ -459,6 +469,7 @@ func TestWorkerRecordsHistoryAndCounts(t *testing.T) {
 	b.jobs.Handle("ok", func(context.Context, *queue.Job) error { return nil })
 	b.jobs.Handle("bad", func(context.Context, *queue.Job) error { return errors.New("nope") })
 	b.dispatch(t, queue.NewJob("ok", nil), queue.NewJob("ok", nil).OnQueue("mail"), queue.NewJob("bad", nil).Tries(2).Backoff(0))
+	b.member(t, "m1")
 	if _, err := b.worker(t, worker.Config{Queues: []string{"default", "mail"}, Name: "w1", Master: "m1", StopWhenEmpty: true}).Run(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -539,5 +550,29 @@ func TestWorkerSurvivesLostListenConnection(t *testing.T) {
 	cancel()
 	if err := <-errc; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A worker whose master's row is not live claims nothing, and exits with
+// ExitFenced once that has lasted MasterTTL; the job stays for others.
+func TestWorkerFencedWhenItsMasterIsOutOfView(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.jobs.Handle("ok", func(context.Context, *queue.Job) error { return nil })
+	ids := b.dispatch(t, queue.NewJob("ok", nil))
+	b.member(t, "frozen")
+	if _, err := b.pool.Exec(context.Background(), `UPDATE fleet_masters SET expires_at = now() - interval '1 second' WHERE instance = 'frozen'`); err != nil {
+		t.Fatal(err)
+	}
+	res, err := b.worker(t, worker.Config{Queues: []string{"default"}, Name: "w", Master: "frozen",
+		MasterTTL: 300 * time.Millisecond, PollInterval: 20 * time.Millisecond}).Run(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Reason != spawner.ExitFenced {
+		t.Errorf("exit reason %q, want %q", res.Reason, spawner.ExitFenced)
+	}
+	if n := b.count(t, `SELECT count(*) FROM queue_jobs WHERE id = $1 AND reserved_by IS NULL AND attempts = 0`, ids[0]); n != 1 {
+		t.Error("a fenced worker claimed the job")
 	}
 }

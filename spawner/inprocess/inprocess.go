@@ -49,6 +49,7 @@ func (s *Spawner) Spawn(ctx context.Context, spec spawner.Spec, events chan<- sp
 	cfg.PausedQueues = spec.PausedQueues
 	cfg.Name = spec.Worker
 	cfg.Master = spec.Master
+	cfg.MasterTTL = spec.MasterTTL
 	if spec.Tries > 0 {
 		cfg.Tries = spec.Tries
 	}

@@ -1,0 +1,372 @@
+// Package membership keeps a process's row in the fleet's membership
+// (fleet_masters) beating and holds the latest view of every member.
+//
+// One statement per beat writes the member's own row and returns every row
+// with the database's now() as the view's At; liveness is always measured
+// against At, never against the local clock, so a host whose clock is off
+// sees and is seen like any other. A beat that fails or runs past its time
+// limit keeps the last view; it is counted, and logged at most once a
+// minute. Masters and workers started without a master both run one.
+//
+// The rules of release (README, "Who releases whose jobs"):
+//   - a job is released only when the member row of its holder's master (or
+//     of the holder itself, for a worker without a master) has expired on
+//     the database clock;
+//   - a member that is not live cannot claim: the claim statement checks its
+//     row, and a worker fenced for a ttl exits;
+//   - a member releases others' jobs only once its own beats have succeeded
+//     without a gap for a whole ttl (Trusted), so after an outage, when
+//     every row expired together, nobody is presumed dead for it.
+package membership
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fleet-go/fleet/store"
+)
+
+// MaxReportBytes caps the encoded report a member writes with each beat.
+const MaxReportBytes = 8 << 10
+
+// Config describes a member.
+type Config struct {
+	// Kind is store.KindMaster or store.KindWorker.
+	Kind string
+	// Name is the member's name (several instances may share one).
+	Name string
+	// Version is reported in its row.
+	Version string
+	// TTL is how long the row outlives its last beat (default 10 s).
+	TTL time.Duration
+	// Interval is the time between beats (default 1 s); it must be below
+	// half the TTL.
+	Interval time.Duration
+	// Report returns the member's state and report before each beat.
+	Report func() (state string, report any)
+	// Logger receives the member's logs.
+	Logger *slog.Logger
+	// OnView, when set, is called after each successful beat with the new
+	// view, from the beating goroutine; it must not block.
+	OnView func(store.View)
+}
+
+// Validate checks the TTL and interval together: the interval must be
+// below half the TTL, so that one lost beat never expires the row.
+func Validate(ttl, interval time.Duration) error {
+	if ttl <= 0 || interval <= 0 {
+		return errors.New("the ttl and the beat interval must be positive")
+	}
+	if interval >= ttl/2 {
+		return fmt.Errorf("the beat interval (%s) must be below half the ttl (%s)", interval, ttl)
+	}
+	return nil
+}
+
+// ValidName reports why name cannot name a member (nil when it can): it
+// must be non-empty, at most 200 bytes, and hold no tab, newline or brace,
+// so that every listing shows it on one line and unambiguously.
+func ValidName(name string) error {
+	switch {
+	case strings.TrimSpace(name) == "":
+		return errors.New("the name is empty")
+	case len(name) > 200:
+		return fmt.Errorf("the name is %d bytes long; at most 200", len(name))
+	case strings.ContainsAny(name, "\t\n\r{}"):
+		return fmt.Errorf("the name %q holds a tab, newline or brace", name)
+	}
+	return nil
+}
+
+// Service is one member's beat. Build it with New, Start it once, Stop it
+// once (a second Stop is a no-op).
+type Service struct {
+	st       *store.Store
+	cfg      Config
+	log      *slog.Logger
+	instance string
+	host     string
+
+	kick chan struct{}
+	stop chan struct{}
+	done chan struct{}
+
+	mu          sync.Mutex
+	view        store.View
+	viewAt      time.Time // local monotonic time of the last successful beat
+	streakStart time.Time // database time the current run of successful beats began
+	lastAt      time.Time // database time of the last successful beat
+	failing     int       // beat failures not yet logged
+	loggedAt    time.Time
+	dupSeen     map[string]bool
+
+	beatErrors atomic.Uint64
+	duplicates atomic.Uint64
+	durations  *histogram
+	started    atomic.Bool
+	stopOnce   sync.Once
+}
+
+// New validates cfg and returns a member service.
+func New(st *store.Store, cfg Config) (*Service, error) {
+	cfg.TTL = cmp.Or(cfg.TTL, 10*time.Second)
+	cfg.Interval = cmp.Or(cfg.Interval, time.Second)
+	cfg.Kind = cmp.Or(cfg.Kind, store.KindMaster)
+	if err := Validate(cfg.TTL, cfg.Interval); err != nil {
+		return nil, err
+	}
+	if err := ValidName(cfg.Name); err != nil {
+		return nil, err
+	}
+	if cfg.Report == nil {
+		cfg.Report = func() (string, any) { return "running", nil }
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	host, _ := os.Hostname()
+	return &Service{
+		st: st, cfg: cfg, instance: NewInstance(), host: cmp.Or(host, "localhost"),
+		log:  cfg.Logger,
+		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
+		dupSeen: map[string]bool{}, durations: newHistogram(),
+	}, nil
+}
+
+// NewInstance returns a random instance id (16 hex digits).
+func NewInstance() string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// Instance is this process's instance id: the key of its row and what its
+// workers' leases carry as reserved_master.
+func (s *Service) Instance() string { return s.instance }
+
+// Name is the member's name.
+func (s *Service) Name() string { return s.cfg.Name }
+
+// TTL is the row's ttl.
+func (s *Service) TTL() time.Duration { return s.cfg.TTL }
+
+// BeatTimeout is the time limit of one beat: a third of what is left of
+// the ttl after one interval, so that a slow beat is given up while a retry
+// can still keep the row alive.
+func (s *Service) BeatTimeout() time.Duration { return (s.cfg.TTL - s.cfg.Interval) / 3 }
+
+// CheckReport encodes the report the member would send now and fails if it
+// is over MaxReportBytes; Start calls it before the first beat.
+func (s *Service) CheckReport() error {
+	_, _, err := s.report()
+	return err
+}
+
+func (s *Service) report() (string, json.RawMessage, error) {
+	state, r := s.cfg.Report()
+	if r == nil {
+		return state, nil, nil
+	}
+	b, err := json.Marshal(r)
+	if err != nil {
+		return state, nil, fmt.Errorf("encode the membership report: %w", err)
+	}
+	if len(b) > MaxReportBytes {
+		return state, nil, fmt.Errorf("the membership report is %d bytes encoded; at most %d (fewer supervisors or queues per master)", len(b), MaxReportBytes)
+	}
+	return state, b, nil
+}
+
+// Start beats once and fails if that beat fails (a boot error); then it
+// beats every interval from its own goroutine until Stop.
+func (s *Service) Start(ctx context.Context) error {
+	if err := s.CheckReport(); err != nil {
+		return err
+	}
+	if err := s.beat(ctx); err != nil {
+		return fmt.Errorf("first beat of %s %s failed: %w", s.cfg.Kind, s.cfg.Name, err)
+	}
+	s.started.Store(true)
+	go s.loop()
+	return nil
+}
+
+// Kick asks for a beat now (a state change), without waiting for it.
+func (s *Service) Kick() {
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (s *Service) loop() {
+	defer close(s.done)
+	t := time.NewTimer(s.cfg.Interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-s.kick:
+		case <-t.C:
+		}
+		if err := s.beat(context.Background()); err != nil {
+			s.failed(err)
+		}
+		if !t.Stop() {
+			select {
+			case <-t.C:
+			default:
+			}
+		}
+		t.Reset(s.cfg.Interval)
+	}
+}
+
+// beat writes the row and takes the view.
+func (s *Service) beat(ctx context.Context) error {
+	state, report, err := s.report()
+	if err != nil {
+		return err
+	}
+	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.BeatTimeout())
+	defer cancel()
+	start := time.Now()
+	v, err := s.st.MemberBeat(bctx, store.MemberBeatParams{
+		Instance: s.instance, Kind: s.cfg.Kind, Name: s.cfg.Name, Host: s.host, PID: os.Getpid(),
+		Version: s.cfg.Version, State: state, Report: report, TTL: s.cfg.TTL,
+	}, s.Trusted())
+	s.durations.observe(time.Since(start).Seconds())
+	if err != nil {
+		s.beatErrors.Add(1)
+		s.mu.Lock()
+		s.streakStart = time.Time{}
+		s.mu.Unlock()
+		return err
+	}
+	s.mu.Lock()
+	if s.streakStart.IsZero() || v.At.Sub(s.lastAt) > s.cfg.TTL {
+		// The first beat, or the first after a failure or a gap longer
+		// than the ttl (this process was frozen, or the database away):
+		// the run of successful beats starts again.
+		s.streakStart = v.At
+	}
+	s.lastAt = v.At
+	s.view, s.viewAt = v, time.Now()
+	failing := s.failing
+	s.failing = 0
+	s.mu.Unlock()
+	if failing > 0 {
+		s.log.Info("beat succeeded again", "failures", failing)
+	}
+	s.duplicatesIn(v)
+	if s.cfg.OnView != nil {
+		s.cfg.OnView(v)
+	}
+	return nil
+}
+
+// failed counts a failed beat and logs at most once a minute, saying how
+// many failures the line stands for.
+func (s *Service) failed(err error) {
+	s.mu.Lock()
+	s.failing++
+	n := s.failing
+	due := s.loggedAt.IsZero() || time.Since(s.loggedAt) >= time.Minute
+	if due {
+		s.loggedAt = time.Now()
+	}
+	s.mu.Unlock()
+	if due {
+		s.log.Warn("beat failed; work goes on with the last view, retrying every interval",
+			"failures", n, "view_age", s.ViewAge().Round(time.Millisecond), "err", err)
+	}
+}
+
+// duplicatesIn warns once per other live instance that shares this
+// member's name.
+func (s *Service) duplicatesIn(v store.View) {
+	for _, m := range v.Live(s.cfg.Kind) {
+		if m.Name != s.cfg.Name || m.Instance == s.instance {
+			continue
+		}
+		s.mu.Lock()
+		seen := s.dupSeen[m.Instance]
+		s.dupSeen[m.Instance] = true
+		s.mu.Unlock()
+		if !seen {
+			s.duplicates.Add(1)
+			s.log.Warn("fleet_duplicate_master_name: another live instance runs under this name; each keeps its own jobs",
+				"name", m.Name, "other_instance", m.Instance, "other_host", m.Host, "other_pid", m.PID)
+		}
+	}
+}
+
+// View returns the last view (zero before the first beat).
+func (s *Service) View() store.View {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.view
+}
+
+// ViewAge is how long ago the last successful beat was, by the local
+// monotonic clock.
+func (s *Service) ViewAge() time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.viewAt.IsZero() {
+		return 0
+	}
+	return time.Since(s.viewAt)
+}
+
+// Trusted reports whether this member's beats have succeeded, without a
+// gap or a failure, for at least a whole ttl by the database clock: only
+// then may it take another member's silence for death.
+func (s *Service) Trusted() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return !s.streakStart.IsZero() && s.lastAt.Sub(s.streakStart) >= s.cfg.TTL
+}
+
+// BeatErrors counts failed beats.
+func (s *Service) BeatErrors() uint64 { return s.beatErrors.Load() }
+
+// Duplicates counts other live instances seen under this member's name.
+func (s *Service) Duplicates() uint64 { return s.duplicates.Load() }
+
+// BeatDurations returns the beat-duration histogram: cumulative counts per
+// upper bound (seconds), the count and the sum.
+func (s *Service) BeatDurations() (buckets map[float64]uint64, count uint64, sum float64) {
+	return s.durations.snapshot()
+}
+
+// Stop ends the beat loop. With linger > 0 the row is rewritten as
+// draining to live linger more; otherwise it is deleted (leave). Call it
+// only once nothing of this member holds a job. Safe to call twice.
+func (s *Service) Stop(ctx context.Context, linger time.Duration) error {
+	var err error
+	s.stopOnce.Do(func() {
+		close(s.stop)
+		if s.started.Load() {
+			<-s.done
+		}
+		if linger > 0 {
+			err = s.st.MemberLinger(ctx, s.instance, linger)
+		} else {
+			err = s.st.MemberDelete(ctx, s.instance)
+		}
+	})
+	return err
+}
