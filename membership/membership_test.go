@@ -1,0 +1,200 @@
+package membership_test
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fleet-go/fleet/membership"
+	"github.com/fleet-go/fleet/pgtest"
+	"github.com/fleet-go/fleet/store"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+func TestValidate(t *testing.T) {
+	for _, tt := range []struct {
+		ttl, interval time.Duration
+		ok            bool
+	}{
+		{10 * time.Second, time.Second, true},
+		{3 * time.Second, 1499 * time.Millisecond, true},
+		{3 * time.Second, 1500 * time.Millisecond, false},
+		{time.Second, 0, false},
+	} {
+		if err := membership.Validate(tt.ttl, tt.interval); (err == nil) != tt.ok {
+			t.Errorf("Validate(%s, %s) = %v, want ok %v", tt.ttl, tt.interval, err, tt.ok)
+		}
+	}
+	for name, ok := range map[string]bool{"web-1": true, "pod:7": true, "": false, "  ": false, "a\tb": false, "a\nb": false, "{x}": false} {
+		if err := membership.ValidName(name); (err == nil) != ok {
+			t.Errorf("ValidName(%q) = %v, want ok %v", name, err, ok)
+		}
+	}
+}
+
+func TestReportOverTheCapIsABootError(t *testing.T) {
+	pool := pgtest.Pool(t)
+	s, err := membership.New(store.New(pool), membership.Config{Name: "big",
+		Report: func() (string, any) { return "running", strings.Repeat("x", membership.MaxReportBytes) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(context.Background()); err == nil || !strings.Contains(err.Error(), "membership report is") {
+		t.Fatalf("Start = %v, want the report refused", err)
+	}
+	var n int
+	if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM fleet_masters`).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("rows = %d (%v): nothing may be written", n, err)
+	}
+	_ = s.Stop(context.Background(), 0) // safe without a loop
+}
+
+func TestShareSumsToTheBudgetAndRankIsStable(t *testing.T) {
+	members := []store.Member{{Instance: "a"}, {Instance: "b"}, {Instance: "c"}}
+	for total := 0; total <= 10; total++ {
+		sum := 0
+		for _, m := range members {
+			sum += membership.Share("sup", total, members, m.Instance)
+		}
+		if sum != total {
+			t.Errorf("shares of %d sum to %d", total, sum)
+		}
+	}
+	if membership.Share("sup", 6, members, "stranger") != 0 {
+		t.Error("a non-member got a share")
+	}
+	r1 := membership.Rank("sup", members)
+	r2 := membership.Rank("sup", []store.Member{members[2], members[0], members[1]})
+	for i := range r1 {
+		if r1[i].Instance != r2[i].Instance {
+			t.Fatalf("rank depends on input order: %v vs %v", r1, r2)
+		}
+	}
+}
+
+// Each member sees the others in its view, with the database clock, and
+// a stop leaves (deletes the row) or lingers.
+func TestViewAndLeave(t *testing.T) {
+	pool := pgtest.Pool(t)
+	st := store.New(pool)
+	ctx := context.Background()
+	mk := func(name string) *membership.Service {
+		s, err := membership.New(st, membership.Config{Name: name, TTL: time.Second, Interval: 50 * time.Millisecond,
+			Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	a, b := mk("a"), mk("b")
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		v := a.View()
+		if m, ok := v.Find(b.Instance()); ok && m.Liveness(v.At) == store.LivenessOnline {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("a never saw b online")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := b.Stop(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Stop(ctx, 0); err != nil {
+		t.Fatalf("second Stop: %v", err)
+	}
+	if err := a.Stop(ctx, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	v, err := st.MemberView(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := v.Find(b.Instance()); ok {
+		t.Error("b left but its row is there")
+	}
+	if m, ok := v.Find(a.Instance()); !ok || m.Liveness(v.At) != store.LivenessDraining {
+		t.Errorf("a lingers: row %+v, want draining", m)
+	}
+}
+
+// A beat that cannot get through (a lock on the table) keeps the last view,
+// is counted, and is logged once for the whole streak; trust is lost and
+// comes back only after a whole ttl of good beats.
+func TestBeatFailuresAreCountedAndLoggedOnce(t *testing.T) {
+	pool := pgtest.Pool(t)
+	ctx := context.Background()
+	logs := &syncBuffer{}
+	const ttl = 600 * time.Millisecond
+	s, err := membership.New(store.New(pool), membership.Config{Name: "m", TTL: ttl, Interval: 50 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stop(ctx, 0)
+	waitFor(t, "trust", s.Trusted)
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `LOCK TABLE fleet_masters IN ACCESS EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "three failed beats", func() bool { return s.BeatErrors() >= 3 })
+	if s.Trusted() {
+		t.Error("still trusted while beats fail")
+	}
+	if s.View().At.IsZero() {
+		t.Error("the last view was dropped")
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "trust again", s.Trusted)
+	if n := strings.Count(logs.String(), "beat failed"); n != 1 {
+		t.Errorf("%d 'beat failed' lines for one streak, want 1:\n%s", n, logs.String())
+	}
+	if !strings.Contains(logs.String(), "beat succeeded again") {
+		t.Error("no line when beats succeed again")
+	}
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
