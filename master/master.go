@@ -566,11 +566,27 @@ func (m *Master) publish() {
 	if first := m.jobSamples[0]; now.Sub(first.at) > time.Second {
 		r.JobsPerMinute = float64(m.summary.Jobs+jobs-first.jobs) / now.Sub(first.at).Minutes()
 	}
-	m.report.Store(r)
-	if st := m.stateNow(); st != m.currentState() {
+	prev := m.report.Swap(r)
+	if st := m.stateNow(); st != m.currentState() || pauseChanged(prev, r) {
+		// A state or pause change is beaten at once, so that every view
+		// (fleet:masters, the dashboard) shows it within one round trip.
 		m.state.Store(st)
 		m.member.Kick()
 	}
+}
+
+// pauseChanged reports whether a supervisor's pause flag differs between
+// two reports.
+func pauseChanged(a, b *masterReport) bool {
+	if a == nil || b == nil || len(a.Supervisors) != len(b.Supervisors) {
+		return a != b
+	}
+	for i := range a.Supervisors {
+		if a.Supervisors[i].Paused != b.Supervisors[i].Paused {
+			return true
+		}
+	}
+	return false
 }
 
 // stateSnap is what the shared-state service read.
