@@ -818,9 +818,10 @@ func (m *Master) applyWorkload() {
 // the ceiling of this master from its view: its Share of the budget over
 // the live masters running the supervisor, and no more than the budget
 // minus what the others run or have claimed. The ceiling it may grow to is
-// the smaller of that and the claim it published in its previous beat, so
-// two masters that grow at once never both take the same room: each grows
-// only to what the other had seen it claim. A drop applies at once.
+// the smaller of that and the claim in its own row of the view (what the
+// beat that read the view wrote, so what any later view of the others
+// holds), so two masters that grow at once never both take the same room.
+// A drop applies at once.
 func (m *Master) applyBudgets() {
 	view := m.member.View()
 	for _, s := range m.sups {
@@ -842,7 +843,14 @@ func (m *Master) applyBudgets() {
 			others += max(row.Running, derefOr(row.Claim, 0))
 		}
 		computed := max(0, min(membership.Share(s.sup.Name, n, members, m.Instance()), n-others))
-		prev := s.claim
+		// The claim others can see now is the one in this master's own
+		// row of the view: written by the very beat that read the view.
+		prev := 0
+		if me, ok := view.Find(m.Instance()); ok {
+			if row, ok := reportedSup(me.Report, s.sup.Name); ok {
+				prev = derefOr(row.Claim, 0)
+			}
+		}
 		s.claim = computed
 		next := min(prev, computed)
 		if next != s.ceiling {
