@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fleet-go/fleet/config"
@@ -13,6 +14,30 @@ import (
 
 // errNoDatabase explains what to do when database.url is missing.
 var errNoDatabase = errors.New("database.url is not set: set it in config/app.toml or APP_DATABASE__URL (or run 'app demo', which starts a private database)")
+
+// notMigratedCodes are the SQLSTATEs a statement gets from a database that
+// lacks fleet's tables, columns or functions: never migrated, or migrated
+// by an older release.
+var notMigratedCodes = map[string]bool{
+	"42P01": true, // undefined_table
+	"42703": true, // undefined_column
+	"42883": true, // undefined_function
+	"42704": true, // undefined_object (a sequence, a type)
+}
+
+// errNotMigrated explains a database without fleet's schema.
+var errNotMigrated = errors.New("the database is not migrated (or only partly): run `app migrate`")
+
+// explainDatabaseError turns an error caused by a missing table, column or
+// function into one that says to run `app migrate`, keeping PostgreSQL's
+// message after it. Every command's error passes through it.
+func explainDatabaseError(err error) error {
+	var pg *pgconn.PgError
+	if err == nil || !errors.As(err, &pg) || !notMigratedCodes[pg.Code] {
+		return err
+	}
+	return &exitError{code: 1, err: fmt.Errorf("%w (%s)", errNotMigrated, err.Error())}
+}
 
 // databaseURL returns the configured URL or a clear error.
 func databaseURL(cfg *config.Config) (string, error) {

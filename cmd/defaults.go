@@ -9,5 +9,5 @@ import (
 // backoff and timeout are left to the worker that runs a job, so a
 // supervisor's defaults apply to jobs that set none.
 func clientDefaults(cfg *config.Config) queue.Defaults {
-	return queue.Defaults{Queue: cfg.Queue.DefaultQueue}
+	return queue.Defaults{Queue: cfg.Queue.DefaultQueue, MaxPayloadBytes: cfg.Queue.MaxPayloadBytes}
 }

@@ -2,7 +2,11 @@ package cmd
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -20,6 +24,7 @@ type dispatchFlags struct {
 	name, queue, payload, backoff string
 	count, tries                  int
 	delay, timeout                time.Duration
+	asJSON                        bool
 }
 
 func (r *runner) dispatchCommand() *cobra.Command {
@@ -35,30 +40,31 @@ func (r *runner) dispatchCommand() *cobra.Command {
 	fl := c.Flags()
 	fl.StringVar(&f.name, "name", "", "job name (required)")
 	fl.StringVar(&f.queue, "queue", "", "queue (default queue.default_queue)")
-	fl.StringVar(&f.payload, "payload", "{}", "JSON payload")
+	fl.StringVar(&f.payload, "payload", "{}", "JSON payload; @FILE reads it from a file, - from stdin")
 	fl.IntVar(&f.count, "count", 1, "how many copies to dispatch")
 	fl.DurationVar(&f.delay, "delay", 0, "make the jobs available after this long (e.g. 30s, 5m)")
 	fl.IntVar(&f.tries, "tries", 0, "most attempts per job (default queue.tries)")
 	fl.StringVar(&f.backoff, "backoff", "", "seconds before each retry, comma-separated, e.g. 1,5,30 (default queue.backoff)")
 	fl.DurationVar(&f.timeout, "timeout", 0, "how long one attempt may run (default queue.timeout_secs)")
+	fl.BoolVar(&f.asJSON, "json", false, "print JSON")
 	_ = c.MarkFlagRequired("name")
 	return c
 }
 
 func (r *runner) dispatch(c *cobra.Command, f dispatchFlags) error {
 	// Check every argument before touching the database.
-	if strings.TrimSpace(f.name) == "" {
-		return fmt.Errorf("--name must not be empty")
+	if err := queue.CheckName("--name", f.name); err != nil {
+		return err
 	}
-	if !json.Valid([]byte(f.payload)) {
-		var v any
-		err := json.Unmarshal([]byte(f.payload), &v)
-		return fmt.Errorf("--payload is not valid JSON: %w", err)
+	if c.Flags().Changed("queue") {
+		if err := queue.CheckQueue("--queue", f.queue); err != nil {
+			return err
+		}
 	}
 	if f.count < 1 {
 		return fmt.Errorf("--count must be at least 1, got %d", f.count)
 	}
-	if f.tries < 0 {
+	if f.tries < 0 || (f.tries == 0 && c.Flags().Changed("tries")) {
 		return fmt.Errorf("--tries must be at least 1, got %d", f.tries)
 	}
 	if f.delay < 0 {
@@ -75,6 +81,15 @@ func (r *runner) dispatch(c *cobra.Command, f dispatchFlags) error {
 	if err != nil {
 		return err
 	}
+	if !c.Flags().Changed("queue") {
+		if err := queue.CheckQueue("queue.default_queue", cfg.Queue.DefaultQueue); err != nil {
+			return err
+		}
+	}
+	payload, err := r.readPayload(f.payload, cfg.Queue.MaxPayloadBytes)
+	if err != nil {
+		return err
+	}
 	url, err := databaseURL(cfg)
 	if err != nil {
 		return err
@@ -88,7 +103,7 @@ func (r *runner) dispatch(c *cobra.Command, f dispatchFlags) error {
 	client := queue.NewClient(pool, clientDefaults(cfg))
 
 	newJob := func() *queue.Job {
-		j := queue.NewJob(f.name, json.RawMessage(f.payload)).OnQueue(f.queue).Delay(f.delay).Tries(f.tries).Timeout(f.timeout)
+		j := queue.NewJob(f.name, payload).OnQueue(f.queue).Delay(f.delay).Tries(f.tries).Timeout(f.timeout)
 		if backoff != nil {
 			j.Backoff(backoff...)
 		}
@@ -123,9 +138,60 @@ func (r *runner) dispatch(c *cobra.Command, f dispatchFlags) error {
 		q = cfg.Queue.DefaultQueue
 	}
 	elapsed := time.Since(start)
+	if f.asJSON {
+		return printJSON(c.OutOrStdout(), map[string]any{"dispatched": map[string]any{
+			"count": f.count, "name": f.name, "queue": q, "first_id": first, "last_id": last,
+		}})
+	}
 	fmt.Fprintf(c.OutOrStdout(), "dispatched %d %s job(s) to queue %q (ids %d..%d) in %s\n",
 		f.count, f.name, q, first, last, elapsed.Round(time.Millisecond))
 	return nil
+}
+
+// readPayload returns the --payload value: the JSON itself, @FILE (relative
+// to the app's directory) or - (stdin), checked to be valid JSON of at most
+// limit bytes (queue.max_payload_bytes). A larger file or stdin is not read
+// past the limit.
+func (r *runner) readPayload(arg string, limit int) (json.RawMessage, error) {
+	what := "--payload"
+	var raw []byte
+	switch {
+	case arg == "-":
+		what = "--payload - (stdin)"
+		b, err := io.ReadAll(io.LimitReader(r.app.Stdin, int64(limit)+1))
+		if err != nil {
+			return nil, fmt.Errorf("%s: read: %w", what, err)
+		}
+		raw = b
+	case strings.HasPrefix(arg, "@"):
+		path := strings.TrimPrefix(arg, "@")
+		what = "--payload " + arg
+		if path == "" {
+			return nil, errors.New("--payload @: name a file after @, e.g. --payload @job.json")
+		}
+		if !filepath.IsAbs(path) {
+			path = filepath.Join(r.app.Dir, path)
+		}
+		fh, err := os.Open(path)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", what, err)
+		}
+		defer fh.Close()
+		if raw, err = io.ReadAll(io.LimitReader(fh, int64(limit)+1)); err != nil {
+			return nil, fmt.Errorf("%s: read: %w", what, err)
+		}
+	default:
+		raw = []byte(arg)
+	}
+	if len(raw) > limit {
+		return nil, fmt.Errorf("%s: the payload is larger than queue.max_payload_bytes (%d bytes)", what, limit)
+	}
+	if !json.Valid(raw) {
+		var v any
+		err := json.Unmarshal(raw, &v)
+		return nil, fmt.Errorf("%s is not valid JSON: %w", what, err)
+	}
+	return raw, nil
 }
 
 // parseBackoff reads "1,5,30" into seconds.

@@ -21,6 +21,7 @@ import (
 	"github.com/fleet-go/fleet/fleet"
 	"github.com/fleet-go/fleet/master"
 	"github.com/fleet-go/fleet/metrics"
+	"github.com/fleet-go/fleet/queue"
 	"github.com/fleet-go/fleet/spawner"
 	"github.com/fleet-go/fleet/store"
 	"github.com/fleet-go/fleet/supervisor"
@@ -281,22 +282,37 @@ type pauseAction struct {
 }
 
 func (r *runner) pauseActionCommand(a pauseAction) *cobra.Command {
-	var queue string
+	var queueName string
+	var asJSON bool
 	c := &cobra.Command{
 		Use:   a.use,
 		Short: a.short,
 		Args:  cobra.MaximumNArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
+			if c.Flags().Changed("queue") {
+				// An explicit empty --queue must not fall through to
+				// "every supervisor".
+				if err := queue.CheckQueue("--queue", queueName); err != nil {
+					return err
+				}
+			}
 			return r.withService(c.Context(), func(cfg *config.Config, svc *fleet.Service) error {
 				ctx, out := c.Context(), c.OutOrStdout()
+				var target map[string]any
 				switch {
-				case queue != "" && len(args) > 0:
+				case queueName != "" && len(args) > 0:
 					return errors.New("give a supervisor or --queue, not both")
-				case queue != "":
-					if err := a.queue(svc, ctx, queue); err != nil {
+				case queueName != "":
+					if a.verb == "paused" {
+						warnUnworkedQueue(c, cfg, queueName)
+					}
+					if err := a.queue(svc, ctx, queueName); err != nil {
 						return err
 					}
-					fmt.Fprintf(out, "%s queue %s in every supervisor: every master applies it within a tick\n", a.verb, queue)
+					target = map[string]any{"queue": queueName}
+					if !asJSON {
+						fmt.Fprintf(out, "%s queue %s in every supervisor: every master applies it within a tick\n", a.verb, queueName)
+					}
 				case len(args) == 1:
 					if err := checkSupervisor(cfg, args[0]); err != nil {
 						return err
@@ -304,18 +320,28 @@ func (r *runner) pauseActionCommand(a pauseAction) *cobra.Command {
 					if err := a.supervisor(svc, ctx, args[0]); err != nil {
 						return err
 					}
-					fmt.Fprintf(out, "%s supervisor %s: every master applies it within a tick\n", a.verb, args[0])
+					target = map[string]any{"supervisor": args[0]}
+					if !asJSON {
+						fmt.Fprintf(out, "%s supervisor %s: every master applies it within a tick\n", a.verb, args[0])
+					}
 				default:
 					if err := a.supervisor(svc, ctx, ""); err != nil {
 						return err
 					}
-					fmt.Fprintf(out, "%s every supervisor: every master applies it within a tick\n", a.verb)
+					target = map[string]any{"all": true}
+					if !asJSON {
+						fmt.Fprintf(out, "%s every supervisor: every master applies it within a tick\n", a.verb)
+					}
+				}
+				if asJSON {
+					return printJSON(out, map[string]any{a.verb: target})
 				}
 				return nil
 			})
 		},
 	}
-	c.Flags().StringVar(&queue, "queue", "", a.queueHelp)
+	c.Flags().StringVar(&queueName, "queue", "", a.queueHelp)
+	c.Flags().BoolVar(&asJSON, "json", false, "print what changed as JSON")
 	return c
 }
 
@@ -341,10 +367,19 @@ func (r *runner) continueCommand() *cobra.Command {
 	})
 }
 
+// statusReport is what fleet:status --json prints.
+type statusReport struct {
+	Status  fleet.Status   `json:"status"`
+	At      time.Time      `json:"at"`
+	Masters []fleet.Master `json:"masters"`
+	Paused  fleet.Paused   `json:"paused"`
+}
+
 func (r *runner) statusCommand() *cobra.Command {
-	return &cobra.Command{
-		Use:   "fleet:status",
-		Short: "Print Running, Paused or Inactive; exit 1 when no master beat in the last 30 s",
+	var asJSON bool
+	c := &cobra.Command{
+		Use:   "fleet:status [--json]",
+		Short: "Print Running, Paused or Inactive, the live masters and what is paused; exit 1 when no master is live",
 		Args:  cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			return r.withService(c.Context(), func(_ *config.Config, svc *fleet.Service) error {
@@ -352,25 +387,39 @@ func (r *runner) statusCommand() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				out := c.OutOrStdout()
-				status := fleet.StatusOf(v.Masters)
-				fmt.Fprintln(out, status)
-				if status == fleet.StatusInactive {
-					return &exitError{code: 1, err: errors.New("no fleet master is live")}
+				p, err := svc.PausedState(c.Context())
+				if err != nil {
+					return err
 				}
-				for _, m := range v.Masters {
-					fmt.Fprintf(out, "  %s  %s  pid %d  up %s  beat %.1fs ago\n", m.Name, m.State, m.PID,
-						v.At.Sub(m.StartedAt).Round(time.Second), m.BeatAgeSecs)
+				out := c.OutOrStdout()
+				rep := statusReport{Status: fleet.StatusOf(v.Masters), At: v.At, Masters: v.Masters, Paused: p}
+				if asJSON {
+					if err := printJSON(out, rep); err != nil {
+						return err
+					}
+				} else {
+					fmt.Fprintln(out, rep.Status)
+					for _, m := range v.Masters {
+						fmt.Fprintf(out, "  %s  %s  pid %d  up %s  beat %.1fs ago\n", m.Name, m.State, m.PID,
+							v.At.Sub(m.StartedAt).Round(time.Second), m.BeatAgeSecs)
+					}
+					printPaused(out, p)
+				}
+				if rep.Status == fleet.StatusInactive {
+					return &exitError{code: 1, err: errors.New("no fleet master is live")}
 				}
 				return nil
 			})
 		},
 	}
+	c.Flags().BoolVar(&asJSON, "json", false, "print JSON (with the paused supervisors and queues); exit 1 when no master is live, as without it")
+	return c
 }
 
 func (r *runner) terminateCommand() *cobra.Command {
-	return &cobra.Command{
-		Use:   "fleet:terminate",
+	var asJSON bool
+	c := &cobra.Command{
+		Use:   "fleet:terminate [--json]",
 		Short: "Stop every running master gracefully (a master started afterwards keeps running)",
 		Args:  cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
@@ -379,13 +428,17 @@ func (r *runner) terminateCommand() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				masters := v.Masters
 				if err := st.StateSet(c.Context(), store.StateTerminate); err != nil {
 					return err
 				}
-				fmt.Fprintf(c.OutOrStdout(), "asked %d running master(s) to terminate; each stops its workers gracefully within a tick\n", len(masters))
+				if asJSON {
+					return printJSON(c.OutOrStdout(), map[string]any{"terminate": map[string]any{"requested": true, "live_masters": len(v.Masters)}})
+				}
+				fmt.Fprintf(c.OutOrStdout(), "asked %d running master(s) to terminate; each stops its workers gracefully within a tick\n", len(v.Masters))
 				return nil
 			})
 		},
 	}
+	c.Flags().BoolVar(&asJSON, "json", false, "print what changed as JSON")
+	return c
 }

@@ -9,7 +9,17 @@ import (
 	"github.com/fleet-go/fleet/migrations"
 )
 
+// migrateResult is what migrate, migrate status and migrate down print
+// with --json.
+type migrateResult struct {
+	Applied    *int                   `json:"applied,omitempty"`
+	RolledBack *int                   `json:"rolled_back,omitempty"`
+	Set        string                 `json:"set,omitempty"`
+	Sets       []migrations.SetStatus `json:"sets"`
+}
+
 func (r *runner) migrateCommand() *cobra.Command {
+	var asJSON bool
 	c := &cobra.Command{
 		Use:   "migrate",
 		Short: "Apply the queue and fleet migration sets (idempotent)",
@@ -26,6 +36,9 @@ func (r *runner) migrateCommand() *cobra.Command {
 			statuses, err := migrations.Status(c.Context(), url)
 			if err != nil {
 				return err
+			}
+			if asJSON {
+				return printJSON(c.OutOrStdout(), migrateResult{Applied: &n, Sets: statuses})
 			}
 			if n == 0 {
 				fmt.Fprintln(c.OutOrStdout(), "nothing to migrate: the database is up to date")
@@ -49,6 +62,9 @@ func (r *runner) migrateCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if asJSON {
+				return printJSON(c.OutOrStdout(), migrateResult{Sets: statuses})
+			}
 			printMigrationStatus(c, statuses)
 			return nil
 		},
@@ -71,6 +87,9 @@ func (r *runner) migrateCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if asJSON {
+				return printJSON(c.OutOrStdout(), migrateResult{RolledBack: &steps, Set: set, Sets: statuses})
+			}
 			printMigrationStatus(c, statuses)
 			return nil
 		},
@@ -78,6 +97,7 @@ func (r *runner) migrateCommand() *cobra.Command {
 	down.Flags().StringVar(&set, "set", "", "migration set to roll back: queue or fleet (required)")
 	down.Flags().IntVar(&steps, "steps", 1, "how many migrations to roll back")
 	_ = down.MarkFlagRequired("set")
+	c.PersistentFlags().BoolVar(&asJSON, "json", false, "print JSON")
 	c.AddCommand(status, down)
 	return c
 }

@@ -146,6 +146,12 @@ func (r *runner) failedCommand() *cobra.Command {
 		Short: "List failed jobs, newest first (payload secrets redacted)",
 		Args:  cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
+			if err := checkPage(f.Limit, f.Offset); err != nil {
+				return err
+			}
+			if err := checkQueueFilter(c, f.Queue); err != nil {
+				return err
+			}
 			return r.withService(c.Context(), func(_ *config.Config, svc *fleet.Service) error {
 				jobs, err := svc.FailedJobs(c.Context(), f)
 				if err != nil {
@@ -172,7 +178,8 @@ func (r *runner) failedCommand() *cobra.Command {
 	}
 	c.Flags().StringVar(&f.Search, "search", "", "match name, queue, payload or error (case-insensitive)")
 	c.Flags().StringVar(&f.Queue, "queue", "", "only this queue")
-	c.Flags().IntVar(&f.Limit, "limit", 100, "at most N jobs (0: all)")
+	c.Flags().IntVar(&f.Limit, "limit", 100, "at most N jobs")
+	c.Flags().IntVar(&f.Offset, "offset", 0, "skip the first N")
 	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return c
 }
@@ -220,6 +227,8 @@ func notFound(id int64, err error) error {
 // every failed job matching --search/--queue with --all.
 type failedAction struct {
 	use, short, verb string
+	// name is the action in a question or a dry run: "retry", "forget".
+	name string
 	// all acts on every match and returns how many.
 	all func(*fleet.Service, context.Context, store.FailedFilter) (int, error)
 	// one acts on a single job and returns its result for --json and a
@@ -227,10 +236,25 @@ type failedAction struct {
 	one func(context.Context, *fleet.Service, int64) (any, string, error)
 }
 
+// describeFilter renders --search/--queue for a question: ` in queue
+// "mail" matching "ann"`.
+func describeFilter(f store.FailedFilter) string {
+	var s string
+	if f.Queue != "" {
+		s += fmt.Sprintf(" in queue %q", f.Queue)
+	}
+	if f.Search != "" {
+		s += fmt.Sprintf(" matching %q", f.Search)
+	}
+	return s
+}
+
 // failedActionCommand builds a fleet:retry / fleet:forget style command.
+// --all asks for confirmation on a terminal and needs --yes otherwise;
+// --dry-run lists what it would touch and touches nothing.
 func (r *runner) failedActionCommand(a failedAction) *cobra.Command {
 	var f store.FailedFilter
-	var all, asJSON bool
+	var all, asJSON, yes, dryRun bool
 	c := &cobra.Command{
 		Use:   a.use,
 		Short: a.short,
@@ -240,10 +264,34 @@ func (r *runner) failedActionCommand(a failedAction) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if err := checkQueueFilter(c, f.Queue); err != nil {
+				return err
+			}
+			terminal := stdinIsTerminal(r.app.Stdin)
+			if all && !dryRun && !yes && !terminal {
+				return fmt.Errorf("%s --all acts on every failed job%s: add --yes to confirm (stdin is not a terminal, so it cannot ask), or --dry-run to list them",
+					c.Name(), describeFilter(f))
+			}
 			return r.withService(c.Context(), func(_ *config.Config, svc *fleet.Service) error {
-				out := c.OutOrStdout()
+				ctx, out := c.Context(), c.OutOrStdout()
+				if dryRun {
+					return dryRunFailed(ctx, out, svc, a.name, id, f, asJSON)
+				}
 				if all {
-					n, err := a.all(svc, c.Context(), f)
+					if !yes {
+						n, err := svc.FailedCount(ctx, f)
+						if err != nil {
+							return err
+						}
+						ok, err := confirm(r.app.Stdin, c.ErrOrStderr(), fmt.Sprintf("%s %d failed job(s)%s?", a.name, n, describeFilter(f)))
+						if err != nil {
+							return err
+						}
+						if !ok {
+							return errNotConfirmed
+						}
+					}
+					n, err := a.all(svc, ctx, f)
 					if err != nil {
 						return err
 					}
@@ -253,7 +301,7 @@ func (r *runner) failedActionCommand(a failedAction) *cobra.Command {
 					fmt.Fprintf(out, "%s %d failed job(s)\n", a.verb, n)
 					return nil
 				}
-				res, line, err := a.one(c.Context(), svc, id)
+				res, line, err := a.one(ctx, svc, id)
 				if err != nil {
 					return notFound(id, err)
 				}
@@ -268,15 +316,53 @@ func (r *runner) failedActionCommand(a failedAction) *cobra.Command {
 	c.Flags().BoolVar(&all, "all", false, "act on every failed job (or those matching --search/--queue)")
 	c.Flags().StringVar(&f.Search, "search", "", "with --all: match name, queue, payload or error")
 	c.Flags().StringVar(&f.Queue, "queue", "", "with --all: only this queue")
+	c.Flags().BoolVar(&yes, "yes", false, "with --all: do not ask for confirmation (required when stdin is not a terminal)")
+	c.Flags().BoolVar(&dryRun, "dry-run", false, "list the failed jobs it would "+a.name+", and do nothing")
 	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return c
 }
 
+// dryRunFailed lists the failed jobs an action would touch: the one with
+// id, or (id 0) every match of f.
+func dryRunFailed(ctx context.Context, out io.Writer, svc *fleet.Service, action string, id int64, f store.FailedFilter, asJSON bool) error {
+	var jobs []store.FailedJob
+	if id != 0 {
+		j, err := svc.FailedJob(ctx, id)
+		if err != nil {
+			return notFound(id, err)
+		}
+		jobs = []store.FailedJob{j}
+	} else {
+		var err error
+		if jobs, err = svc.FailedJobs(ctx, f); err != nil {
+			return err
+		}
+	}
+	if asJSON {
+		if jobs == nil {
+			jobs = []store.FailedJob{}
+		}
+		return printJSON(out, map[string]any{"dry_run": true, "would_" + action: len(jobs), "jobs": jobs})
+	}
+	tw := table(out)
+	fmt.Fprintln(tw, "ID\tJOB\tQUEUE\tNAME\tATTEMPTS\tFAILED AT\tERROR\t")
+	for _, j := range jobs {
+		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%d\t%s\t%s\t\n", j.ID, j.JobID, j.Queue, j.Name, j.Attempts,
+			j.FailedAt.Format(time.DateTime), firstLine(j.Error, 80))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "dry run: would %s %d failed job(s); nothing was changed\n", action, len(jobs))
+	return nil
+}
+
 func (r *runner) retryCommand() *cobra.Command {
 	return r.failedActionCommand(failedAction{
-		use:   "fleet:retry ID | --all [--search S] [--queue Q]",
+		use:   "fleet:retry ID | --all [--search S] [--queue Q] [--yes] [--dry-run]",
 		short: "Dispatch failed jobs again with fresh attempts",
 		verb:  "retried",
+		name:  "retry",
 		all:   (*fleet.Service).RetryAll,
 		one: func(ctx context.Context, svc *fleet.Service, id int64) (any, string, error) {
 			newID, err := svc.Retry(ctx, id)
@@ -288,9 +374,10 @@ func (r *runner) retryCommand() *cobra.Command {
 
 func (r *runner) forgetCommand() *cobra.Command {
 	return r.failedActionCommand(failedAction{
-		use:   "fleet:forget ID | --all [--search S] [--queue Q]",
+		use:   "fleet:forget ID | --all [--search S] [--queue Q] [--yes] [--dry-run]",
 		short: "Delete failed jobs",
 		verb:  "forgot",
+		name:  "forget",
 		all:   (*fleet.Service).ForgetAll,
 		one: func(ctx context.Context, svc *fleet.Service, id int64) (any, string, error) {
 			err := svc.Forget(ctx, id)
@@ -310,8 +397,11 @@ func (r *runner) jobsCommand() *cobra.Command {
 			if pending == completed {
 				return errors.New("give exactly one of --pending or --completed")
 			}
-			if p.Limit < 1 || p.Offset < 0 {
-				return errors.New("--limit must be at least 1 and --offset at least 0")
+			if err := checkPage(p.Limit, p.Offset); err != nil {
+				return err
+			}
+			if err := checkQueueFilter(c, p.Queue); err != nil {
+				return err
 			}
 			return r.withService(c.Context(), func(_ *config.Config, svc *fleet.Service) error {
 				out := c.OutOrStdout()

@@ -58,7 +58,7 @@ func TestFailedRetryForgetCommands(t *testing.T) {
 	if table := must("fleet:failed", "--search", "ann"); strings.Contains(table.stdout, "hunter2") || strings.Count(table.stdout, "test.echo") != 5 {
 		t.Fatalf("fleet:failed table:\n%s", table.stdout)
 	}
-	if r := must("fleet:retry", "--all"); !strings.Contains(r.stdout, "retried 5 failed job(s)") {
+	if r := must("fleet:retry", "--all", "--yes"); !strings.Contains(r.stdout, "retried 5 failed job(s)") {
 		t.Fatalf("retry --all: %+v", r)
 	}
 	if n := len(list()); n != 0 {
@@ -89,7 +89,7 @@ func TestFailedRetryForgetCommands(t *testing.T) {
 	if err := json.Unmarshal([]byte(completed.stdout), &done); err != nil || len(done) != 3 {
 		t.Fatalf("completed jobs: %v %s", err, completed.stdout)
 	}
-	if r := must("fleet:forget", "--all"); !strings.Contains(r.stdout, "forgot 4") {
+	if r := must("fleet:forget", "--all", "--yes"); !strings.Contains(r.stdout, "forgot 4") {
 		t.Fatalf("forget --all: %+v", r)
 	}
 }

@@ -23,7 +23,10 @@ import (
 type App struct {
 	// Jobs holds the application's job handlers.
 	Jobs *queue.Registry
-	// Version is reported by masters and workers; default "dev".
+	// Version is the app's version: `app version` and `app --version`
+	// print it (default: the main module's version and VCS revision from
+	// the build information), and masters and workers report it (default
+	// "dev").
 	Version string
 	// Stdin, Stdout and Stderr default to the process's own.
 	Stdin          io.Reader
@@ -62,6 +65,7 @@ func ExecuteContext(ctx context.Context, app App) int {
 	}
 	// Every app can run the bench's jobs, in its fleet:work children too.
 	registerBenchJobs(app.Jobs)
+	version := versionInfo(app.Version)
 	if app.Version == "" {
 		app.Version = "dev"
 	}
@@ -80,12 +84,12 @@ func ExecuteContext(ctx context.Context, app App) int {
 	if app.Environ == nil {
 		app.Environ = os.Environ()
 	}
-	r := &runner{app: app}
+	r := &runner{app: app, version: version}
 	root := r.rootCommand()
 	root.SetArgs(app.Args)
 	root.SetOut(app.Stdout)
 	root.SetErr(app.Stderr)
-	err := root.ExecuteContext(ctx)
+	err := explainDatabaseError(root.ExecuteContext(ctx))
 	if err == nil {
 		return 0
 	}
@@ -104,6 +108,7 @@ func oneLine(s string) string {
 // runner carries the app and the flags every command shares.
 type runner struct {
 	app        App
+	version    VersionInfo
 	configPath string
 }
 
@@ -113,7 +118,9 @@ func (r *runner) rootCommand() *cobra.Command {
 		Short:         "Queue workers on PostgreSQL, supervised by a fleet master",
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		Version:       r.version.App,
 	}
+	root.SetVersionTemplate(r.version.String())
 	root.PersistentFlags().StringVar(&r.configPath, "config", "", "config file (default config/app.toml, or $APP_CONFIG)")
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return fmt.Errorf("%w (see '%s --help')", err, c.CommandPath())
@@ -134,8 +141,10 @@ func (r *runner) rootCommand() *cobra.Command {
 		r.retryCommand(),
 		r.forgetCommand(),
 		r.jobsCommand(),
+		r.jobCommand(),
 		r.metricsCommand(),
 		r.benchCommand(),
+		r.versionCommand(r.version),
 	)
 	return root
 }

@@ -44,6 +44,9 @@ type QueueConfig struct {
 	TimeoutGraceSecs int `toml:"timeout_grace_secs"`
 	// PollIntervalMs is the polling fallback when no notification arrives.
 	PollIntervalMs int `toml:"poll_interval_ms"`
+	// MaxPayloadBytes is the largest job payload a dispatch accepts, in
+	// bytes of JSON.
+	MaxPayloadBytes int `toml:"max_payload_bytes"`
 }
 
 // LogConfig shapes the process's logs.
@@ -142,6 +145,7 @@ func Default() Config {
 			TimeoutSecs:      60,
 			TimeoutGraceSecs: 5,
 			PollIntervalMs:   1000,
+			MaxPayloadBytes:  1 << 20,
 		},
 		Log: LogConfig{
 			Level:  "info",

@@ -71,9 +71,19 @@ func overrides(env map[string]string, dotenv []dotenvVar) []override {
 	return out
 }
 
-// isOverride reports whether the variable name overrides a key.
+// isOverride reports whether the variable name overrides a key: an APP_
+// variable, not a reserved one, whose first part (up to the first "__")
+// names one of the configuration's sections (database, queue, log,
+// fleet). Any other APP_ variable (APP_SECRET_KEY, APP_DEBUG) belongs to
+// the application and is left alone; a misspelt key inside a section
+// (APP_QUEUE__WORKRS) is still an error.
 func isOverride(name string) bool {
-	return strings.HasPrefix(name, envPrefix) && !reservedVar(name)
+	if !strings.HasPrefix(name, envPrefix) || reservedVar(name) {
+		return false
+	}
+	section, _, _ := strings.Cut(strings.TrimPrefix(name, envPrefix), envSep)
+	_, ok := fieldByKey(reflect.TypeFor[Config](), strings.ToLower(section))
+	return ok
 }
 
 // applyOverrides sets each variable's key in cfg. It applies every variable

@@ -138,21 +138,23 @@ func TestEnvKeyPath(t *testing.T) {
 }
 
 func TestOverridesOrderAndShadowing(t *testing.T) {
-	env := parseEnviron([]string{"APP_B=2", "APP_A=1", "APP_CONFIG=x.toml", "APP_ENV=prod", "PATH=/bin", "APP_D=env"})
+	env := parseEnviron([]string{"APP_QUEUE__B=2", "APP_QUEUE__A=1", "APP_CONFIG=x.toml", "APP_ENV=prod", "PATH=/bin",
+		"APP_LOG__D=env", "APP_SECRET_KEY=s", "APP_DEBUG__X=1"})
 	dotenv := []dotenvVar{
-		{name: "APP_D", value: "dotenv", line: 1},
-		{name: "APP_C", value: "3", line: 2},
+		{name: "APP_LOG__D", value: "dotenv", line: 1},
+		{name: "APP_FLEET__C", value: "3", line: 2},
 		{name: "APP_ENV", value: "dev", line: 3},
 		{name: "OTHER", value: "x", line: 4},
-		{name: "APP_E", value: "5"},
+		{name: "APP_Database__E", value: "5"},
+		{name: "APP_API_TOKEN", value: "t", line: 6},
 	}
 	got := overrides(env, dotenv)
 	want := []override{
-		{name: "APP_C", value: "3", where: ".env:2: APP_C"},
-		{name: "APP_E", value: "5", where: ".env APP_E"},
-		{name: "APP_A", value: "1", where: "environment APP_A"},
-		{name: "APP_B", value: "2", where: "environment APP_B"},
-		{name: "APP_D", value: "env", where: "environment APP_D"},
+		{name: "APP_FLEET__C", value: "3", where: ".env:2: APP_FLEET__C"},
+		{name: "APP_Database__E", value: "5", where: ".env APP_Database__E"},
+		{name: "APP_LOG__D", value: "env", where: "environment APP_LOG__D"},
+		{name: "APP_QUEUE__A", value: "1", where: "environment APP_QUEUE__A"},
+		{name: "APP_QUEUE__B", value: "2", where: "environment APP_QUEUE__B"},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("got  %+v\nwant %+v", got, want)

@@ -13,7 +13,7 @@ import (
 // json; queue.workers and queue.tries are at least 1; queue.backoff values
 // are at least 0; queue.timeout_secs is at least 1;
 // queue.timeout_grace_secs is at least 0; queue.poll_interval_ms is at
-// least 10; queue.default_queue and the names in queue.queues are not
+// least 10; queue.max_payload_bytes is at least 2; queue.default_queue and the names in queue.queues are not
 // empty; the fleet section's cooldowns, shift and retentions are at least 1,
 // fleet.master_ttl_secs at least 1 with fleet.beat_interval_ms below half
 // of it, fleet.on_stop leave or linger, fleet.name free of tabs, newlines
@@ -47,6 +47,7 @@ func (c *Config) Validate() error {
 		atLeast("queue.timeout_secs", q.TimeoutSecs, 1),
 		atLeast("queue.timeout_grace_secs", q.TimeoutGraceSecs, 0),
 		atLeast("queue.poll_interval_ms", q.PollIntervalMs, 10),
+		atLeast("queue.max_payload_bytes", q.MaxPayloadBytes, 2),
 		oneOf("log.level", c.Log.Level, secrets, "debug", "info", "warn", "error"),
 		oneOf("log.format", c.Log.Format, secrets, "text", "json"),
 	)

@@ -73,6 +73,11 @@ func TestValidate(t *testing.T) {
 			want:   "queue.poll_interval_ms: must be at least 10, got 9",
 		},
 		{
+			name:   "max payload bytes",
+			modify: func(c *Config) { c.Queue.MaxPayloadBytes = 0 },
+			want:   "queue.max_payload_bytes: must be at least 2, got 0",
+		},
+		{
 			name:   "default queue",
 			modify: func(c *Config) { c.Queue.DefaultQueue = "" },
 			want:   "queue.default_queue: must not be empty",

@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fleet-go/fleet/config"
+	fleetqueue "github.com/fleet-go/fleet/queue"
 	"github.com/fleet-go/fleet/redact"
 	"github.com/fleet-go/fleet/store"
 )
@@ -98,16 +99,16 @@ var ErrAllPaused = errors.New("every supervisor is paused: resume them all (no n
 
 // PauseQueue pauses one queue in every supervisor that works it.
 func (s *Service) PauseQueue(ctx context.Context, queue string) error {
-	if queue == "" {
-		return errors.New("a queue name is required")
+	if err := fleetqueue.CheckQueue("queue", queue); err != nil {
+		return err
 	}
 	return s.st.StateSet(ctx, store.StatePauseQueuePrefix+queue)
 }
 
 // ResumeQueue resumes a paused queue.
 func (s *Service) ResumeQueue(ctx context.Context, queue string) error {
-	if queue == "" {
-		return errors.New("a queue name is required")
+	if err := fleetqueue.CheckQueue("queue", queue); err != nil {
+		return err
 	}
 	_, err := s.st.StateDelete(ctx, store.StatePauseQueuePrefix+queue)
 	return err
@@ -335,20 +336,48 @@ func LongWaits(waits map[string]float64, thresholds map[string]int) []LongWaitDe
 	return out
 }
 
-// FailedFilter selects failed jobs. Search matches the name, queue, payload
-// or error, case-insensitively.
+// FailedFilter selects failed jobs. Search matches the name, queue, error
+// or payload as people are shown them, case-insensitively and literally: a
+// value redacted in the output (log.redact) never matches, in the payload
+// or in the error. Limit 0 is no limit.
 type FailedFilter = store.FailedFilter
 
 // FailedJobs lists failed jobs, newest first, payloads redacted.
 func (s *Service) FailedJobs(ctx context.Context, f FailedFilter) ([]store.FailedJob, error) {
-	jobs, err := s.st.FailedJobList(ctx, f)
-	if err != nil {
-		return nil, err
+	var jobs []store.FailedJob
+	if f.Search == "" {
+		var err error
+		if jobs, err = s.st.FailedJobList(ctx, f); err != nil {
+			return nil, err
+		}
+	} else {
+		skip := max(f.Offset, 0)
+		err := s.eachVisibleMatch(ctx, f, func(j store.FailedJob) bool {
+			if skip > 0 {
+				skip--
+				return true
+			}
+			jobs = append(jobs, j)
+			return f.Limit <= 0 || len(jobs) < f.Limit
+		})
+		if err != nil {
+			return nil, err
+		}
 	}
 	for i := range jobs {
 		s.redactFailed(&jobs[i])
 	}
 	return jobs, nil
+}
+
+// FailedCount counts the failed jobs matching f (its Limit and Offset
+// aside): what RetryAll or ForgetAll would touch now.
+func (s *Service) FailedCount(ctx context.Context, f FailedFilter) (int, error) {
+	if f.Search == "" {
+		return s.st.FailedJobCount(ctx, f)
+	}
+	ids, err := s.searchedIDs(ctx, f)
+	return len(ids), err
 }
 
 // FailedJob returns one failed job, payload redacted, or
@@ -375,7 +404,14 @@ func (s *Service) Retry(ctx context.Context, id int64) (int64, error) {
 
 // RetryAll retries every failed job matching f and returns how many.
 func (s *Service) RetryAll(ctx context.Context, f FailedFilter) (int, error) {
-	return s.st.FailedJobRetryAll(ctx, f)
+	if f.Search == "" {
+		return s.st.FailedJobRetryAll(ctx, f)
+	}
+	ids, err := s.searchedIDs(ctx, f)
+	if err != nil {
+		return 0, err
+	}
+	return s.st.FailedJobRetryMany(ctx, ids)
 }
 
 // Forget deletes a failed job (ErrFailedJobNotFound when gone).
@@ -385,7 +421,14 @@ func (s *Service) Forget(ctx context.Context, id int64) error {
 
 // ForgetAll deletes every failed job matching f and returns how many.
 func (s *Service) ForgetAll(ctx context.Context, f FailedFilter) (int, error) {
-	return s.st.FailedJobForgetAll(ctx, f)
+	if f.Search == "" {
+		return s.st.FailedJobForgetAll(ctx, f)
+	}
+	ids, err := s.searchedIDs(ctx, f)
+	if err != nil {
+		return 0, err
+	}
+	return s.st.FailedJobForgetMany(ctx, ids)
 }
 
 // Page selects a page of a list; Limit 0 means 50.

@@ -22,7 +22,14 @@ type Defaults struct {
 	Tries   int           // 0: the worker's default
 	Backoff []int         // nil: the worker's default
 	Timeout time.Duration // 0: the worker's default
+	// MaxPayloadBytes is the largest payload a dispatch accepts, in bytes
+	// of JSON; 0: DefaultMaxPayloadBytes.
+	MaxPayloadBytes int
 }
+
+// DefaultMaxPayloadBytes is the largest payload a Client accepts unless its
+// Defaults say otherwise (1 MiB), as the queue.max_payload_bytes default.
+const DefaultMaxPayloadBytes = 1 << 20
 
 // DefaultQueue is the queue of a job that names none, when Defaults does
 // not say otherwise.
@@ -128,8 +135,15 @@ func (c *Client) params(j *Job) (store.JobInsertParams, error) {
 	if j.payloadErr != nil {
 		return store.JobInsertParams{}, fmt.Errorf("%w: %w", ErrInvalidJob, j.payloadErr)
 	}
-	if j.Name == "" {
-		return store.JobInsertParams{}, fmt.Errorf("%w: a job needs a name", ErrInvalidJob)
+	if err := CheckName("Job.Name", j.Name); err != nil {
+		return store.JobInsertParams{}, fmt.Errorf("%w: %w", ErrInvalidJob, err)
+	}
+	queueLabel := "Job.Queue"
+	if j.Queue == "" {
+		queueLabel = "Defaults.Queue"
+	}
+	if err := CheckQueue(queueLabel, cmp.Or(j.Queue, c.defaults.Queue)); err != nil {
+		return store.JobInsertParams{}, fmt.Errorf("%w: job %q: %w", ErrInvalidJob, j.Name, err)
 	}
 	p := store.JobInsertParams{
 		Queue:       cmp.Or(j.Queue, c.defaults.Queue),
@@ -159,6 +173,10 @@ func (c *Client) params(j *Job) (store.JobInsertParams, error) {
 	}
 	if len(p.Payload) == 0 {
 		p.Payload = []byte(`{}`)
+	}
+	if limit := cmp.Or(c.defaults.MaxPayloadBytes, DefaultMaxPayloadBytes); len(p.Payload) > limit {
+		return p, fmt.Errorf("%w: job %q: payload is %d bytes, more than the %d allowed (Defaults.MaxPayloadBytes, queue.max_payload_bytes)",
+			ErrInvalidJob, j.Name, len(p.Payload), limit)
 	}
 	return p, nil
 }

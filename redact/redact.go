@@ -149,8 +149,25 @@ func isNameByte(c byte) bool {
 }
 
 // skipValue returns the index after the value starting at k: a quoted
-// string, or a run up to a separator.
+// string, a JSON object or array (to its matching bracket, or the end of
+// s), or a run up to a separator.
 func skipValue(s string, k int) int {
+	if k < len(s) && (s[k] == '{' || s[k] == '[') {
+		depth := 0
+		for ; k < len(s); k++ {
+			switch s[k] {
+			case '"':
+				k = skipValue(s, k) - 1
+			case '{', '[':
+				depth++
+			case '}', ']':
+				if depth--; depth == 0 {
+					return k + 1
+				}
+			}
+		}
+		return k
+	}
 	if k < len(s) && s[k] == '"' {
 		for k++; k < len(s); k++ {
 			if s[k] == '\\' {

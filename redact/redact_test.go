@@ -26,10 +26,13 @@ func TestText(t *testing.T) {
 	t.Parallel()
 	r := New(DefaultFragments)
 	cases := map[string]string{
-		`login failed: password=hunter2 user=ann`: `login failed: password=[redacted] user=ann`,
-		`bad input {"password": "hunter2"}`:       `bad input {"password": [redacted]}`,
-		`Authorization: Bearer hunter2, next`:     `Authorization: [redacted], next`,
-		`no secrets here`:                         `no secrets here`,
+		`login failed: password=hunter2 user=ann`:                               `login failed: password=[redacted] user=ann`,
+		`bad input {"password": "hunter2"}`:                                     `bad input {"password": [redacted]}`,
+		`Authorization: Bearer hunter2, next`:                                   `Authorization: [redacted], next`,
+		`no secrets here`:                                                       `no secrets here`,
+		`bad {"api_key": {"v": "hunter2", "w": ["}", "hunter2"]}, "to": "ann"}`: `bad {"api_key": [redacted], "to": "ann"}`,
+		`bad {"token": ["hunter2", {"a": "hunter2"}]}`:                          `bad {"token": [redacted]}`,
+		`cut short {"secret": {"a": "hunter2"`:                                  `cut short {"secret": [redacted]`,
 	}
 	for in, want := range cases {
 		if got := r.Text(in); got != want {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -31,7 +32,10 @@ type FailedJob struct {
 }
 
 // FailedFilter selects failed jobs: Search matches name, queue, payload or
-// error (case-insensitive substring); Queue matches exactly.
+// error (case-insensitive substring, taken literally: % and _ are not
+// wildcards); Queue matches exactly. The store matches the raw payload and
+// error, secrets included: fleet.Service, which shows failed jobs to
+// people, matches their redacted rendering instead.
 type FailedFilter struct {
 	Search string
 	Queue  string
@@ -44,14 +48,14 @@ const failedColumns = `id, job_id, queue, name, payload, attempts, max_tries, er
 // failedFilter is the filter shared by every failed-jobs statement: only
 // the filters set in f, so each combination is a statement of its own (see
 // filter). The search matches case-insensitively anywhere in the name,
-// queue, payload or error (its % and _ act as wildcards); no index serves
-// it, so a search reads rows until it has found a page of matches. The
-// queue matches exactly.
+// queue, payload or error, literally (its %, _ and \ are escaped); no index
+// serves it, so a search reads rows until it has found a page of matches.
+// The queue matches exactly.
 func failedFilter(f FailedFilter) *filter {
 	var w filter
 	if f.Search != "" {
 		w.add(`(name ILIKE '%' || $? || '%' OR queue ILIKE '%' || $? || '%'
-			OR payload::text ILIKE '%' || $? || '%' OR error ILIKE '%' || $? || '%')`, f.Search)
+			OR payload::text ILIKE '%' || $? || '%' OR error ILIKE '%' || $? || '%')`, likeEscaper.Replace(f.Search))
 	}
 	if f.Queue != "" {
 		// A range of one value, so that a generic plan, which guesses a
@@ -61,6 +65,10 @@ func failedFilter(f FailedFilter) *filter {
 	}
 	return &w
 }
+
+// likeEscaper makes a string match itself in LIKE, whose escape character
+// is the backslash.
+var likeEscaper = strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`)
 
 func scanFailed(rows pgx.Rows) ([]FailedJob, error) {
 	return pgx.CollectRows(rows, pgx.RowToStructByPos[FailedJob])
@@ -87,6 +95,17 @@ func (s *Store) FailedJobList(ctx context.Context, f FailedFilter) ([]FailedJob,
 		return nil, fmt.Errorf("list failed jobs: %w", err)
 	}
 	return jobs, nil
+}
+
+// FailedJobCount counts the failed jobs matching f (its Limit and Offset
+// aside).
+func (s *Store) FailedJobCount(ctx context.Context, f FailedFilter) (int, error) {
+	w := failedFilter(f)
+	var n int
+	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM queue_failed_jobs`+w.where(), w.args...).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count failed jobs: %w", err)
+	}
+	return n, nil
 }
 
 // FailedJobGet returns one failed job or ErrFailedJobNotFound.
@@ -165,6 +184,37 @@ func (s *Store) FailedJobRetryAll(ctx context.Context, f FailedFilter) (int, err
 	}
 	s.wakeRetried(ctx, jobs)
 	return len(jobs), nil
+}
+
+// FailedJobRetryMany retries the failed jobs with the given ids (those
+// that still exist) and returns how many it dispatched.
+func (s *Store) FailedJobRetryMany(ctx context.Context, ids []int64) (int, error) {
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	rows, err := s.pool.Query(ctx, `WITH picked AS (SELECT id FROM queue_failed_jobs WHERE id = ANY($1) FOR UPDATE)`+retrySQL, ids)
+	if err != nil {
+		return 0, fmt.Errorf("retry %d failed jobs: %w", len(ids), err)
+	}
+	jobs, err := pgx.CollectRows(rows, pgx.RowToStructByPos[retried])
+	if err != nil {
+		return 0, fmt.Errorf("retry %d failed jobs: %w", len(ids), err)
+	}
+	s.wakeRetried(ctx, jobs)
+	return len(jobs), nil
+}
+
+// FailedJobForgetMany deletes the failed jobs with the given ids and
+// returns how many it deleted.
+func (s *Store) FailedJobForgetMany(ctx context.Context, ids []int64) (int, error) {
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	tag, err := s.pool.Exec(ctx, `DELETE FROM queue_failed_jobs WHERE id = ANY($1)`, ids)
+	if err != nil {
+		return 0, fmt.Errorf("forget %d failed jobs: %w", len(ids), err)
+	}
+	return int(tag.RowsAffected()), nil
 }
 
 // FailedJobForget deletes a failed job, or returns ErrFailedJobNotFound.

@@ -1,0 +1,30 @@
+package cmd
+
+import (
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/fleet-go/fleet/queue"
+)
+
+// checkPage validates the --limit and --offset of a listing command, the
+// same way on every command: --limit at least 1, --offset at least 0.
+func checkPage(limit, offset int) error {
+	if limit < 1 {
+		return fmt.Errorf("--limit must be at least 1, got %d", limit)
+	}
+	if offset < 0 {
+		return fmt.Errorf("--offset must be at least 0, got %d", offset)
+	}
+	return nil
+}
+
+// checkQueueFilter validates a --queue that filters (empty: every queue)
+// once it is given: the same rules as a queue's name.
+func checkQueueFilter(c *cobra.Command, q string) error {
+	if !c.Flags().Changed("queue") {
+		return nil
+	}
+	return queue.CheckQueue("--queue", q)
+}

@@ -1,0 +1,193 @@
+package fleet
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/fleet-go/fleet/store"
+)
+
+// ErrJobNotFound is returned by Job for a job id that no table knows: not
+// queued, not failed, and no recorded attempt (or its history was
+// trimmed).
+var ErrJobNotFound = store.ErrJobNotFound
+
+// Job states in a JobStory.
+const (
+	JobPending   = "pending"   // ready, waiting for a worker
+	JobDelayed   = "delayed"   // available later: dispatched with a delay, or waiting out a retry's backoff
+	JobReserved  = "reserved"  // a worker holds it
+	JobCompleted = "completed" // its last attempt completed
+	JobFailed    = "failed"    // in queue_failed_jobs
+	JobRetried   = "retried"   // it failed and a retry of it is queued or failed now
+	JobGone      = "gone"      // its last attempt did not complete and it is neither queued nor failed any more (retried, forgotten or trimmed)
+)
+
+// JobStory is one job's whole story: its state now, every recorded
+// attempt, and its retry links. Payloads and error texts are redacted.
+type JobStory struct {
+	ID    int64  `json:"id"`
+	Queue string `json:"queue"`
+	Name  string `json:"name"`
+	// State is one of the Job* states.
+	State string `json:"state"`
+	// Payload is the job's payload, redacted; absent once the job is
+	// neither queued nor failed (the history keeps no payloads).
+	Payload json.RawMessage `json:"payload,omitempty"`
+	// Tries counts the attempts started, as the queue counts them;
+	// MaxTries is the most it gets (absent: its worker's default).
+	Tries     int        `json:"tries"`
+	MaxTries  *int       `json:"max_tries,omitempty"`
+	CreatedAt *time.Time `json:"created_at,omitempty"`
+	// AvailableAt is when a queued job is (or was) available.
+	AvailableAt *time.Time `json:"available_at,omitempty"`
+	// Reserved says who holds a reserved job, since when.
+	Reserved *JobReservation `json:"reserved,omitempty"`
+	// LastError is the error of a queued job's last failed attempt.
+	LastError string `json:"last_error,omitempty"`
+	// Failed is its row in queue_failed_jobs.
+	Failed *FailedRecord `json:"failed,omitempty"`
+	// RetryOf is the first job of the retry chain this job belongs to,
+	// when it is a retry (queue_jobs.retry_of / queue_failed_jobs.retry_of).
+	RetryOf *int64 `json:"retry_of,omitempty"`
+	// Retries are the later jobs of its retry chain that are queued or
+	// failed now. Links are known only while the jobs are in queue_jobs or
+	// queue_failed_jobs: the history does not record them.
+	Retries []JobLink `json:"retries"`
+	// Attempts are the recorded attempts, in order.
+	Attempts []JobAttempt `json:"attempts"`
+	// At is the database's clock when the story was read.
+	At time.Time `json:"at"`
+}
+
+// JobReservation is who holds a job.
+type JobReservation struct {
+	// Worker is the holding worker's name (host:pid:random).
+	Worker string `json:"worker"`
+	// MasterInstance is the member row the reservation hangs on
+	// (queue_jobs.reserved_master); Master is that member's name while
+	// its row exists, and MasterKind "master", or "worker" for a worker run
+	// without a master (the row is its own).
+	MasterInstance string     `json:"master_instance,omitempty"`
+	Master         string     `json:"master,omitempty"`
+	MasterKind     string     `json:"master_kind,omitempty"`
+	Since          *time.Time `json:"since,omitempty"`
+}
+
+// FailedRecord is a job's row in queue_failed_jobs.
+type FailedRecord struct {
+	ID       int64     `json:"id"`
+	Attempts int       `json:"attempts"`
+	MaxTries int       `json:"max_tries"`
+	FailedAt time.Time `json:"failed_at"`
+	Error    string    `json:"error"`
+}
+
+// JobLink names another job of a retry chain.
+type JobLink struct {
+	JobID int64 `json:"job_id"`
+	// FailedID is its failed-job id when State is failed.
+	FailedID *int64 `json:"failed_id,omitempty"`
+	State    string `json:"state"`
+}
+
+// JobAttempt is one recorded attempt (a row of the history, fleet_jobs).
+type JobAttempt struct {
+	Attempt int `json:"attempt"`
+	// Status is completed, failed, timed_out or lost.
+	Status         string     `json:"status"`
+	Worker         string     `json:"worker,omitempty"`
+	MasterInstance string     `json:"master_instance,omitempty"`
+	Master         string     `json:"master,omitempty"`
+	ReservedAt     *time.Time `json:"reserved_at,omitempty"`
+	StartedAt      time.Time  `json:"started_at"`
+	FinishedAt     time.Time  `json:"finished_at"`
+	RuntimeMs      float64    `json:"runtime_ms"`
+	Error          string     `json:"error,omitempty"`
+}
+
+// Job returns the story of the job with id jobID (ErrJobNotFound when no
+// table knows it).
+func (s *Service) Job(ctx context.Context, jobID int64) (JobStory, error) {
+	if jobID < 1 {
+		return JobStory{}, errors.New("a job id is a positive whole number")
+	}
+	return s.story(ctx, store.JobStoryParams{JobID: jobID})
+}
+
+// FailedJobStory returns the story of the job whose row in
+// queue_failed_jobs has id failedID (ErrFailedJobNotFound when there is
+// none).
+func (s *Service) FailedJobStory(ctx context.Context, failedID int64) (JobStory, error) {
+	if failedID < 1 {
+		return JobStory{}, errors.New("a failed job's id is a positive whole number")
+	}
+	return s.story(ctx, store.JobStoryParams{FailedID: failedID})
+}
+
+func (s *Service) story(ctx context.Context, p store.JobStoryParams) (JobStory, error) {
+	st, err := s.st.JobStoryGet(ctx, p)
+	if err != nil {
+		return JobStory{}, err
+	}
+	out := JobStory{ID: st.JobID, At: st.At, Retries: []JobLink{}, Attempts: make([]JobAttempt, 0, len(st.Attempts))}
+	for _, a := range st.Attempts {
+		out.Queue, out.Name = a.Queue, a.Name
+		out.Attempts = append(out.Attempts, JobAttempt{
+			Attempt: a.Attempt, Status: a.Status, Worker: deref(a.Worker),
+			MasterInstance: deref(a.Master), Master: deref(a.MasterName),
+			ReservedAt: a.ReservedAt, StartedAt: a.StartedAt, FinishedAt: a.FinishedAt,
+			RuntimeMs: a.RuntimeMs, Error: s.redactor.Text(deref(a.Error)),
+		})
+	}
+	switch {
+	case st.Queued != nil:
+		q := st.Queued
+		out.Queue, out.Name, out.State = q.Queue, q.Name, q.State
+		out.Payload = s.redactor.JSON(q.Payload)
+		out.Tries, out.MaxTries = q.Attempts, q.MaxTries
+		out.CreatedAt, out.AvailableAt = &q.CreatedAt, &q.AvailableAt
+		out.LastError = s.redactor.Text(deref(q.LastError))
+		out.RetryOf = q.RetryOf
+		if q.ReservedBy != nil {
+			out.Reserved = &JobReservation{
+				Worker: *q.ReservedBy, MasterInstance: deref(q.ReservedMaster),
+				Master: deref(q.MasterName), MasterKind: deref(q.MasterKind), Since: q.ReservedAt,
+			}
+		}
+	case st.Failed != nil:
+		f := st.Failed
+		out.Queue, out.Name, out.State = f.Queue, f.Name, JobFailed
+		out.Payload = s.redactor.JSON(f.Payload)
+		out.Tries, out.MaxTries = f.Attempts, &f.MaxTries
+		out.CreatedAt = &f.Created
+		out.RetryOf = f.RetryOf
+		out.Failed = &FailedRecord{ID: f.ID, Attempts: f.Attempts, MaxTries: f.MaxTries, FailedAt: f.FailedAt, Error: s.redactor.Text(f.Error)}
+	default:
+		last := st.Attempts[len(st.Attempts)-1]
+		out.Tries = last.Attempt
+		out.State = JobGone
+		if last.Status == "completed" {
+			out.State = JobCompleted
+		}
+	}
+	for _, l := range st.Chain {
+		if l.JobID > out.ID {
+			out.Retries = append(out.Retries, JobLink{JobID: l.JobID, FailedID: l.FailedID, State: l.State})
+		}
+	}
+	if out.State == JobGone && len(out.Retries) > 0 {
+		out.State = JobRetried
+	}
+	return out, nil
+}
+
+func deref[T any](p *T) T {
+	var zero T
+	if p == nil {
+		return zero
+	}
+	return *p
+}
