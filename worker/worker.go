@@ -322,6 +322,9 @@ type loopState struct {
 	// fencedSince is when the worker first found its master's row not
 	// live, in the current run of such answers (zero: not fenced).
 	fencedSince time.Time
+	// freed says a job finished while a claim's statement ran (see
+	// await): there is room to claim again.
+	freed bool
 }
 
 // held is how many jobs the worker holds and has not finished.
@@ -356,7 +359,8 @@ func (w *Worker) loop(ctx, jobBase context.Context) (Result, error) {
 		}
 		if needClaim && !s.stopping && !w.paused.Load() && w.roomToClaim(s) &&
 			w.writer.Unsaved() < w.cfg.MaxUnsaved {
-			needClaim = w.claim(ctx, jobBase, s, poll, probe)
+			s.freed = false
+			needClaim = w.claim(ctx, jobBase, s, poll, probe) || s.freed
 			probe = false
 			w.startBuffered(jobBase, s)
 		}
@@ -453,7 +457,9 @@ func (w *Worker) claim(ctx, jobBase context.Context, s *loopState, poll *time.Ti
 	claimCtx, cancel := context.WithTimeout(jobBase, 30*time.Second)
 	defer cancel()
 	if probe && !w.cfg.StopWhenEmpty {
-		next, err := w.st.JobNext(claimCtx, w.cfg.Queues, w.cfg.Master)
+		var next store.NextJob
+		var err error
+		w.await(s, func() { next, err = w.st.JobNext(claimCtx, w.cfg.Queues, w.cfg.Master) })
 		if err != nil {
 			w.log.Warn("looking for ready jobs failed; retrying at the next poll", "err", err)
 			return false
@@ -477,7 +483,11 @@ func (w *Worker) claim(ctx, jobBase context.Context, s *loopState, poll *time.Ti
 		if paused[q] {
 			continue
 		}
-		jobs, err := w.st.JobClaim(claimCtx, store.JobClaimParams{Queue: q, Limit: limit, Worker: w.cfg.Name, Master: w.cfg.Master})
+		var jobs []store.ClaimedJob
+		var err error
+		w.await(s, func() {
+			jobs, err = w.st.JobClaim(claimCtx, store.JobClaimParams{Queue: q, Limit: limit, Worker: w.cfg.Name, Master: w.cfg.Master})
+		})
 		if err != nil {
 			w.log.Warn("claim failed; retrying at the next poll", "queue", q, "err", err)
 			return false
@@ -504,12 +514,39 @@ func (w *Worker) claim(ctx, jobBase context.Context, s *loopState, poll *time.Ti
 		w.beginStop(s, spawner.ExitEmpty)
 		return false
 	}
-	if next, err := w.st.JobNext(claimCtx, w.cfg.Queues, w.cfg.Master); err == nil {
+	var next store.NextJob
+	var err error
+	w.await(s, func() { next, err = w.st.JobNext(claimCtx, w.cfg.Queues, w.cfg.Master) })
+	if err == nil {
 		if w.fenced(s, next.Live) && next.Any && next.In > 0 {
 			w.schedule(poll, next.In)
 		}
 	}
 	return false
+}
+
+// await runs one statement of a claim (fn) on its own goroutine and, until
+// it returns, finishes the jobs that end meanwhile: their outcomes go to
+// the writer, whose statements never wait on the claim's. A claim held up
+// (every claim reads the member row of its holder's master, so a lock on
+// fleet_masters holds it until the lock goes, or the database is slow)
+// thus never holds up the outcomes of jobs that ran. A job finished here
+// sets s.freed, for the claim that follows.
+func (w *Worker) await(s *loopState, fn func()) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		fn()
+	}()
+	for {
+		select {
+		case <-done:
+			return
+		case f := <-w.done:
+			w.finish(s, f)
+			s.freed = true
+		}
+	}
 }
 
 // fenced notes whether the worker's master row is live and reports it. A
