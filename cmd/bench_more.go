@@ -252,7 +252,7 @@ func (b *bench) backlog(ctx context.Context) error {
 	}
 	// A collector that reads the database at every scrape, served as
 	// "app fleet" serves it.
-	h := metrics.Handler(metrics.NewCollector(b.st, metrics.Options{CacheTTL: time.Nanosecond, Logger: b.log}))
+	h := metrics.Handler(metrics.NewCollector(b.st.Pool(), metrics.Options{CacheTTL: time.Nanosecond, Logger: b.log}))
 	if res.ScrapeMs, err = timeN(ctx, benchProbeSamples, func(ctx context.Context) error {
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, httptest.NewRequestWithContext(ctx, http.MethodGet, "/metrics", nil))

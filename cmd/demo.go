@@ -32,7 +32,8 @@ func (r *runner) demoCommand() *cobra.Command {
 		Short: "Run a demo: dispatch demo jobs and work them (starts a private PostgreSQL when none is configured)",
 		Long: "With no database configured the demo starts a private PostgreSQL under .fleet/ in the " +
 			"working directory (kept between runs, stopped on exit). It migrates, dispatches a mix of " +
-			"demo jobs and runs a worker until they are done, printing what happened.",
+			"demo jobs and runs the real fleet master (two supervisors with their fleet:work processes) " +
+			"until they are done, printing progress and what happened.",
 		Args: cobra.NoArgs,
 		RunE: r.demo,
 	}

@@ -2,6 +2,7 @@ package cmd
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -175,12 +176,12 @@ func (r *runner) runMaster(ctx context.Context, c *cobra.Command, cfg *config.Co
 		return err
 	}
 	if addr := cfg.Fleet.HTTP.Addr; addr != "" {
-		stopHTTP, err := serveHTTP(ctx, addr, metrics.NewCollector(st, metrics.Options{Beat: m.Membership(), Logger: settings.Logger}), settings.Logger)
+		stopHTTP, err := serveHTTP(ctx, addr, metrics.NewCollector(st.Pool(), metrics.Options{Beat: m.Membership(), Logger: settings.Logger}), m.Readiness, settings.Logger)
 		if err != nil {
 			return err
 		}
 		defer stopHTTP()
-		fmt.Fprintf(c.OutOrStdout(), "serving /metrics on http://%s/metrics\n", addr)
+		fmt.Fprintf(c.OutOrStdout(), "serving /metrics, /healthz and /readyz on http://%s\n", addr)
 	}
 	fmt.Fprintf(c.OutOrStdout(), "fleet master %s running supervisors %s\n", m.Name(), describeSupervisors(sups))
 	sum, err := m.Run(ctx)
@@ -192,14 +193,12 @@ func (r *runner) runMaster(ctx context.Context, c *cobra.Command, cfg *config.Co
 // serveHTTP serves the master's HTTP endpoints on addr until the returned
 // stop function is called. A port that cannot be bound is a boot error
 // naming fleet.http.addr.
-func serveHTTP(ctx context.Context, addr string, col *metrics.Collector, log *slog.Logger) (stop func(), err error) {
+func serveHTTP(ctx context.Context, addr string, col *metrics.Collector, ready func() master.Readiness, log *slog.Logger) (stop func(), err error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("fleet.http.addr %s: %w (set another address, or an empty one to turn the listener off)", addr, err)
 	}
-	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", metrics.Handler(col))
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, BaseContext: func(net.Listener) context.Context { return ctx }}
+	srv := &http.Server{Handler: httpMux(col, ready), ReadHeaderTimeout: 5 * time.Second, BaseContext: func(net.Listener) context.Context { return ctx }}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -213,6 +212,37 @@ func serveHTTP(ctx context.Context, addr string, col *metrics.Collector, log *sl
 		_ = srv.Shutdown(sctx)
 		<-done
 	}, nil
+}
+
+// httpMux routes the master's endpoints: /metrics, /healthz (the process
+// answers) and /readyz (ready says so).
+func httpMux(col *metrics.Collector, ready func() master.Readiness) *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", metrics.Handler(col))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		writeProbe(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		r := ready()
+		code := http.StatusOK
+		if !r.Ready {
+			code = http.StatusServiceUnavailable
+		}
+		writeProbe(w, code, r)
+	})
+	return mux
+}
+
+// writeProbe writes a probe's answer as one line of JSON, never cached.
+func writeProbe(w http.ResponseWriter, code int, body any) {
+	b, err := json.Marshal(body)
+	if err != nil {
+		code, b = http.StatusInternalServerError, []byte(`{"error":"encode the answer"}`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(code)
+	_, _ = w.Write(append(b, '\n'))
 }
 
 // longWaitListeners combines the app's listener and the configured webhook

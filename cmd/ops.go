@@ -139,7 +139,7 @@ func supervisorsSummary(raw json.RawMessage) string {
 }
 
 func (r *runner) failedCommand() *cobra.Command {
-	var f store.FailedFilter
+	var f fleet.FailedFilter
 	var asJSON bool
 	c := &cobra.Command{
 		Use:   "fleet:failed [--search S] [--queue Q]",
@@ -159,7 +159,7 @@ func (r *runner) failedCommand() *cobra.Command {
 				}
 				if asJSON {
 					if jobs == nil {
-						jobs = []store.FailedJob{}
+						jobs = []fleet.FailedJob{}
 					}
 					return printJSON(c.OutOrStdout(), jobs)
 				}
@@ -230,7 +230,7 @@ type failedAction struct {
 	// name is the action in a question or a dry run: "retry", "forget".
 	name string
 	// all acts on every match and returns how many.
-	all func(*fleet.Service, context.Context, store.FailedFilter) (int, error)
+	all func(*fleet.Service, context.Context, fleet.FailedFilter) (int, error)
 	// one acts on a single job and returns its result for --json and a
 	// line for people.
 	one func(context.Context, *fleet.Service, int64) (any, string, error)
@@ -238,7 +238,7 @@ type failedAction struct {
 
 // describeFilter renders --search/--queue for a question: ` in queue
 // "mail" matching "ann"`.
-func describeFilter(f store.FailedFilter) string {
+func describeFilter(f fleet.FailedFilter) string {
 	var s string
 	if f.Queue != "" {
 		s += fmt.Sprintf(" in queue %q", f.Queue)
@@ -253,7 +253,7 @@ func describeFilter(f store.FailedFilter) string {
 // --all asks for confirmation on a terminal and needs --yes otherwise;
 // --dry-run lists what it would touch and touches nothing.
 func (r *runner) failedActionCommand(a failedAction) *cobra.Command {
-	var f store.FailedFilter
+	var f fleet.FailedFilter
 	var all, asJSON, yes, dryRun bool
 	c := &cobra.Command{
 		Use:   a.use,
@@ -324,14 +324,14 @@ func (r *runner) failedActionCommand(a failedAction) *cobra.Command {
 
 // dryRunFailed lists the failed jobs an action would touch: the one with
 // id, or (id 0) every match of f.
-func dryRunFailed(ctx context.Context, out io.Writer, svc *fleet.Service, action string, id int64, f store.FailedFilter, asJSON bool) error {
-	var jobs []store.FailedJob
+func dryRunFailed(ctx context.Context, out io.Writer, svc *fleet.Service, action string, id int64, f fleet.FailedFilter, asJSON bool) error {
+	var jobs []fleet.FailedJob
 	if id != 0 {
 		j, err := svc.FailedJob(ctx, id)
 		if err != nil {
 			return notFound(id, err)
 		}
-		jobs = []store.FailedJob{j}
+		jobs = []fleet.FailedJob{j}
 	} else {
 		var err error
 		if jobs, err = svc.FailedJobs(ctx, f); err != nil {
@@ -340,7 +340,7 @@ func dryRunFailed(ctx context.Context, out io.Writer, svc *fleet.Service, action
 	}
 	if asJSON {
 		if jobs == nil {
-			jobs = []store.FailedJob{}
+			jobs = []fleet.FailedJob{}
 		}
 		return printJSON(out, map[string]any{"dry_run": true, "would_" + action: len(jobs), "jobs": jobs})
 	}
@@ -413,7 +413,7 @@ func (r *runner) jobsCommand() *cobra.Command {
 					}
 					if asJSON {
 						if jobs == nil {
-							jobs = []store.QueuedJob{}
+							jobs = []fleet.QueuedJob{}
 						}
 						return printJSON(out, jobs)
 					}
@@ -430,7 +430,7 @@ func (r *runner) jobsCommand() *cobra.Command {
 				}
 				if asJSON {
 					if jobs == nil {
-						jobs = []store.FinishedJob{}
+						jobs = []fleet.FinishedJob{}
 					}
 					return printJSON(out, jobs)
 				}
@@ -478,7 +478,7 @@ func (r *runner) metricsCommand() *cobra.Command {
 				}
 				if asJSON {
 					if kept == nil {
-						kept = []store.MetricsRow{}
+						kept = []fleet.MetricsRow{}
 					}
 					return printJSON(c.OutOrStdout(), kept)
 				}

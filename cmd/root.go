@@ -37,6 +37,13 @@ type App struct {
 	Environ []string
 	// Dir is the working directory; default the process's own.
 	Dir string
+	// Commands returns the application's own subcommands, added beside
+	// fleet's (migrate, dispatch, fleet, ...). It is called once per
+	// Execute, so each run gets fresh commands and flags. A command whose
+	// name or alias is one of fleet's is refused. The commands inherit the
+	// persistent --config flag and ExecuteContext's context
+	// (cmd.Context()); their output goes to Stdout and Stderr.
+	Commands func() []*cobra.Command
 	// OnLongWait receives the long-wait alerts the fleet master raises
 	// ([fleet.long_wait]); nil: alerts are only logged (and posted to
 	// fleet.long_wait_webhook when set).
@@ -86,6 +93,10 @@ func ExecuteContext(ctx context.Context, app App) int {
 	}
 	r := &runner{app: app, version: version}
 	root := r.rootCommand()
+	if err := addAppCommands(root, app.Commands); err != nil {
+		fmt.Fprintf(app.Stderr, "error: %s\n", oneLine(err.Error()))
+		return 1
+	}
 	root.SetArgs(app.Args)
 	root.SetOut(app.Stdout)
 	root.SetErr(app.Stderr)
@@ -99,6 +110,34 @@ func ExecuteContext(ctx context.Context, app App) int {
 		return ee.code
 	}
 	return 1
+}
+
+// addAppCommands adds the app's own commands to root, refusing one that
+// would shadow a command of fleet's (or of another of the app's).
+func addAppCommands(root *cobra.Command, commands func() []*cobra.Command) error {
+	if commands == nil {
+		return nil
+	}
+	taken := map[string]bool{"help": true, "completion": true}
+	for _, c := range root.Commands() {
+		taken[c.Name()] = true
+		for _, a := range c.Aliases {
+			taken[a] = true
+		}
+	}
+	for _, c := range commands() {
+		if c == nil {
+			continue
+		}
+		for _, name := range append([]string{c.Name()}, c.Aliases...) {
+			if taken[name] {
+				return fmt.Errorf("cmd.App.Commands: command %q is already taken by fleet or another app command", name)
+			}
+			taken[name] = true
+		}
+		root.AddCommand(c)
+	}
+	return nil
 }
 
 func oneLine(s string) string {

@@ -24,10 +24,6 @@ import (
 	"github.com/fleet-go/fleet/store"
 )
 
-// ErrFailedJobNotFound is returned by Retry, Forget and FailedJob for an id
-// that does not exist (any more).
-var ErrFailedJobNotFound = store.ErrFailedJobNotFound
-
 // Options configure a Service.
 type Options struct {
 	// LongWait maps a queue to the wait in seconds that counts as long (0:
@@ -210,7 +206,7 @@ type MastersView struct {
 
 // Masters returns the live masters (online or draining) sorted by name,
 // with the database time the view was read at; with all, the recently gone
-// (offline, up to store.MemberGoneRetention after their last beat) too.
+// (offline, for 10 minutes after their last beat) too.
 func (s *Service) Masters(ctx context.Context, all bool) (MastersView, error) {
 	v, err := s.st.MemberView(ctx)
 	if err != nil {
@@ -250,8 +246,7 @@ type QueueWorkload struct {
 	// been available without a worker taking it.
 	OldestWaitSecs float64 `json:"oldest_wait_secs"`
 	// AvgRuntimeMs is the average runtime over the last 5 complete
-	// minutes, from the per-minute metrics snapshots (see
-	// store.QueueLoad).
+	// minutes, from the per-minute metrics snapshots.
 	AvgRuntimeMs float64 `json:"avg_runtime_ms"`
 	// WorkloadSecs is (pending + reserved) × average runtime (1 s per job
 	// when nothing ran lately): the work waiting, in seconds.
@@ -311,7 +306,7 @@ func (s *Service) LongWaits(ctx context.Context) ([]LongWaitDetected, error) {
 // CheckLongWaits reads the oldest ready job of every queue that has a
 // threshold (one index lookup each) and returns those that waited at least
 // as long. The master's alerts and Service.LongWaits both use it.
-func CheckLongWaits(ctx context.Context, st *store.Store, thresholds map[string]int) ([]LongWaitDetected, error) {
+func CheckLongWaits(ctx context.Context, st OldestWaits, thresholds map[string]int) ([]LongWaitDetected, error) {
 	if len(thresholds) == 0 {
 		return nil, nil
 	}
@@ -336,18 +331,12 @@ func LongWaits(waits map[string]float64, thresholds map[string]int) []LongWaitDe
 	return out
 }
 
-// FailedFilter selects failed jobs. Search matches the name, queue, error
-// or payload as people are shown them, case-insensitively and literally: a
-// value redacted in the output (log.redact) never matches, in the payload
-// or in the error. Limit 0 is no limit.
-type FailedFilter = store.FailedFilter
-
 // FailedJobs lists failed jobs, newest first, payloads redacted.
-func (s *Service) FailedJobs(ctx context.Context, f FailedFilter) ([]store.FailedJob, error) {
+func (s *Service) FailedJobs(ctx context.Context, f FailedFilter) ([]FailedJob, error) {
 	var jobs []store.FailedJob
 	if f.Search == "" {
 		var err error
-		if jobs, err = s.st.FailedJobList(ctx, f); err != nil {
+		if jobs, err = s.st.FailedJobList(ctx, f.store()); err != nil {
 			return nil, err
 		}
 	} else {
@@ -367,14 +356,14 @@ func (s *Service) FailedJobs(ctx context.Context, f FailedFilter) ([]store.Faile
 	for i := range jobs {
 		s.redactFailed(&jobs[i])
 	}
-	return jobs, nil
+	return convert(jobs, func(j store.FailedJob) FailedJob { return FailedJob(j) }), nil
 }
 
 // FailedCount counts the failed jobs matching f (its Limit and Offset
 // aside): what RetryAll or ForgetAll would touch now.
 func (s *Service) FailedCount(ctx context.Context, f FailedFilter) (int, error) {
 	if f.Search == "" {
-		return s.st.FailedJobCount(ctx, f)
+		return s.st.FailedJobCount(ctx, f.store())
 	}
 	ids, err := s.searchedIDs(ctx, f)
 	return len(ids), err
@@ -382,13 +371,13 @@ func (s *Service) FailedCount(ctx context.Context, f FailedFilter) (int, error) 
 
 // FailedJob returns one failed job, payload redacted, or
 // ErrFailedJobNotFound.
-func (s *Service) FailedJob(ctx context.Context, id int64) (store.FailedJob, error) {
+func (s *Service) FailedJob(ctx context.Context, id int64) (FailedJob, error) {
 	j, err := s.st.FailedJobGet(ctx, id)
 	if err != nil {
-		return j, err
+		return FailedJob{}, lookup(err)
 	}
 	s.redactFailed(&j)
-	return j, nil
+	return FailedJob(j), nil
 }
 
 func (s *Service) redactFailed(j *store.FailedJob) {
@@ -399,13 +388,14 @@ func (s *Service) redactFailed(j *store.FailedJob) {
 // Retry dispatches a failed job again with fresh attempts, linked to the
 // original, and returns the new job's id (ErrFailedJobNotFound when gone).
 func (s *Service) Retry(ctx context.Context, id int64) (int64, error) {
-	return s.st.FailedJobRetry(ctx, id)
+	newID, err := s.st.FailedJobRetry(ctx, id)
+	return newID, lookup(err)
 }
 
 // RetryAll retries every failed job matching f and returns how many.
 func (s *Service) RetryAll(ctx context.Context, f FailedFilter) (int, error) {
 	if f.Search == "" {
-		return s.st.FailedJobRetryAll(ctx, f)
+		return s.st.FailedJobRetryAll(ctx, f.store())
 	}
 	ids, err := s.searchedIDs(ctx, f)
 	if err != nil {
@@ -416,13 +406,13 @@ func (s *Service) RetryAll(ctx context.Context, f FailedFilter) (int, error) {
 
 // Forget deletes a failed job (ErrFailedJobNotFound when gone).
 func (s *Service) Forget(ctx context.Context, id int64) error {
-	return s.st.FailedJobForget(ctx, id)
+	return lookup(s.st.FailedJobForget(ctx, id))
 }
 
 // ForgetAll deletes every failed job matching f and returns how many.
 func (s *Service) ForgetAll(ctx context.Context, f FailedFilter) (int, error) {
 	if f.Search == "" {
-		return s.st.FailedJobForgetAll(ctx, f)
+		return s.st.FailedJobForgetAll(ctx, f.store())
 	}
 	ids, err := s.searchedIDs(ctx, f)
 	if err != nil {
@@ -444,7 +434,7 @@ func (p Page) params() store.JobListParams {
 
 // PendingJobs lists jobs not finished yet (pending, delayed or reserved),
 // oldest first, payloads redacted.
-func (s *Service) PendingJobs(ctx context.Context, p Page) ([]store.QueuedJob, error) {
+func (s *Service) PendingJobs(ctx context.Context, p Page) ([]QueuedJob, error) {
 	jobs, err := s.st.JobList(ctx, p.params())
 	if err != nil {
 		return nil, err
@@ -456,17 +446,21 @@ func (s *Service) PendingJobs(ctx context.Context, p Page) ([]store.QueuedJob, e
 			jobs[i].LastError = &e
 		}
 	}
-	return jobs, nil
+	return convert(jobs, func(j store.QueuedJob) QueuedJob { return QueuedJob(j) }), nil
 }
 
 // CompletedJobs lists completed attempts from the job history, newest
 // first.
-func (s *Service) CompletedJobs(ctx context.Context, p Page) ([]store.FinishedJob, error) {
-	return s.st.JobHistoryList(ctx, "completed", p.params())
+func (s *Service) CompletedJobs(ctx context.Context, p Page) ([]FinishedJob, error) {
+	jobs, err := s.st.JobHistoryList(ctx, "completed", p.params())
+	if err != nil {
+		return nil, err
+	}
+	return convert(jobs, func(j store.FinishedJob) FinishedJob { return FinishedJob(j) }), nil
 }
 
 // JobHistory lists every recorded attempt of one job, newest first.
-func (s *Service) JobHistory(ctx context.Context, jobID int64) ([]store.FinishedJob, error) {
+func (s *Service) JobHistory(ctx context.Context, jobID int64) ([]FinishedJob, error) {
 	jobs, err := s.st.JobHistoryGet(ctx, jobID)
 	if err != nil {
 		return nil, err
@@ -477,7 +471,7 @@ func (s *Service) JobHistory(ctx context.Context, jobID int64) ([]store.Finished
 			jobs[i].Error = &e
 		}
 	}
-	return jobs, nil
+	return convert(jobs, func(j store.FinishedJob) FinishedJob { return FinishedJob(j) }), nil
 }
 
 // Period is the span Metrics covers.
@@ -515,10 +509,14 @@ func (p Period) span() (time.Duration, time.Duration) {
 
 // Metrics returns the snapshots of the last hour (per minute), day (per 15
 // minutes) or week (per hour), per queue and per job name.
-func (s *Service) Metrics(ctx context.Context, period Period) ([]store.MetricsRow, error) {
+func (s *Service) Metrics(ctx context.Context, period Period) ([]MetricsRow, error) {
 	if _, err := ParsePeriod(string(period)); err != nil {
 		return nil, err
 	}
 	back, bucket := period.span()
-	return s.st.MetricsList(ctx, time.Now().Add(-back), bucket)
+	rows, err := s.st.MetricsList(ctx, time.Now().Add(-back), bucket)
+	if err != nil {
+		return nil, err
+	}
+	return convert(rows, func(r store.MetricsRow) MetricsRow { return MetricsRow(r) }), nil
 }

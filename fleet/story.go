@@ -9,11 +9,6 @@ import (
 	"github.com/fleet-go/fleet/store"
 )
 
-// ErrJobNotFound is returned by Job for a job id that no table knows: not
-// queued, not failed, and no recorded attempt (or its history was
-// trimmed).
-var ErrJobNotFound = store.ErrJobNotFound
-
 // Job states in a JobStory.
 const (
 	JobPending   = "pending"   // ready, waiting for a worker
@@ -130,7 +125,7 @@ func (s *Service) FailedJobStory(ctx context.Context, failedID int64) (JobStory,
 func (s *Service) story(ctx context.Context, p store.JobStoryParams) (JobStory, error) {
 	st, err := s.st.JobStoryGet(ctx, p)
 	if err != nil {
-		return JobStory{}, err
+		return JobStory{}, lookup(err)
 	}
 	out := JobStory{ID: st.JobID, At: st.At, Retries: []JobLink{}, Attempts: make([]JobAttempt, 0, len(st.Attempts))}
 	for _, a := range st.Attempts {

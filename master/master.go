@@ -218,12 +218,13 @@ type Master struct {
 	stateCh    chan stateSnap
 	workloadCh chan map[string]balancer.QueueWorkload
 	killCh     chan []string
-	releaseCh  chan releaseReq
+	releaseCh  chan *releaseReq
 
 	alerts chan fleet.LongWaitDetected
 
 	// Owned by housekeeping.
-	lastSweep time.Time
+	lastSweep       time.Time
+	pendingReleases []*releaseReq
 
 	// Owned by the duties goroutine.
 	dutyMemo *dutyMemo
@@ -336,7 +337,7 @@ func (m *Master) Run(ctx context.Context) (Summary, error) {
 	m.stateCh = make(chan stateSnap, 1)
 	m.workloadCh = make(chan map[string]balancer.QueueWorkload, 1)
 	m.killCh = make(chan []string, 1)
-	m.releaseCh = make(chan releaseReq, 1024)
+	m.releaseCh = make(chan *releaseReq, 1024)
 
 	// Services after membership, in the documented order; stopped in
 	// reverse by the deferred calls.
@@ -489,7 +490,8 @@ func (m *Master) stateNow() string {
 		return "draining"
 	}
 	if !m.running {
-		all := true
+		// Before the first allocation nothing is owed yet: still starting.
+		all := !m.lastBal.IsZero()
 		for _, s := range m.sups {
 			for _, g := range s.groups {
 				if m.alive(s, g.Key) < s.alloc[g.Key] {
@@ -677,9 +679,10 @@ func (m *Master) applyState(snap stateSnap) (terminate bool) {
 
 // releaseReq asks housekeeping to release what an exited worker held.
 type releaseReq struct {
-	worker string
-	tries  int
-	reason string
+	worker   string
+	tries    int
+	reason   string
+	failures int
 }
 
 // housekeep is the housekeeping service's tick: it releases the jobs of
@@ -704,23 +707,35 @@ func (m *Master) housekeep(ctx context.Context) {
 }
 
 // drainReleases releases the jobs of every exited worker queued so far.
+// A release that fails (the database away, or read-only) is kept and tried
+// again at the next tick: nobody else would release them, since this
+// master's row lives on.
 func (m *Master) drainReleases(ctx context.Context) {
 	for {
-		var r releaseReq
 		select {
-		case r = <-m.releaseCh:
+		case r := <-m.releaseCh:
+			m.pendingReleases = append(m.pendingReleases, r)
+			continue
 		default:
-			return
 		}
+		break
+	}
+	kept := m.pendingReleases[:0]
+	for _, r := range m.pendingReleases {
 		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		lost, err := m.st.JobReleaseWorker(rctx, r.worker, r.tries, r.reason)
 		cancel()
-		if err != nil {
-			m.log.Error("release the jobs of an exited worker failed; they will be released when this master's row expires", "worker", r.worker, "err", err)
-		} else if lost.Released+lost.Failed > 0 {
+		switch {
+		case err != nil:
+			kept = append(kept, r)
+			if r.failures++; r.failures == 1 {
+				m.log.Warn("release the jobs of an exited worker failed; retrying every tick", "worker", r.worker, "err", err)
+			}
+		case lost.Released+lost.Failed > 0:
 			m.log.Warn("released the jobs of a lost worker", "worker", r.worker, "released", lost.Released, "failed", lost.Failed)
 		}
 	}
+	m.pendingReleases = kept
 }
 
 // sweepEvery is how often a master runs the full sweep for jobs whose
@@ -1046,7 +1061,7 @@ func (m *Master) handle(ev spawner.Event) {
 	lived := m.set.Now().Sub(p.started)
 	// Whatever the worker still held is released by housekeeping, soon;
 	// its attempt counts. The row keeps beating until that is done.
-	m.releaseCh <- releaseReq{worker: spec.Worker, tries: cmp.Or(spec.Tries, m.set.DefaultTries), reason: string(exit.Reason)}
+	m.releaseCh <- &releaseReq{worker: spec.Worker, tries: cmp.Or(spec.Tries, m.set.DefaultTries), reason: string(exit.Reason)}
 	switch {
 	case exit.Reason.Recycled():
 		m.summary.Recycled++
@@ -1055,7 +1070,7 @@ func (m *Master) handle(ev spawner.Event) {
 	case exit.Reason == spawner.ExitCrash || exit.Reason == spawner.ExitError:
 		m.summary.Crashed++
 		if !m.stopping {
-			m.failed(p.sup, p.group, lived, fmt.Sprintf("exited with status %d", exit.Code), exit.Err)
+			m.failed(p.sup, p.group, lived, exit.Describe(), exit.Err)
 		}
 	case exit.Reason == spawner.ExitFenced:
 		p.sup.restarts[p.group].ok()

@@ -1,6 +1,6 @@
 // Package metrics exposes fleet's state to Prometheus. A Collector reads the
 // queues, masters, processes, pause switches, counters and recent runtimes
-// from PostgreSQL when scraped, in one statement (store.ScrapeRead), cached
+// from PostgreSQL when scraped, in one statement, cached
 // for a few seconds so that however many scrapers ask, the database answers
 // once per CacheTTL. Handler serves it with the Go and process metrics.
 //
@@ -34,6 +34,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -117,10 +118,11 @@ type Collector struct {
 	failing bool   // the last read failed: the streak is logged already
 }
 
-// NewCollector returns a Collector reading through st.
-func NewCollector(st *store.Store, opts Options) *Collector {
+// NewCollector returns a Collector reading from pool (open it with
+// jit=off, as fleet's own pools are).
+func NewCollector(pool *pgxpool.Pool, opts Options) *Collector {
 	c := &Collector{
-		read: st.ScrapeRead,
+		read: store.New(pool).ScrapeRead,
 		ttl:  opts.CacheTTL,
 		now:  opts.Now,
 		log:  opts.Logger,

@@ -114,7 +114,7 @@ func (fakeBeat) Duplicates() uint64     { return 1 }
 func TestCollectorFamilies(t *testing.T) {
 	pool := pgtest.Pool(t)
 	seed(t, pool)
-	c := NewCollector(store.New(pool), Options{Beat: fakeBeat{}})
+	c := NewCollector(pool, Options{Beat: fakeBeat{}})
 	reg := prometheus.NewPedanticRegistry() // checks Describe against Collect
 	reg.MustRegister(c)
 
@@ -229,7 +229,7 @@ func TestCollectorCache(t *testing.T) {
 	pool := pgtest.Pool(t)
 	seed(t, pool)
 	clk := &clock{now: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}
-	c := NewCollector(store.New(pool), Options{CacheTTL: 5 * time.Second, Now: clk.Now})
+	c := NewCollector(pool, Options{CacheTTL: 5 * time.Second, Now: clk.Now})
 	reads := countReads(c)
 	mailPending := func() float64 {
 		t.Helper()
@@ -297,7 +297,7 @@ func TestCollectorCache(t *testing.T) {
 func TestHandler(t *testing.T) {
 	pool := pgtest.Pool(t)
 	seed(t, pool)
-	h := Handler(NewCollector(store.New(pool), Options{}))
+	h := Handler(NewCollector(pool, Options{}))
 
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
@@ -324,7 +324,7 @@ func TestCollectorReadError(t *testing.T) {
 	pool.Close() // every read fails
 	var logs bytes.Buffer
 	clk := &clock{now: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}
-	c := NewCollector(store.New(pool), Options{
+	c := NewCollector(pool, Options{
 		Now:    clk.Now,
 		Logger: slog.New(slog.NewTextHandler(&logs, nil)),
 	})
@@ -357,7 +357,7 @@ fleet_scrape_errors_total ` + strconv.Itoa(errors) + "\n"
 	}
 
 	// The beat metrics come from the process and survive a failed read.
-	b := NewCollector(store.New(pool), Options{Beat: fakeBeat{}, Logger: slog.New(slog.DiscardHandler)})
+	b := NewCollector(pool, Options{Beat: fakeBeat{}, Logger: slog.New(slog.DiscardHandler)})
 	if n := testutil.CollectAndCount(b); n != 5 {
 		t.Errorf("failed read with Beat: %d metrics, want 5 (scrape errors and four beat metrics)", n)
 	}

@@ -3,6 +3,7 @@ package queue
 import (
 	"cmp"
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"time"
@@ -97,19 +98,65 @@ func (c *Client) DispatchManyTx(ctx context.Context, tx pgx.Tx, jobs []*Job) ([]
 	return ids, nil
 }
 
-// insert inserts jobs on tx, or through the shared inserter when tx is
-// nil, and returns their ids and the queues of those available at once.
-func (c *Client) insert(ctx context.Context, tx pgx.Tx, jobs []*Job) ([]int64, []string, error) {
+// DispatchSQLTx is DispatchTx for a database/sql transaction: the job
+// exists only if tx commits, and idle workers of its queue are notified
+// inside tx, so they wake as it commits (and never for a rollback). tx
+// must come from the pgx stdlib driver (import
+// github.com/jackc/pgx/v5/stdlib and sql.Open("pgx", url), or
+// stdlib.OpenDBFromPool); with another driver the insert fails with that
+// driver's error about array arguments. The Client's own pool is not used.
+func (c *Client) DispatchSQLTx(ctx context.Context, tx *sql.Tx, job *Job) (int64, error) {
+	ids, err := c.DispatchManySQLTx(ctx, tx, []*Job{job})
+	if err != nil {
+		return 0, err
+	}
+	return ids[0], nil
+}
+
+// DispatchManySQLTx is DispatchManyTx for a database/sql transaction (see
+// DispatchSQLTx): all the jobs in one statement, inside tx.
+func (c *Client) DispatchManySQLTx(ctx context.Context, tx *sql.Tx, jobs []*Job) ([]int64, error) {
+	if tx == nil {
+		return nil, errors.New("dispatch: nil *sql.Tx")
+	}
+	params, err := c.paramsOf(jobs)
+	if err != nil {
+		return nil, err
+	}
+	ids, err := store.JobInsertManySQL(ctx, tx, params)
+	if err != nil {
+		return nil, fmt.Errorf("dispatch: %w", err)
+	}
+	for i, j := range jobs {
+		j.ID = ids[i]
+	}
+	if err := store.QueueNotifySQLTx(ctx, tx, readyQueues(params)); err != nil {
+		return nil, fmt.Errorf("dispatch: %w", err)
+	}
+	return ids, nil
+}
+
+// paramsOf checks jobs and turns them into insert parameters.
+func (c *Client) paramsOf(jobs []*Job) ([]store.JobInsertParams, error) {
 	params := make([]store.JobInsertParams, len(jobs))
 	for i, j := range jobs {
 		p, err := c.params(j)
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		params[i] = p
 	}
+	return params, nil
+}
+
+// insert inserts jobs on tx, or through the shared inserter when tx is
+// nil, and returns their ids and the queues of those available at once.
+func (c *Client) insert(ctx context.Context, tx pgx.Tx, jobs []*Job) ([]int64, []string, error) {
+	params, err := c.paramsOf(jobs)
+	if err != nil {
+		return nil, nil, err
+	}
 	var ids []int64
-	var err error
 	if tx != nil {
 		ids, err = c.store.JobInsertMany(ctx, tx, params)
 	} else {

@@ -349,7 +349,7 @@ func (p *process) wait() {
 	p.mu.Lock()
 	reported := p.reported
 	p.mu.Unlock()
-	p.queue.push(Event{Process: p, Exit: &Exit{Reason: ExitFor(reported, code), Code: code, Err: waitErr}})
+	p.queue.push(Event{Process: p, Exit: &Exit{Reason: ExitFor(reported, code), Code: code, Signal: killedBy(p.cmd.ProcessState), Err: waitErr}})
 }
 
 // stdoutLine handles one line of the worker's stdout: a report, or output.

@@ -468,8 +468,27 @@ func TestProcessKill(t *testing.T) {
 	if err := c.p.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	if exit, _ := c.waitExit(); exit != (Exit{Reason: ExitCrash, Code: -1}) {
-		t.Fatalf("exit = %+v, want crash with code -1", exit)
+	exit, _ := c.waitExit()
+	if exit != (Exit{Reason: ExitCrash, Code: -1, Signal: "SIGKILL"}) {
+		t.Fatalf("exit = %+v, want crash with code -1 by SIGKILL", exit)
+	}
+	if got := exit.Describe(); got != "killed by signal SIGKILL" {
+		t.Fatalf("Describe = %q", got)
+	}
+}
+
+func TestExitDescribe(t *testing.T) {
+	for _, tc := range []struct {
+		exit Exit
+		want string
+	}{
+		{Exit{Code: 2}, "exited with status 2"},
+		{Exit{Code: 0}, "exited with status 0"},
+		{Exit{Code: -1, Signal: "SIGSEGV"}, "killed by signal SIGSEGV"},
+	} {
+		if got := tc.exit.Describe(); got != tc.want {
+			t.Errorf("%+v.Describe() = %q, want %q", tc.exit, got, tc.want)
+		}
 	}
 }
 

@@ -2,6 +2,7 @@ package spawner
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"time"
 )
@@ -84,8 +85,20 @@ type Exit struct {
 	Reason ExitReason
 	// Code is the exit status (-1 when killed by a signal).
 	Code int
+	// Signal names the signal that killed the process, such as "SIGKILL"
+	// (empty when it exited on its own, or outside Unix).
+	Signal string
 	// Err says what went wrong when the process could not be waited for.
 	Err error
+}
+
+// Describe says how the process ended, for a log line: "killed by signal
+// SIGKILL" or "exited with status 2".
+func (e Exit) Describe() string {
+	if e.Signal != "" {
+		return "killed by signal " + e.Signal
+	}
+	return fmt.Sprintf("exited with status %d", e.Code)
 }
 
 // ExitFor decides the reason of an exit from the last reported reason and

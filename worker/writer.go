@@ -231,6 +231,7 @@ func rejectedByDatabase(err error) bool {
 	}
 	switch pgErr.Code[:2] {
 	case "08", // connection exception
+		"25", // invalid transaction state: a read-only primary (failover, recovery)
 		"40", // transaction rollback: serialization failure, deadlock
 		"53", // insufficient resources
 		"55", // object not in prerequisite state: lock not available
