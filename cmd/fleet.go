@@ -178,10 +178,13 @@ func (r *runner) runMaster(ctx context.Context, c *cobra.Command, cfg *config.Co
 	if addr := cfg.Fleet.HTTP.Addr; addr != "" {
 		stopHTTP, err := serveHTTP(ctx, addr, metrics.NewCollector(st.Pool(), metrics.Options{Beat: m.Membership(), Logger: settings.Logger}), m.Readiness, settings.Logger)
 		if err != nil {
-			return err
+			// A second master on the host (the default address taken) still
+			// supervises its workers; only its probes and gauges are missing.
+			settings.Logger.Warn("the master runs without its HTTP listener (/metrics, /healthz, /readyz)", "logger", "fleet", "err", err)
+		} else {
+			defer stopHTTP()
+			fmt.Fprintf(c.OutOrStdout(), "serving /metrics, /healthz and /readyz on http://%s\n", addr)
 		}
-		defer stopHTTP()
-		fmt.Fprintf(c.OutOrStdout(), "serving /metrics, /healthz and /readyz on http://%s\n", addr)
 	}
 	fmt.Fprintf(c.OutOrStdout(), "fleet master %s running supervisors %s\n", m.Name(), describeSupervisors(sups))
 	sum, err := m.Run(ctx)
@@ -191,8 +194,8 @@ func (r *runner) runMaster(ctx context.Context, c *cobra.Command, cfg *config.Co
 }
 
 // serveHTTP serves the master's HTTP endpoints on addr until the returned
-// stop function is called. A port that cannot be bound is a boot error
-// naming fleet.http.addr.
+// stop function is called. A port that cannot be bound is an error naming
+// fleet.http.addr; the master then runs without the listener.
 func serveHTTP(ctx context.Context, addr string, col *metrics.Collector, ready func() master.Readiness, log *slog.Logger) (stop func(), err error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
