@@ -525,7 +525,7 @@ func (b *bench) topUp(ctx context.Context, q string, n int, added *atomic.Int64)
 // of n jobs.
 func (b *bench) scaleCell(ctx context.Context, q string, n, c int) (scaleCell, error) {
 	cell := scaleCell{Backlog: n, Concurrency: c, TimeBoxed: b.f.cellSecs > 0}
-	args := []string{"fleet:work", "--queue", q, "--concurrency", strconv.Itoa(c)}
+	args := []string{"fleet:work", "--queue", q, "--concurrency", strconv.Itoa(c), "--reports"}
 	if !cell.TimeBoxed {
 		args = append(args, "--stop-when-empty")
 	}

@@ -104,11 +104,62 @@ func TestDispatchAndWork(t *testing.T) {
 	if n := countJobs(t, url, "queue_jobs"); n != 0 {
 		t.Fatalf("%d jobs left", n)
 	}
-	// stdout is not a terminal: the worker reports with @fleet lines.
+	// Started by hand: no @fleet report lines, whatever stdout is.
+	if strings.Contains(r.stdout, "@fleet") {
+		t.Fatalf("a hand-run worker wrote report lines:\n%s", r.stdout)
+	}
+}
+
+func TestHandRunWorkerLogsJobsAtDebugAndReportsOnlyWhenAsked(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	dir := t.TempDir()
+	if r := run(t, dir, dbEnv(url), "dispatch", "--name", "demo.noop", "--count", "4"); r.code != 0 {
+		t.Fatalf("dispatch: %+v", r)
+	}
+	r := run(t, dir, append(dbEnv(url), "APP_LOG__LEVEL=debug"), "fleet:work", "--stop-when-empty")
+	if r.code != 0 || strings.Contains(r.stdout, "@fleet") {
+		t.Fatalf("work: %+v", r)
+	}
+	if n := strings.Count(r.stderr, `msg="job completed"`); n != 4 {
+		t.Fatalf("%d job lines at debug, want 4:\n%s", n, r.stderr)
+	}
+	// At the default level (info) no line per job.
+	if r := run(t, dir, dbEnv(url), "dispatch", "--name", "demo.noop", "--count", "2"); r.code != 0 {
+		t.Fatalf("dispatch: %+v", r)
+	}
+	r = run(t, dir, dbEnv(url), "fleet:work", "--stop-when-empty")
+	if r.code != 0 || strings.Contains(r.stderr, "job completed") || strings.Contains(r.stdout, "@fleet") {
+		t.Fatalf("work at info: %+v", r)
+	}
+	// --reports (hidden, for tools such as app bench) turns the report
+	// lines on without a master.
+	if r := run(t, dir, dbEnv(url), "dispatch", "--name", "demo.noop", "--count", "2"); r.code != 0 {
+		t.Fatalf("dispatch: %+v", r)
+	}
+	r = run(t, dir, dbEnv(url), "fleet:work", "--stop-when-empty", "--reports")
 	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
-	if !strings.HasPrefix(lines[0], `@fleet {"v":1,"type":"ready"`) ||
+	if r.code != 0 || !strings.HasPrefix(lines[0], `@fleet {"v":1,"type":"ready"`) ||
 		!strings.Contains(lines[len(lines)-1], `"type":"exiting"`) || !strings.Contains(lines[len(lines)-1], `"reason":"empty"`) {
-		t.Fatalf("reports:\n%s", r.stdout)
+		t.Fatalf("reports: %+v", r)
+	}
+	if n := countJobs(t, url, "queue_jobs"); n != 0 {
+		t.Fatalf("%d jobs left", n)
+	}
+}
+
+func TestWorkRefusesBadQueueNames(t *testing.T) {
+	t.Parallel()
+	env := dbEnv("postgres://postgres@127.0.0.1:1/none") // never reached
+	for arg, want := range map[string]string{
+		"default,,mail":          "--queue must not be empty",
+		"default,ma\til":         "--queue \"ma\\til\" must not contain control characters",
+		strings.Repeat("q", 300): "--queue must be at most",
+	} {
+		r := run(t, t.TempDir(), env, "fleet:work", "--queue", arg)
+		if r.code != 1 || !strings.Contains(r.stderr, want) || strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 {
+			t.Errorf("--queue %q: %+v, want one line with %q", arg, r, want)
+		}
 	}
 }
 

@@ -2,8 +2,13 @@ package cmd
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"log/slog"
+	"os"
 	"os/signal"
 	"path/filepath"
 	"strings"
@@ -22,92 +27,174 @@ import (
 	"github.com/fleet-go/fleet/supervisor"
 )
 
-// demoDir is where the demo keeps its private PostgreSQL, relative to the
-// working directory.
+// demoDir is where the demo keeps its private PostgreSQL (pgdata, its log
+// pgdata.log) and, while a kept server runs, its state file demo.json,
+// relative to the working directory.
 const demoDir = ".fleet"
 
-func (r *runner) demoCommand() *cobra.Command {
-	return &cobra.Command{
-		Use:   "demo",
-		Short: "Run a demo: dispatch demo jobs and work them (starts a private PostgreSQL when none is configured)",
-		Long: "With no database configured the demo starts a private PostgreSQL under .fleet/ in the " +
-			"working directory (kept between runs, stopped on exit). It migrates, dispatches a mix of " +
-			"demo jobs and runs the real fleet master (two supervisors with their fleet:work processes) " +
-			"until they are done, printing progress and what happened.",
-		Args: cobra.NoArgs,
-		RunE: r.demo,
-	}
+// ExitInterrupted is the exit status of a demo stopped by SIGINT or SIGTERM
+// (or its context) before its jobs were done: 128 + SIGINT, as shells do.
+const ExitInterrupted = 130
+
+type demoFlags struct {
+	keep, stop bool
 }
 
-func (r *runner) demo(c *cobra.Command, _ []string) error {
+func (r *runner) demoCommand() *cobra.Command {
+	var f demoFlags
+	c := &cobra.Command{
+		Use:   "demo [--keep | --stop]",
+		Short: "Run a demo: dispatch demo jobs and work them (starts a private PostgreSQL when none is configured)",
+		Long: "With no database configured the demo starts a private PostgreSQL under .fleet/ in the " +
+			"working directory (kept between runs, stopped on exit unless --keep). It migrates, dispatches a mix of " +
+			"demo jobs and runs the real fleet master (two supervisors with their fleet:work processes) " +
+			"until they are done, printing progress and what happened. Ctrl-C stops the master and its " +
+			"workers (running jobs finish) before the server, and exits 130. --keep leaves the private " +
+			"server running and prints the APP_DATABASE__URL to explore it with; --stop stops a kept one.",
+		Args: cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error { return r.demo(c, f) },
+	}
+	c.Flags().BoolVar(&f.keep, "keep", false, "leave the private PostgreSQL running at the end and print its APP_DATABASE__URL")
+	c.Flags().BoolVar(&f.stop, "stop", false, "stop the private PostgreSQL a demo --keep left running, and exit")
+	c.MarkFlagsMutuallyExclusive("keep", "stop")
+	return c
+}
+
+// demoState is what demo --keep writes to .fleet/demo.json for demo --stop.
+type demoState struct {
+	URL       string    `json:"url"`
+	DataDir   string    `json:"data_dir"`
+	SocketDir string    `json:"socket_dir"`
+	StartedAt time.Time `json:"started_at"`
+}
+
+func (r *runner) demoStatePath() string { return filepath.Join(r.app.Dir, demoDir, "demo.json") }
+
+func (r *runner) demoDataDir() string { return filepath.Join(r.app.Dir, demoDir, "pgdata") }
+
+func (r *runner) demo(c *cobra.Command, f demoFlags) error {
 	cfg, err := r.loadConfig()
 	if err != nil {
 		return err
 	}
 	out := c.OutOrStdout()
 	log := r.logger(cfg)
+	if f.stop {
+		return r.demoStop(c.Context(), out, log)
+	}
+	// The demo runs no jobs of its own and leaves no row behind.
+	cfg.Fleet.OnStop = master.OnStopLeave
 	ctx, stop := signal.NotifyContext(c.Context(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 
 	url := cfg.Database.URL
-	if url == "" {
-		dir := filepath.Join(r.app.Dir, demoDir, "pgdata")
+	private := url == ""
+	if private {
+		dir := r.demoDataDir()
 		fmt.Fprintf(out, "no database.url configured: starting a private PostgreSQL in %s\n", filepath.Dir(dir))
+		prev, _ := r.readDemoState()
 		cluster, err := pgcluster.Start(ctx, pgcluster.Options{DataDir: dir, Logger: log})
 		if err != nil {
+			if ctx.Err() != nil {
+				fmt.Fprintln(out, "interrupted")
+				return &exitError{code: ExitInterrupted, err: ctx.Err(), silent: true}
+			}
 			return fmt.Errorf("start the demo's private PostgreSQL: %w", err)
 		}
+		if prev != nil && prev.SocketDir != prev.DataDir && prev.SocketDir != cluster.SocketDir() {
+			// Start stopped the server a demo --keep left; drop its socket directory.
+			_ = os.RemoveAll(prev.SocketDir)
+		}
+		url = cluster.URL("postgres")
+		// Deferred first, so run last: after the master, its workers and
+		// the pool are gone.
 		defer func() {
+			if f.keep {
+				st := demoState{URL: url, DataDir: cluster.DataDir(), SocketDir: cluster.SocketDir(), StartedAt: time.Now().UTC()}
+				if err := r.writeDemoState(st); err != nil {
+					log.Error("write the demo's state file", "err", err)
+				}
+				fmt.Fprintf(out, "kept the private PostgreSQL running at APP_DATABASE__URL='%s'; stop it with `%s demo --stop`\n", url, c.Root().Name())
+				return
+			}
 			if err := cluster.Stop(context.WithoutCancel(ctx)); err != nil {
 				log.Error("stop the demo's PostgreSQL", "err", err)
+			} else {
+				fmt.Fprintln(out, "stopped the private PostgreSQL (data kept in "+cluster.DataDir()+"; `demo --keep` leaves it running)")
 			}
+			_ = os.Remove(r.demoStatePath())
 		}()
-		url = cluster.URL("postgres")
+		fmt.Fprintf(out, "private PostgreSQL ready: APP_DATABASE__URL='%s'\n", url)
 	} else {
+		if f.keep {
+			return errors.New("--keep applies to the demo's private PostgreSQL, and database.url is configured: there is nothing to keep")
+		}
 		fmt.Fprintf(out, "using database %s\n", config.RedactURL(url))
 	}
 
+	lastID, err := r.demoMain(ctx, out, cfg, url, log)
+	if lastID > 0 {
+		r.demoExplore(out, c.Root().Name(), url, private, f.keep, lastID)
+	}
+	if ctx.Err() != nil {
+		// An interrupt: whatever failed failed because of it, and the
+		// master has stopped (demoRun waits for it).
+		return &exitError{code: ExitInterrupted, err: ctx.Err(), silent: true}
+	}
+	return err
+}
+
+// demoMain migrates, dispatches the demo jobs and runs a master over them.
+// It returns the id of the last demo job once they are dispatched.
+func (r *runner) demoMain(ctx context.Context, out io.Writer, cfg *config.Config, url string, log *slog.Logger) (int64, error) {
 	n, err := migrations.Up(ctx, url)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	fmt.Fprintf(out, "migrated: %d migration(s) applied\n", n)
 
 	pool, err := openPool(ctx, url, max(cfg.Database.MaxConns, 6))
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer pool.Close()
 	client := queue.NewClient(pool, clientDefaults(cfg))
-	jobs := demoJobs()
-	ids, err := client.DispatchMany(ctx, jobs)
+	ids, err := client.DispatchMany(ctx, demoJobs())
 	if err != nil {
-		return err
+		return 0, err
 	}
 	fmt.Fprintf(out, "dispatched %d demo jobs to queues default, mail and slow: noop, sleep, flaky (fails once, then succeeds) and fail (fails every try)\n", len(ids))
+	lastID := ids[len(ids)-1]
 
 	sups := demoSupervisors()
 	if len(cfg.Fleet.Supervisors) > 0 {
 		if sups, err = supervisor.Resolve(supervisorOptions(cfg, true)); err != nil {
-			return err
+			return lastID, err
 		}
 	}
 	sp, err := spawner.NewProcessSpawner(spawner.ProcessOptions{Dir: r.app.Dir, Output: r.app.Stderr, Logger: log})
 	if err != nil {
-		return err
+		return lastID, err
 	}
-	sp.Env("APP_DATABASE__URL", url) // the children use the same database
+	// The children get the app's environment and the demo's database.
+	for _, kv := range r.app.Environ {
+		if k, v, ok := strings.Cut(kv, "="); ok && k != "" {
+			sp.Env(k, v)
+		}
+	}
+	sp.Env("APP_DATABASE__URL", url)
 	st := store.New(pool)
 	m, _, err := r.newMaster(cfg, sups, st, sp)
 	if err != nil {
-		return err
+		return lastID, err
 	}
 	fmt.Fprintf(out, "starting a fleet master with supervisors %s\n", describeSupervisors(sups))
-	return r.demoRun(ctx, out, st, m, ids)
+	return lastID, r.demoRun(ctx, out, st, m, ids)
 }
 
-// demoRun runs the master until every demo job has finished, printing
-// progress every second, then stops it and prints what happened.
+// demoRun runs the master until every demo job has finished or ctx ends,
+// printing progress every second, then stops it, waits until it and its
+// workers are gone, and prints what happened.
 func (r *runner) demoRun(ctx context.Context, out io.Writer, st *store.Store, m *master.Master, ids []int64) error {
 	mctx, stopMaster := context.WithCancel(ctx)
 	defer stopMaster()
@@ -121,43 +208,154 @@ func (r *runner) demoRun(ctx context.Context, out io.Writer, st *store.Store, m 
 		sum, err := m.Run(mctx)
 		done <- result{sum, err}
 	}()
+	// Every return below has waited for the master: it stops its workers,
+	// releases what they held and leaves fleet_masters first.
+	var res result
+	stopped, finished := false, false // stopped: res holds the master's result
+	var progressErr error
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
+loop:
 	for {
 		select {
-		case res := <-done: // the master stopped early: a signal or an error
-			return res.err
+		case res = <-done: // the master stopped early: an error or fleet:terminate
+			stopped = true
+			break loop
+		case <-ctx.Done():
+			break loop
 		case <-tick.C:
 		}
-		left, err := st.JobCountBetween(ctx, ids[0], ids[len(ids)-1])
+		left, err := r.demoProgress(ctx, out, st, ids, start)
 		if err != nil {
-			return err
+			if ctx.Err() == nil {
+				progressErr = err
+			}
+			break loop
 		}
-		counts, err := st.QueueCounts(ctx)
-		if err != nil {
-			return err
-		}
-		var parts []string
-		for _, c := range counts {
-			parts = append(parts, fmt.Sprintf("%s: %d pending, %d delayed, %d running", c.Queue, c.Pending, c.Delayed, c.Reserved))
-		}
-		fmt.Fprintf(out, "  %s  %d demo jobs left  %s\n", time.Since(start).Round(time.Second), left, strings.Join(parts, "; "))
 		if left == 0 {
-			break
+			finished = true
+			break loop
 		}
 	}
-	stopMaster()
-	res := <-done
-	if res.err != nil {
-		return res.err
+	if !stopped {
+		if ctx.Err() != nil {
+			fmt.Fprintln(out, "interrupted: stopping the fleet master and its workers (running jobs finish first)")
+		}
+		stopMaster()
+		res = <-done
 	}
-	failed, err := st.FailedJobCountBetween(ctx, ids[0], ids[len(ids)-1])
-	if err != nil {
+	if ctx.Err() != nil && res.err != nil && errors.Is(res.err, context.Canceled) {
+		res.err = nil // the master was stopped by the interrupt
+	}
+	// The summary is read even after an interrupt: with a context of its own.
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	left, lerr := st.JobCountBetween(sctx, ids[0], ids[len(ids)-1])
+	failed, ferr := st.FailedJobCountBetween(sctx, ids[0], ids[len(ids)-1])
+	if err := errors.Join(progressErr, res.err, lerr, ferr); err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "done in %s: %d jobs, %d completed, %d failed for good (see queue_failed_jobs); %d workers started, %d recycled, %d crashed, %d attempts\n",
-		time.Since(start).Round(100*time.Millisecond), len(ids), int64(len(ids))-failed, failed,
+	verb := "done"
+	if !finished {
+		verb = "stopped"
+	}
+	fmt.Fprintf(out, "%s in %s: %d jobs, %d completed, %d failed for good (see queue_failed_jobs), %d not run yet; %d workers started, %d recycled, %d crashed, %d attempts\n",
+		verb, time.Since(start).Round(100*time.Millisecond), len(ids), int64(len(ids))-failed-left, failed, left,
 		res.sum.Started, res.sum.Recycled, res.sum.Crashed, res.sum.Jobs)
+	return nil
+}
+
+// demoProgress prints one progress line and returns how many demo jobs are
+// left.
+func (r *runner) demoProgress(ctx context.Context, out io.Writer, st *store.Store, ids []int64, start time.Time) (int64, error) {
+	left, err := st.JobCountBetween(ctx, ids[0], ids[len(ids)-1])
+	if err != nil {
+		return 0, err
+	}
+	counts, err := st.QueueCounts(ctx)
+	if err != nil {
+		return 0, err
+	}
+	var parts []string
+	for _, c := range counts {
+		parts = append(parts, fmt.Sprintf("%s: %d pending, %d delayed, %d running", c.Queue, c.Pending, c.Delayed, c.Reserved))
+	}
+	fmt.Fprintf(out, "  %s  %d demo jobs left  %s\n", time.Since(start).Round(time.Second), left, strings.Join(parts, "; "))
+	return left, nil
+}
+
+// demoExplore prints the commands that show what the demo did.
+func (r *runner) demoExplore(out io.Writer, app, url string, private, kept bool, jobID int64) {
+	switch {
+	case private && !kept:
+		fmt.Fprintf(out, "the private PostgreSQL stops now; run `%s demo --keep` to keep it and explore what happened with:\n", app)
+	default:
+		fmt.Fprintln(out, "explore what happened:")
+	}
+	if private {
+		fmt.Fprintf(out, "  export APP_DATABASE__URL='%s'\n", url)
+	}
+	for _, c := range []string{
+		"fleet:failed                # the jobs that failed for good, with their errors",
+		fmt.Sprintf("fleet:job %-17d # one job's whole story (the last demo job, a demo.fail)", jobID),
+		"fleet:jobs --completed      # the completed attempts",
+		"fleet:metrics               # per queue and job name: attempts, failures, runtimes",
+		"fleet:workload              # per queue: pending, running, paused",
+	} {
+		fmt.Fprintf(out, "  %s %s\n", app, c)
+	}
+}
+
+// demoStop stops the private PostgreSQL that demo --keep left running.
+func (r *runner) demoStop(ctx context.Context, out io.Writer, log *slog.Logger) error {
+	dataDir := r.demoDataDir()
+	st, err := r.readDemoState()
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	if st != nil && st.DataDir != "" {
+		dataDir = st.DataDir
+	}
+	stopped, err := pgcluster.StopDataDir(ctx, dataDir, log)
+	if err != nil {
+		return fmt.Errorf("stop the demo's private PostgreSQL: %w", err)
+	}
+	if st != nil && st.SocketDir != "" && st.SocketDir != st.DataDir {
+		// Start's temporary socket directory (the data directory's path was
+		// too long for a socket path).
+		_ = os.RemoveAll(st.SocketDir)
+	}
+	if err := os.Remove(r.demoStatePath()); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("remove the demo's state file: %w", err)
+	}
+	if stopped {
+		fmt.Fprintf(out, "stopped the demo's private PostgreSQL in %s (data kept)\n", dataDir)
+	} else {
+		fmt.Fprintf(out, "no demo PostgreSQL is running in %s\n", dataDir)
+	}
+	return nil
+}
+
+func (r *runner) readDemoState() (*demoState, error) {
+	b, err := os.ReadFile(r.demoStatePath())
+	if err != nil {
+		return nil, err
+	}
+	var st demoState
+	if err := json.Unmarshal(b, &st); err != nil {
+		return nil, fmt.Errorf("read %s: %w", r.demoStatePath(), err)
+	}
+	return &st, nil
+}
+
+func (r *runner) writeDemoState(st demoState) error {
+	b, err := json.MarshalIndent(st, "", "  ")
+	if err != nil {
+		return fmt.Errorf("write the demo's state: %w", err)
+	}
+	if err := os.WriteFile(r.demoStatePath(), append(b, '\n'), 0o600); err != nil {
+		return fmt.Errorf("write the demo's state: %w", err)
+	}
 	return nil
 }
 

@@ -537,11 +537,14 @@ func testDrainKeepsRunningJob(t *testing.T, srv *mmServer) {
 	b := startApp(t, dir, mmEnv(url, "b", "APP_FLEET__SUPERVISORS__WORK__QUEUES=other"), "fleet")
 	a := startApp(t, dir, mmEnv(url, "a"), "fleet")
 	am := d.waitMember(a, 10*time.Second, "master a running", func(m member) bool { return m.State == "running" })
+	// b is trusted before the job starts, so that the whole 8 s of the job
+	// (more than a ttl and a beat) fall in the drain however slow the
+	// machine is.
+	d.waitMember(b, 15*time.Second, "master b trusted", member.trusted)
 	file := dispatchTo(t, url, dir, "default", 1, 8000)
 	eventually(t, 10*time.Second, "the job reserved under a", func() bool {
 		return d.count(`SELECT count(*) FROM queue_jobs WHERE reserved_master = $1`, am.Instance) == 1
 	})
-	d.waitMember(b, 10*time.Second, "master b trusted", member.trusted)
 
 	drainAt, began := d.now(), time.Now()
 	if err := a.cmd.Process.Signal(syscall.SIGTERM); err != nil {

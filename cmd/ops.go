@@ -63,7 +63,22 @@ func (r *runner) workloadCommand() *cobra.Command {
 				if len(loads) == 0 {
 					fmt.Fprintln(tw, "(no queue has jobs, recent history or processes)")
 				}
-				return tw.Flush()
+				if err := tw.Flush(); err != nil {
+					return err
+				}
+				// A queue's "(paused)" is its own pause; a paused supervisor
+				// stops every queue it works, so say which are.
+				paused, err := svc.PausedState(c.Context())
+				if err != nil {
+					return err
+				}
+				switch {
+				case paused.All:
+					fmt.Fprintln(c.OutOrStdout(), "every supervisor is paused (fleet:pause): no queue is worked")
+				case len(paused.Supervisors) > 0:
+					fmt.Fprintf(c.OutOrStdout(), "paused supervisors: %s (their workers take no job from any of their queues)\n", strings.Join(paused.Supervisors, ", "))
+				}
+				return nil
 			})
 		},
 	}

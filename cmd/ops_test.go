@@ -127,8 +127,19 @@ func TestWorkloadAndQueuePauseCommands(t *testing.T) {
 	if l := loads[1]; l.Queue != "mail" || l.Pending != 1 || l.Delayed != 2 || !l.Paused {
 		t.Errorf("mail = %+v", l)
 	}
-	if r := run(t, dir, env, "fleet:workload"); r.code != 0 || !strings.Contains(r.stdout, "mail (paused)") {
+	if r := run(t, dir, env, "fleet:workload"); r.code != 0 || !strings.Contains(r.stdout, "mail (paused)") ||
+		strings.Contains(r.stdout, "paused supervisors") {
 		t.Errorf("workload table: %+v", r)
+	}
+	// A paused supervisor is named under the table.
+	if r := run(t, dir, env, "fleet:pause", "default"); r.code != 0 {
+		t.Fatalf("pause default: %+v", r)
+	}
+	if r := run(t, dir, env, "fleet:workload"); r.code != 0 || !strings.Contains(r.stdout, "paused supervisors: default ") {
+		t.Errorf("workload table with a paused supervisor: %+v", r)
+	}
+	if r := run(t, dir, env, "fleet:continue", "default"); r.code != 0 {
+		t.Fatalf("continue default: %+v", r)
 	}
 	pending := run(t, dir, env, "fleet:jobs", "--pending", "--queue", "mail")
 	if pending.code != 0 || strings.Contains(pending.stdout, "hunter2") || !strings.Contains(pending.stdout, "[redacted]") {

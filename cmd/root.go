@@ -54,6 +54,8 @@ type App struct {
 type exitError struct {
 	code int
 	err  error
+	// silent: the command has said what happened itself; no error line.
+	silent bool
 }
 
 func (e *exitError) Error() string { return e.err.Error() }
@@ -104,9 +106,12 @@ func ExecuteContext(ctx context.Context, app App) int {
 	if err == nil {
 		return 0
 	}
-	fmt.Fprintf(app.Stderr, "error: %s\n", oneLine(err.Error()))
 	var ee *exitError
-	if errors.As(err, &ee) {
+	if errors.As(err, &ee) && ee.silent {
+		return ee.code
+	}
+	fmt.Fprintf(app.Stderr, "error: %s\n", oneLine(err.Error()))
+	if ee != nil {
 		return ee.code
 	}
 	return 1

@@ -6,10 +6,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/fleet-go/fleet/membership"
 	"io"
 	"log/slog"
-	"os"
+	"math"
 	"os/signal"
 	"strings"
 	"sync"
@@ -19,6 +18,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fleet-go/fleet/config"
+	"github.com/fleet-go/fleet/membership"
+	"github.com/fleet-go/fleet/queue"
 	"github.com/fleet-go/fleet/spawner"
 	"github.com/fleet-go/fleet/store"
 	"github.com/fleet-go/fleet/worker"
@@ -44,6 +45,7 @@ type workFlags struct {
 	maxTimeSecs   int
 	maxMemoryMB   int
 	stopWhenEmpty bool
+	reports       bool
 }
 
 func (r *runner) workCommand() *cobra.Command {
@@ -73,6 +75,8 @@ func (r *runner) workCommand() *cobra.Command {
 	fl.IntVar(&f.tries, "tries", 0, "most attempts for jobs that set none (default queue.tries)")
 	fl.StringVar(&f.backoff, "backoff", "", "retry backoff for jobs that set none, e.g. 1,5,30 (default queue.backoff)")
 	fl.DurationVar(&f.timeout, "timeout", 0, "timeout for jobs that set none (default queue.timeout_secs)")
+	fl.BoolVar(&f.reports, "reports", false, "write @fleet report lines to stdout without --master (for tools that watch a hand-run worker, such as app bench)")
+	_ = fl.MarkHidden("reports")
 	return c
 }
 
@@ -94,8 +98,13 @@ func (r *runner) work(c *cobra.Command, f workFlags) error {
 		log = log.With("supervisor", f.supervisor)
 	}
 	wcfg.Logger = log
-	if !isTerminal(r.app.Stdout) {
+	switch {
+	case f.master != "" || f.reports:
+		// Started by a master: report to it on stdout.
 		wcfg.Reports = reportWriter(r.app.Stdout)
+	default:
+		// Started by hand: a progress line for people instead.
+		wcfg.Reports = progressLogger(log, progressEvery, time.Now)
 	}
 
 	ctx, stop := signal.NotifyContext(c.Context(), syscall.SIGTERM, syscall.SIGINT)
@@ -168,8 +177,8 @@ func workerConfig(cfg *config.Config, f workFlags) (worker.Config, error) {
 		queues = nil
 		for _, q := range strings.Split(f.queues, ",") {
 			q = strings.TrimSpace(q)
-			if q == "" {
-				return worker.Config{}, errors.New("--queue: queue names must not be empty (e.g. --queue default,mail)")
+			if err := queue.CheckQueue("--queue", q); err != nil {
+				return worker.Config{}, fmt.Errorf("%w (a comma-separated list of queue names, e.g. --queue default,mail)", err)
 			}
 			queues = append(queues, q)
 		}
@@ -271,12 +280,44 @@ func reportWriter(w io.Writer) func(spawner.Report) {
 	}
 }
 
-// isTerminal reports whether w is a character device such as a terminal.
-func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	if !ok {
-		return false
+// progressEvery is how often a hand-run worker logs its progress while it
+// works.
+const progressEvery = 5 * time.Second
+
+// progressLogger turns a hand-run worker's heartbeats into an info line at
+// most every interval while it works: attempts finished, their rate since
+// the last line, jobs running. Nothing is logged while nothing changes. It
+// runs in the worker's loop, which calls Reports; it needs no goroutine.
+func progressLogger(log *slog.Logger, every time.Duration, now func() time.Time) func(spawner.Report) {
+	var (
+		lastAt      time.Time
+		lastJobs    int64
+		lastRunning int
+		lastPaused  bool
+	)
+	return func(rep spawner.Report) {
+		t := now()
+		switch rep.Type {
+		case spawner.ReportReady:
+			lastAt = t
+			return
+		case spawner.ReportHeartbeat:
+		default:
+			return
+		}
+		if rep.Jobs == lastJobs && rep.Running == lastRunning && rep.Paused == lastPaused {
+			return // idle, and nothing changed
+		}
+		elapsed := t.Sub(lastAt)
+		if elapsed < every && rep.Running > 0 {
+			return // busy: a line every interval
+		}
+		rate := 0.0
+		if elapsed > 0 {
+			rate = float64(rep.Jobs-lastJobs) / elapsed.Seconds()
+		}
+		log.Info("worker progress", "jobs", rep.Jobs, "jobs_per_sec", math.Round(rate*10)/10,
+			"running", rep.Running, "paused", rep.Paused, "memory_mb", math.Round(rep.MemoryMB*10)/10)
+		lastAt, lastJobs, lastRunning, lastPaused = t, rep.Jobs, rep.Running, rep.Paused
 	}
-	st, err := f.Stat()
-	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }

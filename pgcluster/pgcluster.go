@@ -438,6 +438,44 @@ func (c *Cluster) DataDir() string { return c.dataDir }
 // LogFile returns the path of the server's log.
 func (c *Cluster) LogFile() string { return c.logFile }
 
+// SocketDir returns the directory of the server's Unix socket: the data
+// directory, SocketDir of the Options, or the temporary directory Start
+// created when the data directory's path was too long.
+func (c *Cluster) SocketDir() string { return c.socketDir }
+
+// StopDataDir stops the server running on dataDir that an earlier process
+// started and left running on purpose (Start without Stop), with pg_ctl stop
+// -m fast, and waits until it has exited. It reports whether a server was
+// running; the data directory is kept. A temporary socket directory that
+// Start created for that server is not known here: the caller removes it.
+func StopDataDir(ctx context.Context, dataDir string, logger *slog.Logger) (bool, error) {
+	abs, err := filepath.Abs(dataDir)
+	if err != nil {
+		return false, fmt.Errorf("stop postgres: data directory %q: %w", dataDir, err)
+	}
+	pid, ok := readPid(filepath.Join(abs, "postmaster.pid"))
+	if !ok || !processAlive(pid) || !isPostgres(pid) {
+		return false, nil
+	}
+	binDir, err := FindBinaries()
+	if err != nil {
+		return false, fmt.Errorf("stop postgres: %w", err)
+	}
+	c := &Cluster{binDir: binDir, dataDir: abs, logFile: abs + ".log", log: logger}
+	if c.log == nil {
+		c.log = slog.New(slog.DiscardHandler)
+	}
+	if os.Geteuid() == 0 {
+		if c.cred, err = postgresCredential(); err != nil {
+			return false, fmt.Errorf("stop postgres: running as root: %w", err)
+		}
+	}
+	if err := c.Stop(ctx); err != nil {
+		return true, err
+	}
+	return true, nil
+}
+
 // Stop shuts the server down (pg_ctl stop -m fast) and waits until it has
 // exited. The data directory is kept. Calling Stop again, or on a server that
 // is no longer running, returns nil.

@@ -695,6 +695,10 @@ func (w *Worker) finish(s *loopState, f finished) {
 		s.runtime = (s.runtime*7 + took) / 8
 	}
 	if f.err == nil {
+		if w.log.Enabled(context.Background(), slog.LevelDebug) {
+			w.log.Debug("job completed", "job_id", f.job.ID, "job", f.job.Name, "queue", f.job.Queue,
+				"attempt", f.job.Attempt, "runtime", f.ended.Sub(r.started).Round(time.Microsecond))
+		}
 		w.writer.add(w.outcome(f.job, r.started, f.ended, store.OutcomeCompleted, "completed", ""))
 		return
 	}
