@@ -147,7 +147,7 @@ func (r *runner) fleet(c *cobra.Command, _ []string) error {
 // newMaster builds the master the configuration describes, with the app's
 // long-wait listeners; the demo and the fleet command share it.
 func (r *runner) newMaster(cfg *config.Config, sups []supervisor.Supervisor, st *store.Store, sp spawner.Spawner) (*master.Master, master.Settings, error) {
-	settings := masterSettings(cfg, sups, r.app.Version)
+	settings := masterSettings(cfg, sups, versionInfo(r.app.Version).Short())
 	settings.Logger = r.logger(cfg)
 	onLongWait, err := r.longWaitListeners(cfg, settings.Logger)
 	if err != nil {

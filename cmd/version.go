@@ -105,6 +105,20 @@ func (v VersionInfo) String() string {
 	return fmt.Sprintf("app %s\nfleet %s\ngo %s\n", app, v.Fleet, v.Go)
 }
 
+// Short renders the versions on one line, as masters and hand-run workers
+// report them in their membership rows: "1.4.0+abc1234 (fleet v0.3.0,
+// go1.26.8)".
+func (v VersionInfo) Short() string {
+	app := v.App
+	if v.Revision != "" {
+		app += "+" + v.Revision[:min(len(v.Revision), 7)]
+		if v.Modified {
+			app += "-modified"
+		}
+	}
+	return fmt.Sprintf("%s (fleet %s, %s)", app, v.Fleet, v.Go)
+}
+
 func (r *runner) versionCommand(v VersionInfo) *cobra.Command {
 	var asJSON bool
 	c := &cobra.Command{

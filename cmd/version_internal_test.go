@@ -39,3 +39,13 @@ func TestVersionFromBuildInfo(t *testing.T) {
 		t.Fatalf("fleetModule = %q", fleetModule)
 	}
 }
+
+func TestVersionShort(t *testing.T) {
+	v := VersionInfo{App: "1.4.0", Revision: "abcdef0123456", Modified: true, Fleet: "v0.3.0", Go: "go1.26.8"}
+	if got, want := v.Short(), "1.4.0+abcdef0-modified (fleet v0.3.0, go1.26.8)"; got != want {
+		t.Errorf("Short() = %q, want %q", got, want)
+	}
+	if got, want := (VersionInfo{App: "(devel)", Fleet: "(devel)", Go: "go1.26.8"}).Short(), "(devel) (fleet (devel), go1.26.8)"; got != want {
+		t.Errorf("Short() = %q, want %q", got, want)
+	}
+}

@@ -134,7 +134,7 @@ func (r *runner) work(c *cobra.Command, f workFlags) error {
 		}
 		ttl := time.Duration(cfg.Fleet.MasterTTLSecs) * time.Second
 		member, err := membership.New(st, membership.Config{
-			Kind: store.KindWorker, Name: wcfg.Name, Version: r.app.Version, TTL: ttl,
+			Kind: store.KindWorker, Name: wcfg.Name, Version: versionInfo(r.app.Version).Short(), TTL: ttl,
 			Interval: max(ttl/4, 10*time.Millisecond), Logger: log,
 			Report: func() (string, any) { return "running", map[string]any{"queues": wcfg.Queues} },
 		})
