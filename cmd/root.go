@@ -25,8 +25,8 @@ type App struct {
 	Jobs *queue.Registry
 	// Version is the app's version: `app version` and `app --version`
 	// print it (default: the main module's version and VCS revision from
-	// the build information), and masters and workers report it (default
-	// "dev").
+	// the build information), and masters and hand-run workers report
+	// the same on one line.
 	Version string
 	// Stdin, Stdout and Stderr default to the process's own.
 	Stdin          io.Reader
@@ -75,9 +75,6 @@ func ExecuteContext(ctx context.Context, app App) int {
 	// Every app can run the bench's jobs, in its fleet:work children too.
 	registerBenchJobs(app.Jobs)
 	version := versionInfo(app.Version)
-	if app.Version == "" {
-		app.Version = "dev"
-	}
 	if app.Stdin == nil {
 		app.Stdin = os.Stdin
 	}
