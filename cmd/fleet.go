@@ -18,8 +18,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/fleet-go/fleet"
 	"github.com/fleet-go/fleet/config"
-	"github.com/fleet-go/fleet/fleet"
 	"github.com/fleet-go/fleet/master"
 	"github.com/fleet-go/fleet/metrics"
 	"github.com/fleet-go/fleet/queue"

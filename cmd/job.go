@@ -10,8 +10,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/fleet-go/fleet"
 	"github.com/fleet-go/fleet/config"
-	"github.com/fleet-go/fleet/fleet"
 )
 
 func (r *runner) jobCommand() *cobra.Command {

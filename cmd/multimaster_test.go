@@ -33,7 +33,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/fleet-go/fleet/fleet"
+	"github.com/fleet-go/fleet"
 	"github.com/fleet-go/fleet/pgcluster"
 	"github.com/fleet-go/fleet/pgtest"
 )

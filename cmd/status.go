@@ -8,8 +8,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/fleet-go/fleet"
 	"github.com/fleet-go/fleet/config"
-	"github.com/fleet-go/fleet/fleet"
 	"github.com/fleet-go/fleet/supervisor"
 )
 

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/fleet-go/fleet/fleet"
+	"github.com/fleet-go/fleet"
 	"github.com/fleet-go/fleet/store"
 )
 

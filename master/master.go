@@ -49,8 +49,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fleet-go/fleet"
 	"github.com/fleet-go/fleet/balancer"
-	"github.com/fleet-go/fleet/fleet"
 	"github.com/fleet-go/fleet/membership"
 	"github.com/fleet-go/fleet/spawner"
 	"github.com/fleet-go/fleet/store"

@@ -11,7 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/fleet-go/fleet/fleet"
+	"github.com/fleet-go/fleet"
 	"github.com/fleet-go/fleet/master"
 	"github.com/fleet-go/fleet/pgtest"
 	"github.com/fleet-go/fleet/queue"

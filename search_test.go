@@ -4,7 +4,7 @@ import (
 	"context"
 	"testing"
 
-	"github.com/fleet-go/fleet/fleet"
+	"github.com/fleet-go/fleet"
 	"github.com/fleet-go/fleet/pgtest"
 	"github.com/fleet-go/fleet/queue"
 )

@@ -8,8 +8,8 @@ import (
 	"log/slog"
 	"os"
 
+	"github.com/fleet-go/fleet"
 	"github.com/fleet-go/fleet/cmd"
-	"github.com/fleet-go/fleet/fleet"
 	"github.com/fleet-go/fleet/queue"
 )
 
