@@ -258,6 +258,10 @@ type QueueWorkload struct {
 	JobsPerMinute float64 `json:"jobs_per_minute"`
 	// Paused says the queue is paused on its own (fleet:pause --queue).
 	Paused bool `json:"paused"`
+	// PausedSupervisors names the supervisors that work the queue on a
+	// live master and are paused (by name, or all of them): the queue
+	// gets no new jobs from those.
+	PausedSupervisors []string `json:"paused_supervisors"`
 }
 
 // Workload returns every queue's load, in one query.
@@ -270,15 +274,42 @@ func (s *Service) Workload(ctx context.Context) ([]QueueWorkload, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Which supervisors work which queue, from the live masters' reports.
+	workers := map[string][]string{} // queue -> supervisors
+	if len(paused.Supervisors) > 0 || paused.All {
+		v, err := s.Masters(ctx, false)
+		if err != nil {
+			return nil, err
+		}
+		for _, m := range v.Masters {
+			var sups []struct {
+				Name   string   `json:"name"`
+				Queues []string `json:"queues"`
+			}
+			_ = json.Unmarshal(m.Supervisors, &sups) // an unreadable report names none
+			for _, sup := range sups {
+				if !paused.All && !slices.Contains(paused.Supervisors, sup.Name) {
+					continue
+				}
+				for _, q := range sup.Queues {
+					if !slices.Contains(workers[q], sup.Name) {
+						workers[q] = append(workers[q], sup.Name)
+					}
+				}
+			}
+		}
+	}
 	out := make([]QueueWorkload, len(loads))
 	for i, l := range loads {
+		by := workers[l.Queue]
+		slices.Sort(by)
 		runtime := cmp.Or(l.AvgRuntimeMs, 1000)
 		out[i] = QueueWorkload{
 			Queue: l.Queue, Pending: l.Pending, Delayed: l.Delayed, Reserved: l.Reserved,
 			OldestWaitSecs: round(l.OldestWaitSecs, 3), AvgRuntimeMs: round(l.AvgRuntimeMs, 3),
 			WorkloadSecs: round(float64(l.Pending+l.Reserved)*runtime/1000, 3),
 			Processes:    l.Processes, JobsPerMinute: float64(l.JobsLastMinute),
-			Paused: slices.Contains(paused.Queues, l.Queue),
+			Paused: slices.Contains(paused.Queues, l.Queue), PausedSupervisors: append([]string{}, by...),
 		}
 	}
 	return out, nil

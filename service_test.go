@@ -3,6 +3,7 @@ package fleet_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -213,5 +214,37 @@ func TestMetricsBuckets(t *testing.T) {
 	}
 	if _, err := fleet.ParsePeriod("month"); err == nil {
 		t.Fatal("month is not a period")
+	}
+}
+
+// A queue worked only by a paused supervisor says so in the workload.
+func TestWorkloadNamesPausedSupervisors(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	ctx := context.Background()
+	svc := fleet.New(pool, fleet.Options{})
+	if _, err := pool.Exec(ctx, `
+		INSERT INTO fleet_masters (instance, name, host, pid, state, report, expires_at) VALUES
+		('i1', 'm1', 'h', 1, 'running', '{"supervisors":[{"name":"exports","queues":["exports","default"],"paused":true},
+		                                                {"name":"web","queues":["default"]}]}', now() + interval '1 minute')`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := queue.NewClient(pool, queue.Defaults{}).DispatchMany(ctx, []*queue.Job{
+		queue.NewJob("x", nil).OnQueue("exports"), queue.NewJob("y", nil)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := svc.Pause(ctx, "exports"); err != nil {
+		t.Fatal(err)
+	}
+	loads, err := svc.Workload(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string][]string{}
+	for _, l := range loads {
+		got[l.Queue] = l.PausedSupervisors
+	}
+	if !slices.Equal(got["exports"], []string{"exports"}) || !slices.Equal(got["default"], []string{"exports"}) {
+		t.Errorf("paused supervisors per queue = %v, want exports on both queues", got)
 	}
 }
