@@ -12,6 +12,10 @@ import (
 	"github.com/fleet-go/fleet/config"
 )
 
+// errUnreachable marks an openPool that failed because the server did not
+// answer (or refused), as opposed to a bad connection string.
+var errUnreachable = errors.New("the server does not answer")
+
 // errNoDatabase explains what to do when database.url is missing.
 var errNoDatabase = errors.New("database.url is not set: set it in config/app.toml or APP_DATABASE__URL (or run 'app demo', which starts a private database)")
 
@@ -75,7 +79,7 @@ func openPool(ctx context.Context, url string, maxConns int) (*pgxpool.Pool, err
 	defer cancel()
 	if err := pool.Ping(pingCtx); err != nil {
 		pool.Close()
-		return nil, fmt.Errorf("cannot reach database %s: %w", config.RedactURL(url), err)
+		return nil, fmt.Errorf("cannot reach database %s: %w: %w", config.RedactURL(url), errUnreachable, err)
 	}
 	return pool, nil
 }

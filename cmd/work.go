@@ -9,12 +9,14 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"math/rand/v2"
 	"os/signal"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
 	"github.com/fleet-go/fleet/config"
@@ -118,7 +120,24 @@ func (r *runner) work(c *cobra.Command, f workFlags) error {
 		stop()
 	}()
 
+	var sink *commandSink
+	if f.master != "" {
+		// Under a master: commands arrive on stdin from the start, and
+		// stdin closing means the master is gone, so stop (finishing
+		// running jobs). The reader ends with the process.
+		sink = newCommandSink()
+		go readCommands(r.app.Stdin, sink, log)
+	}
 	pool, err := openPool(ctx, url, max(cfg.Database.MaxConns, 4))
+	if err != nil && sink != nil && errors.Is(err, errUnreachable) {
+		// A child started while the database is away waits for it rather
+		// than exiting: a crash would cost the group a restart backoff for
+		// an outage that is nobody's fault.
+		pool, err = waitForDatabase(ctx, sink, url, max(cfg.Database.MaxConns, 4), log, err)
+		if pool == nil && err == nil {
+			return nil // stopped while waiting
+		}
+	}
 	if err != nil {
 		return err
 	}
@@ -157,11 +176,8 @@ func (r *runner) work(c *cobra.Command, f workFlags) error {
 	if err != nil {
 		return err
 	}
-	if f.master != "" {
-		// Under a master: commands arrive on stdin, and stdin closing means
-		// the master is gone, so stop (finishing running jobs). The reader
-		// ends with the process.
-		go readCommands(r.app.Stdin, w, log)
+	if sink != nil {
+		sink.attach(w)
 	}
 	_, err = w.Run(ctx)
 	if errors.Is(err, worker.ErrJobTimedOut) {
@@ -242,7 +258,7 @@ func splitList(s string) []string {
 
 // readCommands applies @fleet commands from the master until in ends; then
 // the master is gone and the worker stops.
-func readCommands(in io.Reader, w *worker.Worker, log *slog.Logger) {
+func readCommands(in io.Reader, w *commandSink, log *slog.Logger) {
 	sc := bufio.NewScanner(in)
 	warned := false
 	for sc.Scan() {
@@ -255,6 +271,34 @@ func readCommands(in io.Reader, w *worker.Worker, log *slog.Logger) {
 			}
 			continue
 		}
+		w.apply(c)
+	}
+	log.Info("master closed stdin: stopping")
+	w.apply(spawner.Command{Type: spawner.CommandStop})
+}
+
+// commandSink applies the master's commands to the worker, and holds them
+// while the worker does not exist yet (the database is away at start): a
+// stop then ends the wait, and the pause state is applied on attach.
+type commandSink struct {
+	mu           sync.Mutex
+	w            *worker.Worker
+	stopped      chan struct{}
+	stopOnce     sync.Once
+	paused       *bool
+	pausedQueues []string
+	queuesSet    bool
+}
+
+func newCommandSink() *commandSink { return &commandSink{stopped: make(chan struct{})} }
+
+func (s *commandSink) apply(c spawner.Command) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c.Type == spawner.CommandStop {
+		s.stopOnce.Do(func() { close(s.stopped) })
+	}
+	if w := s.w; w != nil {
 		switch c.Type {
 		case spawner.CommandPause:
 			w.Pause()
@@ -265,9 +309,72 @@ func readCommands(in io.Reader, w *worker.Worker, log *slog.Logger) {
 		case spawner.CommandPauseQueues:
 			w.PauseQueues(c.Queues)
 		}
+		return
 	}
-	log.Info("master closed stdin: stopping")
-	w.Stop()
+	switch c.Type {
+	case spawner.CommandPause, spawner.CommandContinue:
+		p := c.Type == spawner.CommandPause
+		s.paused = &p
+	case spawner.CommandPauseQueues:
+		s.pausedQueues, s.queuesSet = c.Queues, true
+	}
+}
+
+// attach hands the commands held so far to w, and every later one.
+func (s *commandSink) attach(w *worker.Worker) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.w = w
+	if s.paused != nil {
+		if *s.paused {
+			w.Pause()
+		} else {
+			w.Continue()
+		}
+	}
+	if s.queuesSet {
+		w.PauseQueues(s.pausedQueues)
+	}
+	select {
+	case <-s.stopped:
+		w.Stop()
+	default:
+	}
+}
+
+// waitForDatabase retries opening the pool with a capped, jittered backoff
+// until the database answers, ctx ends or the master says stop (then it
+// returns nil, nil). The outage is logged once, then at most once a
+// minute with the number of tries, and once when the database is back.
+func waitForDatabase(ctx context.Context, sink *commandSink, url string, maxConns int, log *slog.Logger, first error) (*pgxpool.Pool, error) {
+	log.Warn("the database is unreachable at start; waiting for it", "err", first)
+	backoff, tries, loggedAt := 500*time.Millisecond, 1, time.Now()
+	for {
+		t := time.NewTimer(backoff/2 + rand.N(backoff/2+1))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, nil
+		case <-sink.stopped:
+			t.Stop()
+			return nil, nil
+		case <-t.C:
+		}
+		pool, err := openPool(ctx, url, maxConns)
+		tries++
+		if err == nil {
+			log.Info("the database is reachable: starting", "tries", tries)
+			return pool, nil
+		}
+		if !errors.Is(err, errUnreachable) {
+			return nil, err
+		}
+		if time.Since(loggedAt) >= time.Minute {
+			log.Warn("the database is still unreachable; waiting for it", "tries", tries, "err", err)
+			loggedAt = time.Now()
+		}
+		backoff = min(backoff*2, 4*time.Second)
+	}
 }
 
 // reportWriter writes @fleet report lines to w, one whole line per write.
