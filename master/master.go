@@ -51,6 +51,7 @@ import (
 
 	"github.com/fleet-go/fleet"
 	"github.com/fleet-go/fleet/balancer"
+	"github.com/fleet-go/fleet/internal/ratelog"
 	"github.com/fleet-go/fleet/membership"
 	"github.com/fleet-go/fleet/spawner"
 	"github.com/fleet-go/fleet/store"
@@ -223,7 +224,7 @@ type Master struct {
 	alerts chan fleet.LongWaitDetected
 
 	// logs rate-limits the failures of the services' statements.
-	logs rateLog
+	logs ratelog.Log
 
 	// Owned by housekeeping.
 	lastSweep       time.Time
@@ -609,10 +610,10 @@ func (m *Master) readState(ctx context.Context) {
 	defer cancel()
 	rows, err := m.st.StateList(rctx, "pause:", store.StateTerminate)
 	if err != nil {
-		m.logs.fail(m.log, "state", "read fleet state failed; keeping the last pause state", "err", err)
+		m.logs.Fail(m.log, "state", "read fleet state failed; keeping the last pause state", "err", err)
 		return
 	}
-	m.logs.ok(m.log, "state", "reading fleet state works again")
+	m.logs.OK(m.log, "state", "reading fleet state works again")
 	snap := stateSnap{ok: true, keys: map[string]bool{}, queues: map[string]bool{}}
 	for _, r := range rows {
 		snap.keys[r.Key] = true
@@ -699,10 +700,10 @@ func (m *Master) housekeep(ctx context.Context) {
 	defer cancel()
 	overdue, err := m.st.WorkerOverdue(octx, m.Instance(), m.set.DefaultTimeout, m.set.TimeoutGrace+5*time.Second)
 	if err != nil {
-		m.logs.fail(m.log, "overdue", "look for overdue workers failed", "err", err)
+		m.logs.Fail(m.log, "overdue", "look for overdue workers failed", "err", err)
 		return
 	}
-	m.logs.ok(m.log, "overdue", "looking for overdue workers works again")
+	m.logs.OK(m.log, "overdue", "looking for overdue workers works again")
 	if len(overdue) > 0 {
 		select {
 		case m.killCh <- overdue:
@@ -765,7 +766,7 @@ func (m *Master) releaseExpired(ctx context.Context) {
 	if len(gone) > 0 {
 		lost, err := m.st.MemberRelease(rctx, gone, m.set.DefaultTries)
 		if err != nil {
-			m.logs.fail(m.log, "release", "release the jobs of expired members failed", "err", err)
+			m.logs.Fail(m.log, "release", "release the jobs of expired members failed", "err", err)
 		} else if lost.Released+lost.Failed > 0 {
 			m.log.Warn("released the jobs of members that stopped beating", "members", gone, "released", lost.Released, "failed", lost.Failed)
 		}
@@ -774,7 +775,7 @@ func (m *Master) releaseExpired(ctx context.Context) {
 		m.lastSweep = time.Now()
 		lost, err := m.st.MemberSweep(rctx, m.set.DefaultTries, m.set.DefaultTimeout, m.set.TimeoutGrace+time.Minute)
 		if err != nil {
-			m.logs.fail(m.log, "sweep", "sweep for jobs without a live holder failed", "err", err)
+			m.logs.Fail(m.log, "sweep", "sweep for jobs without a live holder failed", "err", err)
 		} else if lost.Released+lost.Failed > 0 {
 			m.log.Warn("released jobs whose holder has no membership row", "released", lost.Released, "failed", lost.Failed)
 		}
@@ -803,13 +804,13 @@ func (m *Master) readWorkload(ctx context.Context) {
 	defer cancel()
 	counts, err := m.st.QueueCounts(rctx)
 	if err != nil {
-		m.logs.fail(m.log, "workload", "read workload failed; keeping the current allocation", "err", err)
+		m.logs.Fail(m.log, "workload", "read workload failed; keeping the current allocation", "err", err)
 		return
 	}
-	m.logs.ok(m.log, "workload", "reading the workload works again")
+	m.logs.OK(m.log, "workload", "reading the workload works again")
 	runtimes := map[string]float64{}
 	if stats, err := m.st.QueueRuntimes(rctx); err != nil {
-		m.logs.fail(m.log, "runtimes", "read average runtimes failed; assuming 1 s per job", "err", err)
+		m.logs.Fail(m.log, "runtimes", "read average runtimes failed; assuming 1 s per job", "err", err)
 	} else {
 		for _, s := range stats {
 			runtimes[s.Queue] = s.AvgRuntimeMs

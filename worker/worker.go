@@ -19,6 +19,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fleet-go/fleet/internal/ratelog"
 	"github.com/fleet-go/fleet/queue"
 	"github.com/fleet-go/fleet/redact"
 	"github.com/fleet-go/fleet/spawner"
@@ -139,6 +140,7 @@ type Worker struct {
 	st       *store.Store
 	jobs     *queue.Registry
 	log      *slog.Logger
+	logs     ratelog.Log // failing claims: once per streak, then once a minute
 	writer   *writer
 
 	wake   chan struct{}
@@ -461,9 +463,10 @@ func (w *Worker) claim(ctx, jobBase context.Context, s *loopState, poll *time.Ti
 		var err error
 		w.await(s, func() { next, err = w.st.JobNext(claimCtx, w.cfg.Queues, w.cfg.Master) })
 		if err != nil {
-			w.log.Warn("looking for ready jobs failed; retrying at the next poll", "err", err)
+			w.logs.Fail(w.log, "claim", "looking for ready jobs failed; retrying at the next poll", "err", err)
 			return false
 		}
+		w.logs.OK(w.log, "claim", "the database answers again: claiming resumes")
 		if !w.fenced(s, next.Live) {
 			return false
 		}
@@ -489,9 +492,10 @@ func (w *Worker) claim(ctx, jobBase context.Context, s *loopState, poll *time.Ti
 			jobs, err = w.st.JobClaim(claimCtx, store.JobClaimParams{Queue: q, Limit: limit, Worker: w.cfg.Name, Master: w.cfg.Master})
 		})
 		if err != nil {
-			w.log.Warn("claim failed; retrying at the next poll", "queue", q, "err", err)
+			w.logs.Fail(w.log, "claim", "claim failed; retrying at the next poll", "queue", q, "err", err)
 			return false
 		}
+		w.logs.OK(w.log, "claim", "the database answers again: claiming resumes")
 		if ctx.Err() != nil || w.paused.Load() {
 			// Stopped or paused while claiming: these jobs never start.
 			w.release(jobs, "")

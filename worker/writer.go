@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/fleet-go/fleet/internal/ratelog"
 	"github.com/fleet-go/fleet/store"
 )
 
@@ -45,7 +46,8 @@ type writer struct {
 	worker    string
 	master    string
 	log       *slog.Logger
-	onWritten func() // called after every written batch
+	logs      ratelog.Log // failing writes: once per streak, then once a minute
+	onWritten func()      // called after every written batch
 
 	mu      sync.Mutex
 	pending []store.JobOutcome
@@ -151,6 +153,7 @@ func (w *writer) write(ctx context.Context, batch []store.JobOutcome) bool {
 	for {
 		err := w.finish(ctx, batch)
 		if err == nil {
+			w.logs.OK(w.log, "write", "writing finished jobs works again")
 			return true
 		}
 		if ctx.Err() != nil {
@@ -162,7 +165,7 @@ func (w *writer) write(ctx context.Context, batch []store.JobOutcome) bool {
 				return w.isolate(ctx, batch, err)
 			}
 		}
-		w.log.Warn("write finished jobs failed; retrying", "jobs", len(batch), "err", err, "retry_in", backoff)
+		w.logs.Fail(w.log, "write", "write finished jobs failed; retrying", "jobs", len(batch), "err", err, "retry_in", backoff)
 		// Full jitter keeps many workers that lost the database together
 		// from coming back in step.
 		if !w.sleep(ctx, backoff/2+rand.N(backoff/2+1)) {

@@ -1,4 +1,6 @@
-package master
+// Package ratelog keeps a failing operation from flooding the log while
+// the database is away.
+package ratelog
 
 import (
 	"log/slog"
@@ -6,12 +8,11 @@ import (
 	"time"
 )
 
-// rateLog keeps a failing operation from flooding the log while the
-// database is away: the first failure of a streak is logged, then at most
+// Log is the limiter: the first failure of a streak is logged, then at most
 // one line a minute saying how many failures it stands for, and one line
 // when the operation succeeds again. Safe for concurrent use; each key is
 // one operation.
-type rateLog struct {
+type Log struct {
 	mu      sync.Mutex
 	streaks map[string]*streak
 }
@@ -22,8 +23,8 @@ type streak struct {
 	loggedAt time.Time
 }
 
-// fail records a failure of key and logs msg when due.
-func (r *rateLog) fail(log *slog.Logger, key, msg string, args ...any) {
+// Fail records a failure of key and logs msg when due.
+func (r *Log) Fail(log *slog.Logger, key, msg string, args ...any) {
 	r.mu.Lock()
 	if r.streaks == nil {
 		r.streaks = map[string]*streak{}
@@ -46,8 +47,8 @@ func (r *rateLog) fail(log *slog.Logger, key, msg string, args ...any) {
 	}
 }
 
-// ok records a success of key, logging once if it ends a streak.
-func (r *rateLog) ok(log *slog.Logger, key, msg string) {
+// OK records a success of key, logging once if it ends a streak.
+func (r *Log) OK(log *slog.Logger, key, msg string) {
 	r.mu.Lock()
 	s := r.streaks[key]
 	delete(r.streaks, key)

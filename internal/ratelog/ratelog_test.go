@@ -1,4 +1,4 @@
-package master
+package ratelog
 
 import (
 	"bytes"
@@ -11,12 +11,12 @@ import (
 func TestRateLogOneLinePerStreak(t *testing.T) {
 	var buf bytes.Buffer
 	log := slog.New(slog.NewTextHandler(&buf, nil))
-	var r rateLog
+	var r Log
 	for range 50 {
-		r.fail(log, "state", "read fleet state failed", "err", errors.New("connection refused"))
+		r.Fail(log, "state", "read fleet state failed", "err", errors.New("connection refused"))
 	}
-	r.ok(log, "state", "reading fleet state works again")
-	r.ok(log, "state", "reading fleet state works again") // no streak: silent
+	r.OK(log, "state", "reading fleet state works again")
+	r.OK(log, "state", "reading fleet state works again") // no streak: silent
 	out := buf.String()
 	if n := strings.Count(out, "read fleet state failed"); n != 1 {
 		t.Errorf("%d failure lines for one streak within a minute, want 1:\n%s", n, out)
