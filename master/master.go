@@ -176,6 +176,10 @@ type Summary struct {
 	Crashed int
 	// Jobs counts the attempts its processes finished.
 	Jobs int64
+	// Unsaved counts finished attempts whose outcome its processes could
+	// not write before exiting (the database was away): their jobs are
+	// released later and run again.
+	Unsaved int
 }
 
 // Option configures a Master.
@@ -1056,6 +1060,9 @@ func (m *Master) handle(ev spawner.Event) {
 		if r.Type == spawner.ReportHeartbeat || r.Type == spawner.ReportExiting {
 			p.jobs, p.memoryMB = r.Jobs, r.MemoryMB
 		}
+		if r.Type == spawner.ReportExiting && r.Unsaved > 0 {
+			m.summary.Unsaved += r.Unsaved
+		}
 		return
 	}
 	exit := ev.Exit
@@ -1117,6 +1124,9 @@ func (m *Master) shutdown(events chan spawner.Event, why string) (Summary, error
 		case <-hard.C:
 			return m.summary, fmt.Errorf("workers did not exit after being killed: %d left", len(m.procs))
 		}
+	}
+	if m.summary.Unsaved > 0 {
+		return m.summary, fmt.Errorf("%d finished jobs' outcomes were not written before the workers exited (the database was unreachable): their jobs are released later and run again", m.summary.Unsaved)
 	}
 	return m.summary, nil
 }

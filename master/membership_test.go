@@ -10,6 +10,7 @@ import (
 	"github.com/fleet-go/fleet/master"
 	"github.com/fleet-go/fleet/pgtest"
 	"github.com/fleet-go/fleet/queue"
+	"github.com/fleet-go/fleet/spawner"
 	"github.com/fleet-go/fleet/spawner/spawnertest"
 	"github.com/fleet-go/fleet/store"
 	"github.com/fleet-go/fleet/supervisor"
@@ -221,4 +222,36 @@ func TestFleetWideBudget(t *testing.T) {
 	poll(t, "the survivor to take the whole budget", func() bool {
 		return len(a.fake.Running()) == 6
 	})
+}
+
+// A worker that exits during a stop with outcomes it could not write (the
+// database away) makes the master's Run fail, saying how many.
+func TestMasterStopReportsUnwrittenOutcomes(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	fake := spawnertest.NewFakeSpawner()
+	m, err := master.New(store.New(pool), resolve(t, nil), master.WithSpawner(fake), master.WithSettings(settings(&syncBuffer{})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	type result struct {
+		sum master.Summary
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		sum, err := m.Run(ctx)
+		done <- result{sum, err}
+	}()
+	wait(t, fake.WaitRunning(waitCtx(t), 1))
+	fake.IgnoreStop(true)
+	cancel()
+	i := fake.Running()[0]
+	fake.Report(i, spawner.Report{Type: spawner.ReportExiting, Reason: spawner.ExitStopped, Unsaved: 3})
+	fake.Exit(i, spawner.ExitError)
+	r := <-done
+	if r.sum.Unsaved != 3 || r.err == nil || !strings.Contains(r.err.Error(), "3 finished jobs' outcomes were not written") {
+		t.Errorf("Run = %+v, %v; want 3 unsaved and an error saying so", r.sum, r.err)
+	}
 }

@@ -75,6 +75,10 @@ type Report struct {
 	Paused bool `json:"paused,omitempty"`
 	// Reason it stops (exiting).
 	Reason ExitReason `json:"reason,omitempty"`
+	// Unsaved counts finished attempts whose outcome it could not write
+	// before exiting (exiting; the database was away): their jobs stay
+	// reserved until released, and run again.
+	Unsaved int `json:"unsaved,omitempty"`
 }
 
 // CommandType is the kind of a master command.

@@ -808,7 +808,7 @@ func (w *Worker) exit(s *loopState, runErr error) (Result, error) {
 		s.reason = spawner.ExitStopped
 	}
 	w.report(spawner.Report{Type: spawner.ReportExiting, Reason: s.reason, Jobs: w.finished.Load(),
-		Running: len(s.running), MemoryMB: w.cfg.MemoryMB()})
+		Running: len(s.running), MemoryMB: w.cfg.MemoryMB(), Unsaved: w.writer.Unsaved()})
 	w.log.Info("worker exiting", "reason", string(s.reason), "jobs", w.finished.Load())
 	return Result{Reason: s.reason, Jobs: w.finished.Load()}, runErr
 }
