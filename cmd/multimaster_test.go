@@ -57,6 +57,7 @@ func TestMultiMaster(t *testing.T) {
 		{"LingerShowsDraining", testLinger},
 		{"FrozenMaster", func(t *testing.T, srv *mmServer) { testFrozen(t, srv, false) }},
 		{"FrozenMasterAndChildren", func(t *testing.T, srv *mmServer) { testFrozen(t, srv, true) }},
+		{"FrozenChild", testFrozenChild},
 		{"HandRunWorkerKeepsItsJob", testHandRunWorker},
 		{"LockedMembershipTable", testLockedMembership},
 		{"DatabaseRestart", func(t *testing.T, _ *mmServer) { testDatabaseOutage(t, false) }},
@@ -1054,4 +1055,42 @@ func tail(s string, n int) string {
 		return s[len(s)-n:]
 	}
 	return s
+}
+
+// testFrozenChild: SIGSTOP of one child (its master keeps beating) for
+// 3 × ttl under a stream of jobs, then SIGCONT. Its master's row stays live,
+// so nobody releases what the child holds; the child finishes those jobs
+// once thawed, and every job completes exactly once with no attempt lost.
+func testFrozenChild(t *testing.T, srv *mmServer) {
+	url := srv.url(t)
+	d := openDB(t, url)
+	dir := t.TempDir()
+	a := startApp(t, dir, mmEnv(url, "a"), "fleet")
+	b := startApp(t, dir, mmEnv(url, "b"), "fleet")
+	am := d.waitMember(a, 10*time.Second, "master a running", func(m member) bool { return m.State == "running" })
+	d.waitMember(b, 10*time.Second, "master b trusted", member.trusted)
+	const n = 40
+	file := dispatchTo(t, url, dir, "default", n, 300)
+	eventually(t, 10*time.Second, "master a running jobs", func() bool {
+		return d.count(`SELECT count(*) FROM queue_jobs WHERE reserved_master = $1`, am.Instance) > 0
+	})
+	kids := children(a.cmd.Process.Pid)
+	if len(kids) == 0 {
+		t.Fatal("master a has no children")
+	}
+	freeze(t, kids[0])
+	frozenAt := d.now()
+	eventually(t, 3*mmTTL+10*time.Second, "a beating 3 × ttl past the child's freeze", func() bool {
+		m, ok := d.member(a.cmd.Process.Pid)
+		if ok && !m.live() {
+			t.Fatal("master a's row expired while only its child was frozen")
+		}
+		return ok && m.BeatAt.Sub(frozenAt) >= 3*mmTTL
+	})
+	thaw(t, kids[0])
+	eventually(t, 40*time.Second, "every job done", func() bool {
+		return d.count(`SELECT count(*) FROM queue_jobs`) == 0
+	})
+	checkOutcomes(t, d, file, n, false)
+	stopMasters(t, a, b)
 }
