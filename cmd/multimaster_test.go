@@ -58,6 +58,7 @@ func TestMultiMaster(t *testing.T) {
 		{"FrozenMaster", func(t *testing.T, srv *mmServer) { testFrozen(t, srv, false) }},
 		{"FrozenMasterAndChildren", func(t *testing.T, srv *mmServer) { testFrozen(t, srv, true) }},
 		{"FrozenChild", testFrozenChild},
+		{"TerminatedSessionsThenPause", testTerminatedSessions},
 		{"HandRunWorkerKeepsItsJob", testHandRunWorker},
 		{"LockedMembershipTable", testLockedMembership},
 		{"DatabaseRestart", func(t *testing.T, _ *mmServer) { testDatabaseOutage(t, false) }},
@@ -1092,5 +1093,61 @@ func testFrozenChild(t *testing.T, srv *mmServer) {
 		return d.count(`SELECT count(*) FROM queue_jobs`) == 0
 	})
 	checkOutcomes(t, d, file, n, false)
+	stopMasters(t, a, b)
+}
+
+// testTerminatedSessions: pg_terminate_backend of every session of the
+// fleet's database (pools and the workers' LISTEN connections included),
+// then fleet:pause: every master applies it (its row shows the supervisor
+// paused) and no job starts while paused; after fleet:continue a new
+// dispatch wakes the workers and every job completes once.
+func testTerminatedSessions(t *testing.T, srv *mmServer) {
+	url := srv.url(t)
+	d := openDB(t, url)
+	dir := t.TempDir()
+	a := startApp(t, dir, mmEnv(url, "a"), "fleet")
+	b := startApp(t, dir, mmEnv(url, "b"), "fleet")
+	d.waitMember(a, 10*time.Second, "master a trusted", member.trusted)
+	d.waitMember(b, 10*time.Second, "master b trusted", member.trusted)
+	killed := d.count(`SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+		WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_type = 'client backend') k`)
+	if killed < 4 {
+		t.Fatalf("terminated %d sessions, want the masters' and the workers'", killed)
+	}
+	if r := run(t, dir, dbEnv(url), "fleet:pause"); r.code != 0 {
+		t.Fatalf("pause: %+v", r)
+	}
+	pausedAll := func() bool {
+		v := masters(t, url, false)
+		n := 0
+		for _, m := range v.Masters {
+			var sups []struct {
+				Paused bool `json:"paused"`
+			}
+			if json.Unmarshal(m.Supervisors, &sups) == nil && len(sups) > 0 && sups[0].Paused {
+				n++
+			}
+		}
+		return n == 2
+	}
+	eventually(t, 10*time.Second, "both masters applying the pause after their sessions were killed", pausedAll)
+	pausedAt := d.now()
+	file := dispatchTo(t, url, dir, "default", 20, 100)
+	// While paused nothing is claimed: wait (on the database clock) for
+	// two ttls of beats past the pause, checking all along.
+	eventually(t, 2*mmTTL+10*time.Second, "two ttls of beats while paused", func() bool {
+		if k := d.count(`SELECT count(*) FROM queue_jobs WHERE reserved_by IS NOT NULL`); k != 0 {
+			t.Fatalf("%d jobs claimed while every supervisor was paused", k)
+		}
+		m, ok := d.member(a.cmd.Process.Pid)
+		return ok && m.BeatAt.Sub(pausedAt) >= 2*mmTTL
+	})
+	if r := run(t, dir, dbEnv(url), "fleet:continue"); r.code != 0 {
+		t.Fatalf("continue: %+v", r)
+	}
+	eventually(t, 30*time.Second, "every job done after continue", func() bool {
+		return d.count(`SELECT count(*) FROM queue_jobs`) == 0
+	})
+	checkOutcomes(t, d, file, 20, false)
 	stopMasters(t, a, b)
 }
