@@ -6,6 +6,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 )
 
 // Mask replaces a hidden value.
@@ -92,7 +94,7 @@ func (r *Redactor) Text(s string) string {
 	if len(r.fragments) == 0 || s == "" {
 		return s
 	}
-	lower := strings.ToLower(s)
+	lower := lowerSameOffsets(s)
 	var b strings.Builder
 	i := 0
 	for i < len(s) {
@@ -131,6 +133,25 @@ func (r *Redactor) Text(s string) string {
 		i = end
 	}
 	b.WriteString(s[i:])
+	return b.String()
+}
+
+// lowerSameOffsets lower-cases s like strings.ToLower, except that a rune
+// whose lower case is encoded in another number of bytes, and every byte of
+// invalid UTF-8, is kept as it is: an offset in the result is the same
+// offset in s.
+func lowerSameOffsets(s string) string {
+	var b strings.Builder
+	b.Grow(len(s))
+	for i := 0; i < len(s); {
+		c, n := utf8.DecodeRuneInString(s[i:])
+		if l := unicode.ToLower(c); l != c && utf8.RuneLen(l) == n {
+			b.WriteRune(l)
+		} else {
+			b.WriteString(s[i : i+n])
+		}
+		i += n
+	}
 	return b.String()
 }
 
@@ -178,7 +199,7 @@ func skipValue(s string, k int) int {
 				return k + 1
 			}
 		}
-		return k
+		return len(s) // unterminated; a final backslash must not step past the end
 	}
 	for k < len(s) && s[k] != ' ' && s[k] != ',' && s[k] != '}' && s[k] != '&' && s[k] != ';' {
 		k++

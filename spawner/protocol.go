@@ -9,6 +9,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"math"
 	"strings"
 )
 
@@ -102,9 +103,14 @@ type Command struct {
 	Queues []string `json:"queues,omitempty"`
 }
 
-// FormatReport renders r as a protocol line ending in a newline.
+// FormatReport renders r as a protocol line ending in a newline. A MemoryMB
+// that JSON cannot carry (NaN, ±Inf, as a custom memory probe may return)
+// is sent as 0, not as a line without its JSON object.
 func FormatReport(r Report) []byte {
 	r.V = ProtocolVersion
+	if math.IsNaN(r.MemoryMB) || math.IsInf(r.MemoryMB, 0) {
+		r.MemoryMB = 0
+	}
 	return formatLine(r)
 }
 
@@ -115,7 +121,7 @@ func FormatCommand(c Command) []byte {
 }
 
 func formatLine(v any) []byte {
-	b, _ := json.Marshal(v) // plain structs of strings and numbers always encode
+	b, _ := json.Marshal(v) // plain structs of strings and finite numbers always encode
 	var buf bytes.Buffer
 	buf.Grow(len(LinePrefix) + len(b) + 1)
 	buf.WriteString(LinePrefix)
