@@ -59,6 +59,7 @@ func TestMultiMaster(t *testing.T) {
 		{"FrozenMasterAndChildren", func(t *testing.T, srv *mmServer) { testFrozen(t, srv, true) }},
 		{"FrozenChild", testFrozenChild},
 		{"TerminatedSessionsThenPause", testTerminatedSessions},
+		{"SeveralSIGTERMs", testSeveralSIGTERMs},
 		{"HandRunWorkerKeepsItsJob", testHandRunWorker},
 		{"LockedMembershipTable", testLockedMembership},
 		{"DatabaseRestart", func(t *testing.T, _ *mmServer) { testDatabaseOutage(t, false) }},
@@ -1150,4 +1151,32 @@ func testTerminatedSessions(t *testing.T, srv *mmServer) {
 	})
 	checkOutcomes(t, d, file, 20, false)
 	stopMasters(t, a, b)
+}
+
+// testSeveralSIGTERMs: SIGTERM three times in a row (an impatient operator,
+// or a supervisor that repeats it) while jobs run: the master still drains
+// gracefully, exits 0 once its jobs are done, and every job completes once.
+func testSeveralSIGTERMs(t *testing.T, srv *mmServer) {
+	url := srv.url(t)
+	d := openDB(t, url)
+	dir := t.TempDir()
+	a := startApp(t, dir, mmEnv(url, "a", "APP_FLEET__SUPERVISORS__WORK__MAX_PROCESSES=2"), "fleet")
+	am := d.waitMember(a, 10*time.Second, "master a running", func(m member) bool { return m.State == "running" })
+	file := dispatchTo(t, url, dir, "default", 4, 3000)
+	eventually(t, 10*time.Second, "a running all four jobs", func() bool {
+		return d.count(`SELECT count(*) FROM queue_jobs WHERE reserved_master = $1`, am.Instance) == 4
+	})
+	for range 3 {
+		if err := a.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond) // a burst, not one signal: nothing waits on this
+	}
+	if code := waitExit(t, a, 30*time.Second); code != 0 {
+		t.Fatalf("master exited %d after repeated SIGTERMs, want 0", code)
+	}
+	if n := d.count(`SELECT count(*) FROM queue_jobs`); n != 0 {
+		t.Fatalf("%d jobs left after the master exited", n)
+	}
+	checkOutcomes(t, d, file, 4, false)
 }

@@ -10,5 +10,10 @@ import "syscall"
 // a goroutine that called runtime.LockOSThread returns without unlocking. A
 // master must not do that, or some of its workers die with that thread.)
 func sysProcAttr() *syscall.SysProcAttr {
-	return &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	// Pdeathsig: a worker dies with its master. Setpgid: a worker is in a
+	// process group of its own, so a terminal's Ctrl-C (sent to the whole
+	// foreground group) reaches only the master, which stops its workers
+	// gracefully through their stdin; pressed twice, it cannot kill the
+	// workers mid-job.
+	return &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
 }
