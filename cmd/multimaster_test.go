@@ -60,6 +60,7 @@ func TestMultiMaster(t *testing.T) {
 		{"FrozenChild", testFrozenChild},
 		{"TerminatedSessionsThenPause", testTerminatedSessions},
 		{"SeveralSIGTERMs", testSeveralSIGTERMs},
+		{"RecyclingUnderLoad", testRecyclingUnderLoad},
 		{"HandRunWorkerKeepsItsJob", testHandRunWorker},
 		{"LockedMembershipTable", testLockedMembership},
 		{"DatabaseRestart", func(t *testing.T, _ *mmServer) { testDatabaseOutage(t, false) }},
@@ -1179,4 +1180,28 @@ func testSeveralSIGTERMs(t *testing.T, srv *mmServer) {
 		t.Fatalf("%d jobs left after the master exited", n)
 	}
 	checkOutcomes(t, d, file, 4, false)
+}
+
+// testRecyclingUnderLoad: workers recycled every 7 jobs (max_jobs) while
+// two masters work a stream of jobs: replacements start at once, and every
+// job completes exactly once, none lost.
+func testRecyclingUnderLoad(t *testing.T, srv *mmServer) {
+	url := srv.url(t)
+	d := openDB(t, url)
+	dir := t.TempDir()
+	recycle := []string{"APP_FLEET__SUPERVISORS__WORK__MAX_JOBS=7", "APP_FLEET__SUPERVISORS__WORK__MAX_PROCESSES=2"}
+	a := startApp(t, dir, mmEnv(url, "a", recycle...), "fleet")
+	b := startApp(t, dir, mmEnv(url, "b", recycle...), "fleet")
+	d.waitMember(a, 10*time.Second, "master a running", func(m member) bool { return m.State == "running" })
+	d.waitMember(b, 10*time.Second, "master b running", func(m member) bool { return m.State == "running" })
+	const n = 120
+	file := dispatchTo(t, url, dir, "default", n, 40)
+	eventually(t, 40*time.Second, "every job done", func() bool {
+		return d.count(`SELECT count(*) FROM queue_jobs`) == 0
+	})
+	checkOutcomes(t, d, file, n, false)
+	stopMasters(t, a, b)
+	if out := a.output() + b.output(); strings.Count(out, "worker recycled") < n/7-2 {
+		t.Errorf("%d recycles for %d jobs at max_jobs 7: the test did not recycle", strings.Count(out, "worker recycled"), n)
+	}
 }
