@@ -1,10 +1,14 @@
 package master
 
-import "time"
+import (
+	"math/rand/v2"
+	"time"
+)
 
 // restarts tracks the failures of one process group: a crash or a failed
 // spawn delays the next start by a delay that starts at base and doubles up
-// to max; a healthy run resets it. It holds no clock: callers pass now.
+// to max, plus up to a quarter of it at random; a healthy run resets it.
+// It holds no clock: callers pass now.
 type restarts struct {
 	delay  time.Duration
 	next   time.Time   // no start before this
@@ -32,7 +36,9 @@ func (r *restarts) fail(now time.Time, lived, base, max time.Duration) bool {
 	default:
 		r.delay = min(r.delay*2, max)
 	}
-	r.next = now.Add(r.delay)
+	// Up to a quarter more, at random: the groups of many masters that lost
+	// something together (a deploy, a database) do not restart in step.
+	r.next = now.Add(r.delay + rand.N(r.delay/4+1))
 	kept := r.recent[:0]
 	for _, t := range r.recent {
 		if now.Sub(t) < crashLoopWindow {
