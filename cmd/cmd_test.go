@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -22,6 +23,13 @@ const envAppMode = "FLEET_CMD_TEST_APP"
 
 func TestMain(m *testing.M) {
 	if os.Getenv(envAppMode) == "1" {
+		// A worker of the queue named by FLEET_CMD_TEST_CRASH_QUEUE exits 1
+		// at start, as a worker with a broken deploy would, again and again.
+		if q := os.Getenv("FLEET_CMD_TEST_CRASH_QUEUE"); q != "" && len(os.Args) > 1 && os.Args[1] == "fleet:work" &&
+			slices.Contains(os.Args, q) {
+			fmt.Fprintln(os.Stderr, "test: this worker fails at start")
+			os.Exit(1)
+		}
 		os.Exit(cmd.Execute(cmd.App{Jobs: appJobs()}))
 	}
 	pgtest.Main(m)

@@ -61,6 +61,7 @@ func TestMultiMaster(t *testing.T) {
 		{"TerminatedSessionsThenPause", testTerminatedSessions},
 		{"SeveralSIGTERMs", testSeveralSIGTERMs},
 		{"RecyclingUnderLoad", testRecyclingUnderLoad},
+		{"CrashLoopingGroup", testCrashLoopingGroup},
 		{"HandRunWorkerKeepsItsJob", testHandRunWorker},
 		{"LockedMembershipTable", testLockedMembership},
 		{"DatabaseRestart", func(t *testing.T, _ *mmServer) { testDatabaseOutage(t, false) }},
@@ -1204,4 +1205,37 @@ func testRecyclingUnderLoad(t *testing.T, srv *mmServer) {
 	if out := a.output() + b.output(); strings.Count(out, "worker recycled") < n/7-2 {
 		t.Errorf("%d recycles for %d jobs at max_jobs 7: the test did not recycle", strings.Count(out, "worker recycled"), n)
 	}
+}
+
+// testCrashLoopingGroup: the workers of one supervisor exit 1 at start,
+// again and again. The master backs off, logs the crash loop as an error
+// after five failures within a minute, and the other supervisor's jobs
+// flow; the crashing queue's jobs wait, none failed or lost.
+func testCrashLoopingGroup(t *testing.T, srv *mmServer) {
+	url := srv.url(t)
+	d := openDB(t, url)
+	dir := t.TempDir()
+	a := startApp(t, dir, append(mmEnv(url, "a",
+		"APP_FLEET__SUPERVISORS__BROKEN__QUEUES=broken",
+		"APP_FLEET__SUPERVISORS__BROKEN__MAX_PROCESSES=1"),
+		"FLEET_CMD_TEST_CRASH_QUEUE=broken"), "fleet")
+	d.waitMember(a, 10*time.Second, "master a up", func(m member) bool { return m.live() })
+	file := dispatchTo(t, url, dir, "default", 20, 50)
+	if r := run(t, dir, dbEnv(url), "dispatch", "--name", "demo.noop", "--queue", "broken", "--count", "3"); r.code != 0 {
+		t.Fatalf("dispatch to broken: %+v", r)
+	}
+	eventually(t, 40*time.Second, "the crash-loop error", func() bool {
+		return strings.Contains(a.output(), "workers keep failing: five failures within a minute")
+	})
+	eventually(t, 20*time.Second, "the healthy supervisor's jobs done", func() bool {
+		return d.count(`SELECT count(*) FROM queue_jobs WHERE queue = 'default'`) == 0
+	})
+	if n := d.count(`SELECT count(*) FROM queue_jobs WHERE queue = 'broken' AND reserved_by IS NULL AND attempts = 0`); n != 3 {
+		t.Errorf("%d of the broken queue's 3 jobs untouched, want 3", n)
+	}
+	if _, err := d.pool.Exec(context.Background(), `DELETE FROM queue_jobs WHERE queue = 'broken'`); err != nil {
+		t.Fatal(err)
+	}
+	checkOutcomes(t, d, file, 20, false)
+	stopMasters(t, a)
 }
