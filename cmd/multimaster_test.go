@@ -62,6 +62,7 @@ func TestMultiMaster(t *testing.T) {
 		{"SeveralSIGTERMs", testSeveralSIGTERMs},
 		{"RecyclingUnderLoad", testRecyclingUnderLoad},
 		{"CrashLoopingGroup", testCrashLoopingGroup},
+		{"SIGTERMWithJobsPastTheirTimeout", testSIGTERMWithTimeouts},
 		{"HandRunWorkerKeepsItsJob", testHandRunWorker},
 		{"LockedMembershipTable", testLockedMembership},
 		{"DatabaseRestart", func(t *testing.T, _ *mmServer) { testDatabaseOutage(t, false) }},
@@ -1238,4 +1239,47 @@ func testCrashLoopingGroup(t *testing.T, srv *mmServer) {
 	}
 	checkOutcomes(t, d, file, 20, false)
 	stopMasters(t, a)
+}
+
+// testSIGTERMWithTimeouts: SIGTERM to a master running jobs within their
+// timeout and jobs past it (2 s timeout, 6 s of work, one try). The master
+// drains: the short jobs complete, the long ones are cut at their timeout
+// and fail for good, each with exactly one attempt; nothing is lost or run
+// twice, and the master exits 0.
+func testSIGTERMWithTimeouts(t *testing.T, srv *mmServer) {
+	url := srv.url(t)
+	d := openDB(t, url)
+	dir := t.TempDir()
+	a := startApp(t, dir, mmEnv(url, "a", "APP_FLEET__SUPERVISORS__WORK__MAX_PROCESSES=2"), "fleet")
+	am := d.waitMember(a, 10*time.Second, "master a running", func(m member) bool { return m.State == "running" })
+	file := dispatchTo(t, url, dir, "default", 2, 1000)
+	long, _ := json.Marshal(map[string]any{"ms": 6000, "file": file})
+	if r := run(t, dir, dbEnv(url), "dispatch", "--name", "test.sleep", "--count", "2", "--timeout", "2s", "--tries", "1",
+		"--payload", string(long)); r.code != 0 {
+		t.Fatalf("dispatch the long jobs: %+v", r)
+	}
+	eventually(t, 10*time.Second, "a running all four jobs", func() bool {
+		return d.count(`SELECT count(*) FROM queue_jobs WHERE reserved_master = $1`, am.Instance) == 4
+	})
+	if err := a.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := waitExit(t, a, 30*time.Second); code != 0 {
+		t.Fatalf("master exited %d, want 0", code)
+	}
+	if n := d.count(`SELECT count(*) FROM queue_jobs`); n != 0 {
+		t.Errorf("%d jobs left after the drain", n)
+	}
+	if n := d.count(`SELECT count(*) FROM fleet_jobs WHERE status = 'completed'`); n != 2 {
+		t.Errorf("%d completed attempts, want the 2 short jobs", n)
+	}
+	if n := d.count(`SELECT count(*) FROM queue_failed_jobs WHERE attempts = 1`); n != 2 {
+		t.Errorf("%d failed jobs with one attempt, want the 2 long ones", n)
+	}
+	if n := d.count(`SELECT count(*) FROM fleet_jobs WHERE status = 'timed_out'`); n != 2 {
+		t.Errorf("%d timed-out attempts, want 2", n)
+	}
+	if n := d.count(`SELECT count(*) FROM (SELECT job_id FROM fleet_jobs GROUP BY job_id HAVING count(*) > 1) x`); n != 0 {
+		t.Errorf("%d jobs with more than one attempt", n)
+	}
 }
