@@ -65,8 +65,9 @@ func TestMultiMaster(t *testing.T) {
 		{"SIGTERMWithJobsPastTheirTimeout", testSIGTERMWithTimeouts},
 		{"HandRunWorkerKeepsItsJob", testHandRunWorker},
 		{"LockedMembershipTable", testLockedMembership},
-		{"DatabaseRestart", func(t *testing.T, _ *mmServer) { testDatabaseOutage(t, false) }},
-		{"DatabaseReadOnly", func(t *testing.T, _ *mmServer) { testDatabaseOutage(t, true) }},
+		{"DatabaseRestart", func(t *testing.T, _ *mmServer) { testDatabaseOutage(t, outageStop) }},
+		{"DatabaseReadOnly", func(t *testing.T, _ *mmServer) { testDatabaseOutage(t, outageReadOnly) }},
+		{"DatabaseFrozen", func(t *testing.T, _ *mmServer) { testDatabaseOutage(t, outageFreeze) }},
 	}
 	var wg sync.WaitGroup
 	for _, s := range scenarios {
@@ -948,12 +949,24 @@ func testLockedMembership(t *testing.T, srv *mmServer) {
 // the same data: every row expired together, so nobody is presumed dead
 // (no lost attempt), nothing runs or completes twice, and every job is
 // done.
+// The kinds of database outage testDatabaseOutage makes.
+type outage int
+
+const (
+	// outageStop stops the server and starts it again.
+	outageStop outage = iota
+	// outageReadOnly makes every session read-only by
+	// default_transaction_read_only, the way a failover to a standby looks
+	// for a while.
+	outageReadOnly
+	// outageFreeze stops the postmaster and every backend with SIGSTOP:
+	// connections stay open and statements hang rather than fail.
+	outageFreeze
+)
+
 // testDatabaseOutage takes PostgreSQL away for 3 × ttl under two trusted
-// masters and a stream of jobs: stopped and started again, or (readOnly)
-// made read-only for every session by default_transaction_read_only, the
-// way a failover to a standby looks for a while. No job may complete twice
-// or be lost.
-func testDatabaseOutage(t *testing.T, readOnly bool) {
+// masters and a stream of jobs. No job may complete twice or be lost.
+func testDatabaseOutage(t *testing.T, kind outage) {
 	if _, err := pgcluster.FindBinaries(); err != nil {
 		t.Skipf("a private PostgreSQL cluster is needed: %v", err)
 	}
@@ -999,25 +1012,45 @@ func testDatabaseOutage(t *testing.T, readOnly bool) {
 			t.Fatal(err)
 		}
 	}
-	if readOnly {
+	var frozen []int
+	switch kind {
+	case outageReadOnly:
 		if _, err := admin.Exec(ctx, `SET default_transaction_read_only = off`); err != nil {
 			t.Fatal(err)
 		}
 		setReadOnly(true)
-	} else if err := cluster.Stop(ctx); err != nil {
-		t.Fatal(err)
+	case outageFreeze:
+		b, err := os.ReadFile(filepath.Join(cluster.DataDir(), "postmaster.pid"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		postmaster, err := strconv.Atoi(strings.TrimSpace(strings.SplitN(string(b), "\n", 2)[0]))
+		if err != nil {
+			t.Fatal(err)
+		}
+		frozen = append([]int{postmaster}, children(postmaster)...)
+		freeze(t, frozen...)
+	default:
+		if err := cluster.Stop(ctx); err != nil {
+			t.Fatal(err)
+		}
 	}
 	stoppedAt := time.Now()
 	eventually(t, 3*mmTTL+10*time.Second, "both masters failing to beat, for 3 × ttl", func() bool {
 		return strings.Contains(a.output(), "beat failed") && strings.Contains(b.output(), "beat failed") &&
 			time.Since(stoppedAt) >= 3*mmTTL
 	})
-	if readOnly {
+	switch kind {
+	case outageReadOnly:
 		setReadOnly(false)
-	} else if err := cluster.restart(); err != nil {
-		t.Fatal(err)
+	case outageFreeze:
+		thaw(t, frozen...)
+	default:
+		if err := cluster.restart(); err != nil {
+			t.Fatal(err)
+		}
 	}
-	t.Logf("PostgreSQL was away (read-only: %v) for %s", readOnly, time.Since(stoppedAt).Round(time.Millisecond))
+	t.Logf("PostgreSQL was away (outage %d) for %s", kind, time.Since(stoppedAt).Round(time.Millisecond))
 	if !within(40*time.Second, func() bool { return d.count(`SELECT count(*) FROM queue_jobs`) == 0 }) {
 		t.Errorf("not within 40s: every job done; %d left, %d reserved, %d fenced-exit lines\nmaster a:\n%s\nmaster b:\n%s",
 			d.count(`SELECT count(*) FROM queue_jobs`), d.count(`SELECT count(*) FROM queue_jobs WHERE reserved_by IS NOT NULL`),
