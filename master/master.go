@@ -87,6 +87,11 @@ type Settings struct {
 	// Linger is how long the last row lives with OnStopLinger (default
 	// 30 s).
 	Linger time.Duration
+	// StartTimeout is how long a started worker may take to report ready
+	// before it is killed and replaced (a crash, with backoff); default
+	// 30 s. It is applied only while this master's own beats have held for
+	// a ttl: a worker waiting for an unreachable database is not stuck.
+	StartTimeout time.Duration
 	// StopTimeout is how long shutdown waits for workers to finish their
 	// running jobs before killing them (default: DefaultTimeout +
 	// TimeoutGrace + 5 s).
@@ -140,6 +145,7 @@ func (s Settings) withDefaults() Settings {
 	s.DefaultTimeout = cmp.Or(s.DefaultTimeout, time.Minute)
 	s.TimeoutGrace = cmp.Or(s.TimeoutGrace, 5*time.Second)
 	s.StopTimeout = cmp.Or(s.StopTimeout, s.DefaultTimeout+s.TimeoutGrace+5*time.Second)
+	s.StartTimeout = cmp.Or(s.StartTimeout, 30*time.Second)
 	s.Version = cmp.Or(s.Version, "dev")
 	s.LongWaitCooldown = cmp.Or(s.LongWaitCooldown, 15*time.Minute)
 	s.Trim.CompletedHours = cmp.Or(s.Trim.CompletedHours, 24)
@@ -267,6 +273,8 @@ type proc struct {
 	sup      *supState
 	group    string
 	started  time.Time
+	ready    bool // it reported ready (or beat)
+	killed   bool // killed for not getting ready in time
 	stopping bool
 	jobs     int64
 	memoryMB float64
@@ -451,6 +459,7 @@ func (m *Master) supervise(ctx context.Context) (Summary, error) {
 		case ws := <-m.killCh:
 			m.killOverdue(ws)
 		case <-tick.C:
+			m.killUnready()
 			m.applyWorkload()
 			m.applyBudgets()
 			if m.set.Now().Sub(m.lastBal) >= m.set.BalanceCooldown {
@@ -786,6 +795,26 @@ func (m *Master) releaseExpired(ctx context.Context) {
 	}
 }
 
+// killUnready kills workers that did not report ready within
+// StartTimeout (they hang while starting), but only while this master's
+// own beats have held for a ttl: when the database was away, a worker
+// waiting for it (retrying every few seconds) is not stuck.
+func (m *Master) killUnready() {
+	if !m.member.Trusted() {
+		return
+	}
+	now := m.set.Now()
+	for _, p := range m.procs {
+		if p.ready || p.killed || p.stopping || now.Sub(p.started) < m.set.StartTimeout {
+			continue
+		}
+		p.killed = true
+		m.log.Error("worker did not get ready within the start timeout: killing it", "supervisor", p.sup.sup.Name,
+			"queues", p.group, "pid", p.p.PID(), "start_timeout", m.set.StartTimeout)
+		_ = p.p.Kill()
+	}
+}
+
 // killOverdue kills this master's workers named in overdue.
 func (m *Master) killOverdue(overdue []string) {
 	for _, w := range overdue {
@@ -1062,6 +1091,9 @@ func (m *Master) handle(ev spawner.Event) {
 		}
 		if r.Type == spawner.ReportExiting && r.Unsaved > 0 {
 			m.summary.Unsaved += r.Unsaved
+		}
+		if r.Type == spawner.ReportReady || r.Type == spawner.ReportHeartbeat {
+			p.ready = true
 		}
 		return
 	}

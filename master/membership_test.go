@@ -255,3 +255,24 @@ func TestMasterStopReportsUnwrittenOutcomes(t *testing.T) {
 		t.Errorf("Run = %+v, %v; want 3 unsaved and an error saying so", r.sum, r.err)
 	}
 }
+
+// A worker that hangs before it reports ready is killed after the start
+// timeout and replaced, with the crash backoff.
+func TestMasterKillsWorkerThatNeverGetsReady(t *testing.T) {
+	t.Parallel()
+	sups := resolve(t, map[string]supervisor.SupervisorOptions{"solo": {Queues: []string{"q"}, MaxProcesses: intp(1)}})
+	fake := spawnertest.NewFakeSpawner()
+	fake.SkipReady(true)
+	b := start(t, nil, sups, fake, func(s *master.Settings) { s.StartTimeout = 200 * time.Millisecond })
+	wait(t, fake.WaitSpawned(waitCtx(t), 1))
+	fake.SkipReady(false)
+	wait(t, fake.WaitSpawned(waitCtx(t), 2)) // the replacement
+	if !fake.Killed(0) {
+		t.Error("the worker that never got ready was not killed")
+	}
+	poll(t, "the log line", func() bool { return strings.Contains(b.logs.String(), "did not get ready within the start timeout") })
+	sum := b.stop(t)
+	if sum.Crashed < 1 {
+		t.Errorf("summary %+v: the kill must count as a crash", sum)
+	}
+}
