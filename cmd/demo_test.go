@@ -1,7 +1,6 @@
 package cmd_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"io/fs"
@@ -9,34 +8,18 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/fleet-go/fleet/cmd"
+	"github.com/fleet-go/fleet/internal/syncbuf"
 	"github.com/fleet-go/fleet/pgcluster"
 )
 
-// syncBuffer is a bytes.Buffer that a running command writes to while the
-// test reads it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
+// syncBuffer is a log or output sink safe for concurrent writes.
+type syncBuffer = syncbuf.Buffer
 
 // runContext executes the app's command line in dir under ctx, with the
 // test binary's application handlers, writing to stdout and stderr.

@@ -1,7 +1,6 @@
 package master_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"strings"
@@ -12,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fleet-go/fleet"
+	"github.com/fleet-go/fleet/internal/syncbuf"
 	"github.com/fleet-go/fleet/master"
 	"github.com/fleet-go/fleet/pgtest"
 	"github.com/fleet-go/fleet/queue"
@@ -25,23 +25,8 @@ import (
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
-// syncBuffer is a log sink safe for concurrent writes.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
+// syncBuffer is a log or output sink safe for concurrent writes.
+type syncBuffer = syncbuf.Buffer
 
 type bundle struct {
 	pool    *pgxpool.Pool

@@ -1,14 +1,13 @@
 package membership_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/fleet-go/fleet/internal/syncbuf"
 	"github.com/fleet-go/fleet/membership"
 	"github.com/fleet-go/fleet/pgtest"
 	"github.com/fleet-go/fleet/store"
@@ -16,22 +15,8 @@ import (
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
+// syncBuffer is a log or output sink safe for concurrent writes.
+type syncBuffer = syncbuf.Buffer
 
 func TestValidate(t *testing.T) {
 	for _, tt := range []struct {
