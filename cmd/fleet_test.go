@@ -344,6 +344,11 @@ func TestFleetBootRules(t *testing.T) {
 		"empty queues":            {[]string{"APP_FLEET__SUPERVISORS__E__QUEUES="}, "fleet.supervisors.e.queues"},
 		"unknown only":            {[]string{"APP_FLEET__ONLY=exports"}, `fleet.only: no supervisor named "exports"`},
 		"memory driver":           {[]string{"APP_QUEUE__DRIVER=memory"}, "queue.driver"},
+		// PostgreSQL unreachable when the master starts: one line naming
+		// the database (its password hidden), nothing started.
+		"database unreachable": {nil, "cannot reach database postgres://app:xxxxx@127.0.0.1:1/app"},
+		"beat interval vs ttl": {[]string{"APP_FLEET__MASTER_TTL_SECS=2", "APP_FLEET__BEAT_INTERVAL_MS=1000"}, "fleet.beat_interval_ms: must be below half of fleet.master_ttl_secs"},
+		"name with a brace":    {[]string{"APP_FLEET__NAME=web{1}"}, "fleet.name"},
 	}
 	for name, c := range cases {
 		r := run(t, t.TempDir(), append(dbEnv("postgres://app:hunter2@127.0.0.1:1/app"), c.env...), "fleet")
