@@ -482,13 +482,19 @@ func waitExit(t *testing.T, a *app, within time.Duration) int {
 // stopMasters sends SIGTERM to every app and checks that each exits 0.
 func stopMasters(t *testing.T, apps ...*app) {
 	t.Helper()
+	var kids []int
 	for _, a := range apps {
+		kids = append(kids, children(a.cmd.Process.Pid)...)
 		_ = a.cmd.Process.Signal(syscall.SIGTERM)
 	}
 	for _, a := range apps {
 		if code := waitExit(t, a, 20*time.Second); code != 0 {
 			t.Errorf("pid %d exited %d after SIGTERM", a.cmd.Process.Pid, code)
 		}
+	}
+	// No child outlives its master by more than 2 s.
+	if !within(2*time.Second, func() bool { return !slices.ContainsFunc(kids, alive) }) {
+		t.Errorf("children still alive 2 s after their masters exited: %v", slices.DeleteFunc(kids, func(pid int) bool { return !alive(pid) }))
 	}
 }
 
