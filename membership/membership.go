@@ -57,9 +57,6 @@ type Config struct {
 	Report func() (state string, report any)
 	// Logger receives the member's logs.
 	Logger *slog.Logger
-	// OnView, when set, is called after each successful beat with the new
-	// view, from the beating goroutine; it must not block.
-	OnView func(store.View)
 }
 
 // Validate checks the TTL and interval together: the interval must be
@@ -271,9 +268,6 @@ func (s *Service) beat(ctx context.Context) error {
 		s.log.Info("beat succeeded again", "failures", failing)
 	}
 	s.duplicatesIn(v)
-	if s.cfg.OnView != nil {
-		s.cfg.OnView(v)
-	}
 	return nil
 }
 

@@ -124,7 +124,7 @@ func TestHotPathKeepsItsPlanUnderAGenericPlan(t *testing.T) {
 	// The claim of 100 left 100 dead entries at the head of the ready index
 	// for these to step over: bounded by recent claims, not by the backlog.
 	measure("next available", 300, func() error {
-		_, _, err := st.JobNextAvailable(ctx, []string{"default", "mail"})
+		_, err := st.JobNext(ctx, []string{"default", "mail"}, "")
 		return err
 	})
 	measure("ready exists", 300, func() error {

@@ -445,14 +445,6 @@ func (s *Store) JobReadyExists(ctx context.Context, queues []string) (bool, erro
 	return ok, nil
 }
 
-// JobNextAvailable returns how long until the earliest unreserved job of
-// queues becomes available (0 when one is ready), and false when there is
-// none at all.
-func (s *Store) JobNextAvailable(ctx context.Context, queues []string) (time.Duration, bool, error) {
-	next, err := s.JobNext(ctx, queues, "")
-	return next.In, next.Any, err
-}
-
 // NextJob is what JobNext found.
 type NextJob struct {
 	// Any says whether any unreserved job exists; In is how long until

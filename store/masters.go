@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -164,17 +165,10 @@ func collectView(rows pgx.Rows) (View, error) {
 		return View{}, err
 	}
 	slices.SortFunc(members, func(a, b Member) int {
-		return cmpOr(strings.Compare(a.Name, b.Name), strings.Compare(a.Instance, b.Instance))
+		return cmp.Or(strings.Compare(a.Name, b.Name), strings.Compare(a.Instance, b.Instance))
 	})
 	v.Members = members
 	return v, nil
-}
-
-func cmpOr(a, b int) int {
-	if a != 0 {
-		return a
-	}
-	return b
 }
 
 // MemberView reads the view without beating: every row not yet deleted,
