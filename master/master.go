@@ -239,6 +239,7 @@ type Master struct {
 	// Owned by housekeeping.
 	lastSweep       time.Time
 	pendingReleases []*releaseReq
+	releasing       map[string]time.Time // expired member@expiry -> first release try (view clock)
 
 	// Owned by the duties goroutine.
 	dutyMemo *dutyMemo
@@ -287,7 +288,7 @@ type jobSample struct {
 
 // New returns a master for supervisors.
 func New(st *store.Store, supervisors []supervisor.Supervisor, opts ...Option) (*Master, error) {
-	m := &Master{st: st, procs: map[spawner.Process]*proc{}}
+	m := &Master{st: st, procs: map[spawner.Process]*proc{}, releasing: map[string]time.Time{}}
 	for _, o := range opts {
 		o(m)
 	}
@@ -561,11 +562,7 @@ func (m *Master) publish() {
 		for _, g := range s.groups {
 			row.Processes[g.Key] = m.alive(s, g.Key)
 		}
-		for _, p := range m.procs {
-			if p.sup == s {
-				row.Running++
-			}
-		}
+		row.Running = m.runningOf(s)
 		if s.claim >= 0 {
 			c := s.claim
 			row.Claim = &c
@@ -768,10 +765,30 @@ func (m *Master) releaseExpired(ctx context.Context) {
 		return
 	}
 	view := m.member.View()
+	// An expired member's jobs are released on this master's ticks for one
+	// ttl from the first try (a claim in flight at the expiry commits within
+	// that); anything left after is the minute sweep's. The row itself
+	// stays in the view for minutes, offline.
 	var gone []string
+	seen := map[string]bool{}
 	for _, mem := range view.Members {
-		if !mem.Live(view.At) && mem.Instance != m.Instance() {
+		if mem.Live(view.At) || mem.Instance == m.Instance() {
+			continue
+		}
+		key := mem.Instance + "@" + mem.ExpiresAt.String()
+		seen[key] = true
+		first, ok := m.releasing[key]
+		if !ok {
+			first = view.At
+			m.releasing[key] = first
+		}
+		if view.At.Sub(first) <= m.set.TTL {
 			gone = append(gone, mem.Instance)
+		}
+	}
+	for key := range m.releasing {
+		if !seen[key] {
+			delete(m.releasing, key)
 		}
 	}
 	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -878,6 +895,7 @@ func (m *Master) applyWorkload() {
 // holds), so two masters that grow at once never both take the same room.
 // A drop applies at once.
 func (m *Master) applyBudgets() {
+	shrink := false
 	view := m.member.View()
 	for _, s := range m.sups {
 		n := s.sup.FleetMaxProcesses
@@ -913,9 +931,10 @@ func (m *Master) applyBudgets() {
 				"masters", len(members), "ceiling", next)
 		}
 		s.ceiling = next
-		if s.alloc.Total() > s.ceiling {
-			m.rebalance() // shrink at once
-		}
+		shrink = shrink || s.alloc.Total() > s.ceiling
+	}
+	if shrink {
+		m.rebalance() // at once, not at the next cooldown
 	}
 }
 
