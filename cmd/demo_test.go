@@ -96,7 +96,7 @@ func TestDemoInterruptStopsTheMasterBeforeThePrivateServer(t *testing.T) {
 	eventually(t, 2*time.Minute, "a master row", func() bool {
 		// Only once the demo has migrated and started its master.
 		return strings.Contains(stdout.String(), "starting a fleet master") &&
-			countRows(t, url, "SELECT count(*) FROM fleet_masters WHERE kind = 'master'") > 0
+			query(t, url, "SELECT count(*) FROM fleet_masters WHERE kind = 'master'") > 0
 	})
 	cancel()
 	code := <-codec
@@ -124,13 +124,13 @@ func TestDemoInterruptStopsTheMasterBeforeThePrivateServer(t *testing.T) {
 	}
 	// The kept server answers: the master left, and released what its
 	// workers held.
-	if n := countRows(t, url, "SELECT count(*) FROM queue_jobs WHERE reserved_at IS NOT NULL"); n != 0 {
+	if n := query(t, url, "SELECT count(*) FROM queue_jobs WHERE reserved_at IS NOT NULL"); n != 0 {
 		t.Errorf("%d jobs left reserved", n)
 	}
-	if n := countRows(t, url, "SELECT count(*) FROM fleet_masters"); n != 0 {
+	if n := query(t, url, "SELECT count(*) FROM fleet_masters"); n != 0 {
 		t.Errorf("%d rows left in fleet_masters", n)
 	}
-	if n := countRows(t, url, "SELECT count(*) FROM queue_jobs WHERE queue IN ('mail', 'slow')"); n == 0 {
+	if n := query(t, url, "SELECT count(*) FROM queue_jobs WHERE queue IN ('mail', 'slow')"); n == 0 {
 		t.Errorf("the mail and slow jobs ran: the demo was not interrupted")
 	}
 	if _, err := os.Stat(filepath.Join(dir, ".fleet", "demo.json")); err != nil {
@@ -155,18 +155,4 @@ func TestDemoInterruptStopsTheMasterBeforeThePrivateServer(t *testing.T) {
 		!strings.Contains(stopOut.String(), "no demo PostgreSQL is running") {
 		t.Fatalf("demo --stop again: exit %d\n%s\n%s", code, stopOut.String(), stopErr.String())
 	}
-}
-
-func countRows(t *testing.T, url, query string) int {
-	t.Helper()
-	conn, err := pgx.Connect(context.Background(), url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
-	var n int
-	if err := conn.QueryRow(context.Background(), query).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	return n
 }
