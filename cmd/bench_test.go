@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleet-go/fleet/internal/apptest"
 	"github.com/fleet-go/fleet/pgtest"
 )
 
@@ -21,7 +22,7 @@ func runProcess(t *testing.T, env []string, args ...string) result {
 	defer cancel()
 	c := exec.CommandContext(ctx, os.Args[0], args...)
 	c.Dir = t.TempDir()
-	c.Env = append(os.Environ(), append([]string{envAppMode + "=1"}, env...)...)
+	c.Env = append(os.Environ(), append([]string{apptest.EnvAppMode + "=1"}, env...)...)
 	var out, errb bytes.Buffer
 	c.Stdout, c.Stderr = &out, &errb
 	err := c.Run()

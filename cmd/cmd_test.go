@@ -1,57 +1,31 @@
 package cmd_test
 
 import (
-	"bytes"
 	"context"
-	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/fleet-go/fleet/cmd"
+	"github.com/fleet-go/fleet/internal/apptest"
 	"github.com/fleet-go/fleet/pgtest"
-	"github.com/fleet-go/fleet/queue"
 )
 
-// envAppMode makes the test binary act as the application itself, so the
-// fleet master's children (copies of its own executable) are real processes.
-const envAppMode = "FLEET_CMD_TEST_APP"
-
-func TestMain(m *testing.M) {
-	if os.Getenv(envAppMode) == "1" {
-		// A worker of the queue named by FLEET_CMD_TEST_CRASH_QUEUE exits 1
-		// at start, as a worker with a broken deploy would, again and again.
-		if q := os.Getenv("FLEET_CMD_TEST_CRASH_QUEUE"); q != "" && len(os.Args) > 1 && os.Args[1] == "fleet:work" &&
-			slices.Contains(os.Args, q) {
-			fmt.Fprintln(os.Stderr, "test: this worker fails at start")
-			os.Exit(1)
-		}
-		os.Exit(cmd.Execute(cmd.App{Jobs: appJobs()}))
-	}
-	pgtest.Main(m)
-}
+func TestMain(m *testing.M) { apptest.Main(m) }
 
 type result struct {
 	code           int
 	stdout, stderr string
 }
 
-// run executes the app's command line in dir with only env as environment.
+// run executes the app's command line in this process, in dir with only
+// env as environment.
 func run(t *testing.T, dir string, env []string, args ...string) result {
 	t.Helper()
-	var out, errb bytes.Buffer
-	jobs := queue.NewRegistry()
-	jobs.Handle("demo.noop", func(context.Context, *queue.Job) error { return nil })
-	// test.echo fails with its payload in the error, as careless handlers do.
-	jobs.Handle("test.echo", func(_ context.Context, j *queue.Job) error { return fmt.Errorf("bad input %s", j.Payload) })
-	code := cmd.ExecuteContext(context.Background(), cmd.App{
-		Jobs: jobs, Args: args, Environ: env, Dir: dir, Stdout: &out, Stderr: &errb,
-	})
-	return result{code, out.String(), errb.String()}
+	r := apptest.Run(t, dir, env, args...)
+	return result{r.Code, r.Stdout, r.Stderr}
 }
 
 func dbEnv(url string) []string { return []string{"APP_DATABASE__URL=" + url} }

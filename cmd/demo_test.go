@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/fleet-go/fleet/cmd"
+	"github.com/fleet-go/fleet/internal/apptest"
 	"github.com/fleet-go/fleet/internal/syncbuf"
 	"github.com/fleet-go/fleet/pgcluster"
 )
@@ -67,7 +68,7 @@ func TestDemoInterruptStopsTheMasterBeforeThePrivateServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The children are this test binary acting as the application.
-	env := []string{envAppMode + "=1", "PATH=" + os.Getenv("PATH")}
+	env := []string{apptest.EnvAppMode + "=1", "PATH=" + os.Getenv("PATH")}
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -1,17 +1,13 @@
 package cmd_test
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
-	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -19,131 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/fleet-go/fleet/pgtest"
-	"github.com/fleet-go/fleet/queue"
 )
-
-// appJobs are the handlers of the test binary acting as the application.
-func appJobs() *queue.Registry {
-	jobs := queue.NewRegistry()
-	jobs.Handle("demo.noop", func(context.Context, *queue.Job) error { return nil })
-	// test.sleep sleeps, then appends its id to a file: a line per completed
-	// run, so a test can tell a job that ran twice.
-	jobs.Handle("test.sleep", func(ctx context.Context, j *queue.Job) error {
-		var p struct {
-			MS   int    `json:"ms"`
-			File string `json:"file"`
-		}
-		if err := j.Decode(&p); err != nil {
-			return err
-		}
-		select {
-		case <-time.After(time.Duration(p.MS) * time.Millisecond):
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-		f, err := os.OpenFile(p.File, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		_, err = fmt.Fprintf(f, "%d\n", j.ID)
-		return err
-	})
-	return jobs
-}
-
-// app is the application running as a real process: a master.
-type app struct {
-	cmd  *exec.Cmd
-	done chan struct{}
-	mu   sync.Mutex
-	out  strings.Builder
-}
-
-func startApp(t *testing.T, dir string, env []string, args ...string) *app {
-	t.Helper()
-	c := exec.Command(os.Args[0], args...)
-	c.Dir = dir
-	c.Env = append(os.Environ(), append([]string{envAppMode + "=1"}, env...)...)
-	a := &app{cmd: c, done: make(chan struct{})}
-	pr, pw, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.Stdout, c.Stderr = pw, pw
-	if err := c.Start(); err != nil {
-		t.Fatal(err)
-	}
-	pw.Close()
-	go func() {
-		sc := bufio.NewScanner(pr)
-		for sc.Scan() {
-			a.mu.Lock()
-			a.out.WriteString(sc.Text() + "\n")
-			a.mu.Unlock()
-		}
-		pr.Close()
-	}()
-	go func() { _ = c.Wait(); close(a.done) }()
-	t.Cleanup(func() {
-		_ = c.Process.Kill()
-		<-a.done
-		if t.Failed() {
-			t.Logf("app output:\n%s", a.output())
-		}
-	})
-	return a
-}
-
-func (a *app) output() string {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.out.String()
-}
-
-// children returns the pids of the processes whose parent is pid.
-func children(pid int) []int {
-	var out []int
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		child, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		// pid (comm) state ppid ...: comm may hold spaces, so split after ')'.
-		fields := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
-		if len(fields) > 1 && fields[1] == strconv.Itoa(pid) && fields[0] != "Z" {
-			out = append(out, child)
-		}
-	}
-	slices.Sort(out)
-	return out
-}
-
-// alive reports whether pid runs (a zombie does not).
-func alive(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	fields := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
-	return len(fields) > 0 && fields[0] != "Z"
-}
-
-func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %s: %s", within, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
 
 func query(t *testing.T, url, sql string) int {
 	t.Helper()
@@ -193,25 +65,13 @@ func runsOnce(t *testing.T, file string, n int) {
 	}
 }
 
-func fleetEnv(url string, extra ...string) []string {
-	return append([]string{
-		"APP_DATABASE__URL=" + url,
-		"APP_FLEET__MASTER_TTL_SECS=3",
-		"APP_FLEET__HTTP__ADDR=", // several masters run at once: no listener
-		"APP_FLEET__SUPERVISORS__WORK__QUEUES=default",
-		"APP_FLEET__SUPERVISORS__WORK__BALANCE=off",
-		"APP_FLEET__SUPERVISORS__WORK__MAX_PROCESSES=2",
-		"APP_FLEET__SUPERVISORS__WORK__CONCURRENCY=2",
-	}, extra...)
-}
-
 func TestFleetReplacesKilledWorker(t *testing.T) {
 	t.Parallel()
 	url := pgtest.URL(t)
 	dir := t.TempDir()
 	file := dispatchSleeps(t, url, dir, 8, 1500)
 	master := startApp(t, dir, fleetEnv(url), "fleet")
-	pid := master.cmd.Process.Pid
+	pid := master.Cmd.Process.Pid
 	eventually(t, 10*time.Second, "two workers running jobs", func() bool {
 		return len(children(pid)) == 2 && query(t, url, `SELECT count(*) FROM queue_jobs WHERE reserved_by IS NOT NULL`) == 4
 	})
@@ -233,15 +93,15 @@ func TestFleetReplacesKilledWorker(t *testing.T) {
 		return query(t, url, `SELECT count(*) FROM queue_jobs`) == 0
 	})
 	runsOnce(t, file, 8)
-	if err := master.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := master.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	<-master.done
-	if code := master.cmd.ProcessState.ExitCode(); code != 0 {
+	<-master.Done
+	if code := master.Cmd.ProcessState.ExitCode(); code != 0 {
 		t.Fatalf("master exited %d", code)
 	}
-	if !strings.Contains(master.output(), "1 crashed") {
-		t.Errorf("summary does not count the crash:\n%s", master.output())
+	if !strings.Contains(master.Output(), "1 crashed") {
+		t.Errorf("summary does not count the crash:\n%s", master.Output())
 	}
 }
 
@@ -251,12 +111,12 @@ func TestFleetSurvivesKilledMaster(t *testing.T) {
 	dir := t.TempDir()
 	file := dispatchSleeps(t, url, dir, 6, 3000)
 	first := startApp(t, dir, fleetEnv(url), "fleet")
-	pid := first.cmd.Process.Pid
+	pid := first.Cmd.Process.Pid
 	eventually(t, 10*time.Second, "workers running jobs", func() bool {
 		return len(children(pid)) == 2 && query(t, url, `SELECT count(*) FROM queue_jobs WHERE reserved_by IS NOT NULL`) == 4
 	})
 	workers := children(pid)
-	if err := first.cmd.Process.Kill(); err != nil {
+	if err := first.Cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, 2*time.Second, "the dead master's workers to die with it", func() bool {
@@ -271,8 +131,8 @@ func TestFleetSurvivesKilledMaster(t *testing.T) {
 	})
 	t.Logf("all jobs done %s after the restart", time.Since(restarted).Round(100*time.Millisecond))
 	runsOnce(t, file, 6)
-	_ = second.cmd.Process.Signal(syscall.SIGTERM)
-	<-second.done
+	_ = second.Cmd.Process.Signal(syscall.SIGTERM)
+	<-second.Done
 }
 
 func TestFleetOperatorCommands(t *testing.T) {
@@ -313,11 +173,11 @@ func TestFleetOperatorCommands(t *testing.T) {
 		t.Fatalf("terminate: %+v", r)
 	}
 	select {
-	case <-master.done:
+	case <-master.Done:
 	case <-time.After(10 * time.Second):
 		t.Fatal("the master did not terminate")
 	}
-	if code := master.cmd.ProcessState.ExitCode(); code != 0 {
+	if code := master.Cmd.ProcessState.ExitCode(); code != 0 {
 		t.Fatalf("terminated master exited %d", code)
 	}
 	// A master started after the request keeps running.
@@ -327,8 +187,8 @@ func TestFleetOperatorCommands(t *testing.T) {
 	})
 	time.Sleep(1500 * time.Millisecond)
 	select {
-	case <-later.done:
-		t.Fatalf("a master started after fleet:terminate stopped:\n%s", later.output())
+	case <-later.Done:
+		t.Fatalf("a master started after fleet:terminate stopped:\n%s", later.Output())
 	default:
 	}
 }

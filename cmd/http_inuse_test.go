@@ -23,9 +23,9 @@ func TestFleetRunsWithoutATakenListener(t *testing.T) {
 	dir := t.TempDir()
 	a := startApp(t, dir, fleetEnv(url, "APP_FLEET__HTTP__ADDR="+ln.Addr().String()), "fleet")
 	eventually(t, 15*time.Second, "the master's workers to start", func() bool {
-		return strings.Contains(a.output(), "worker started")
+		return strings.Contains(a.Output(), "worker started")
 	})
-	out := a.output()
+	out := a.Output()
 	if n := strings.Count(out, "runs without its HTTP listener"); n != 1 || !strings.Contains(out, "fleet.http.addr") {
 		t.Fatalf("want one warning naming fleet.http.addr, got %d:\n%s", n, out)
 	}

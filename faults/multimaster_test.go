@@ -1,4 +1,4 @@
-package cmd_test
+package faults_test
 
 // Several masters on one database, as real processes: the membership rules
 // of master/master.go and membership/membership.go (liveness on the
@@ -34,6 +34,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fleet-go/fleet"
+	"github.com/fleet-go/fleet/internal/apptest"
 	"github.com/fleet-go/fleet/pgcluster"
 	"github.com/fleet-go/fleet/pgtest"
 )
@@ -156,7 +157,7 @@ func (srv *mmServer) start() error {
 	if _, err := srv.admin.Exec(context.Background(), `CREATE DATABASE `+srv.template); err != nil {
 		return err
 	}
-	if r := run(srv.parent, srv.parent.TempDir(), dbEnv(c.URL(srv.template)), "migrate"); r.code != 0 {
+	if r := apptest.Run(srv.parent, srv.parent.TempDir(), apptest.DBEnv(c.URL(srv.template)), "migrate"); r.Code != 0 {
 		return fmt.Errorf("migrate: %+v", r)
 	}
 	return nil
@@ -208,7 +209,7 @@ func (c *privateCluster) remove() {
 // mmEnv is the environment of a master named name on url: one process
 // running two jobs at once, unless extra says otherwise.
 func mmEnv(url, name string, extra ...string) []string {
-	return fleetEnv(url, append([]string{
+	return apptest.FleetEnv(url, append([]string{
 		"APP_FLEET__NAME=" + name,
 		"APP_FLEET__BEAT_INTERVAL_MS=" + strconv.Itoa(int(mmBeat/time.Millisecond)),
 		"APP_FLEET__SUPERVISORS__WORK__MAX_PROCESSES=1",
@@ -302,12 +303,12 @@ func (d *mmDB) member(pid int) (member, bool) {
 
 // waitMember waits for the row of a's process and returns it once cond
 // holds for it.
-func (d *mmDB) waitMember(a *app, within time.Duration, what string, cond func(member) bool) member {
+func (d *mmDB) waitMember(a *apptest.App, within time.Duration, what string, cond func(member) bool) member {
 	d.t.Helper()
 	var m member
-	eventually(d.t, within, what, func() bool {
+	apptest.Eventually(d.t, within, what, func() bool {
 		var ok bool
-		m, ok = d.member(a.cmd.Process.Pid)
+		m, ok = d.member(a.PID())
 		return ok && cond(m)
 	})
 	return m
@@ -319,9 +320,9 @@ func dispatchTo(t *testing.T, url, dir, queue string, n, ms int) string {
 	t.Helper()
 	file := filepath.Join(dir, "runs.txt")
 	payload, _ := json.Marshal(map[string]any{"ms": ms, "file": file})
-	r := run(t, dir, dbEnv(url), "dispatch", "--name", "test.sleep", "--queue", queue,
+	r := apptest.Run(t, dir, apptest.DBEnv(url), "dispatch", "--name", "test.sleep", "--queue", queue,
 		"--count", strconv.Itoa(n), "--payload", string(payload))
-	if r.code != 0 {
+	if r.Code != 0 {
 		t.Fatalf("dispatch: %+v", r)
 	}
 	return file
@@ -365,7 +366,7 @@ func checkOutcomes(t *testing.T, d *mmDB, file string, n int, allowLost bool) hi
 	if len(h) != n {
 		t.Errorf("%d jobs have history, want %d", len(h), n)
 	}
-	runs := readRuns(t, file)
+	runs := apptest.ReadRuns(t, file)
 	for id, st := range h {
 		if st["completed"] != 1 {
 			t.Errorf("job %d has %d 'completed' history rows: %v", id, st["completed"], st)
@@ -390,23 +391,6 @@ func checkOutcomes(t *testing.T, d *mmDB, file string, n int, allowLost bool) hi
 	return h
 }
 
-func readRuns(t *testing.T, file string) map[int64]int {
-	t.Helper()
-	b, err := os.ReadFile(file)
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		t.Fatal(err)
-	}
-	runs := map[int64]int{}
-	for _, f := range strings.Fields(string(b)) {
-		id, err := strconv.ParseInt(f, 10, 64)
-		if err != nil {
-			t.Fatalf("runs file line %q", f)
-		}
-		runs[id]++
-	}
-	return runs
-}
-
 // lost returns the jobs that have a 'lost' history row.
 func (h history) lost() []int64 {
 	var out []int64
@@ -427,13 +411,13 @@ func masters(t *testing.T, url string, all bool) fleet.MastersView {
 	if all {
 		args = append(args, "--all")
 	}
-	r := run(t, t.TempDir(), dbEnv(url), args...)
-	if r.code != 0 {
+	r := apptest.Run(t, t.TempDir(), apptest.DBEnv(url), args...)
+	if r.Code != 0 {
 		t.Fatalf("fleet:masters: %+v", r)
 	}
 	var v fleet.MastersView
-	if err := json.Unmarshal([]byte(r.stdout), &v); err != nil {
-		t.Fatalf("fleet:masters --json: %v\n%s", err, r.stdout)
+	if err := json.Unmarshal([]byte(r.Stdout), &v); err != nil {
+		t.Fatalf("fleet:masters --json: %v\n%s", err, r.Stdout)
 	}
 	return v
 }
@@ -468,48 +452,34 @@ func processes(t *testing.T, m fleet.Master) int {
 }
 
 // waitExit waits for a to exit and returns its exit status.
-func waitExit(t *testing.T, a *app, within time.Duration) int {
+func waitExit(t *testing.T, a *apptest.App, within time.Duration) int {
 	t.Helper()
 	select {
-	case <-a.done:
-		return a.cmd.ProcessState.ExitCode()
+	case <-a.Done:
+		return a.Cmd.ProcessState.ExitCode()
 	case <-time.After(within):
-		t.Fatalf("pid %d did not exit within %s", a.cmd.Process.Pid, within)
+		t.Fatalf("pid %d did not exit within %s", a.PID(), within)
 		return -1
 	}
 }
 
 // stopMasters sends SIGTERM to every app and checks that each exits 0.
-func stopMasters(t *testing.T, apps ...*app) {
+func stopMasters(t *testing.T, apps ...*apptest.App) {
 	t.Helper()
 	var kids []int
 	for _, a := range apps {
-		kids = append(kids, children(a.cmd.Process.Pid)...)
-		_ = a.cmd.Process.Signal(syscall.SIGTERM)
+		kids = append(kids, apptest.Children(a.PID())...)
+		_ = a.Cmd.Process.Signal(syscall.SIGTERM)
 	}
 	for _, a := range apps {
 		if code := waitExit(t, a, 20*time.Second); code != 0 {
-			t.Errorf("pid %d exited %d after SIGTERM", a.cmd.Process.Pid, code)
+			t.Errorf("pid %d exited %d after SIGTERM", a.PID(), code)
 		}
 	}
 	// No child outlives its master by more than 2 s.
-	if !within(2*time.Second, func() bool { return !slices.ContainsFunc(kids, alive) }) {
-		t.Errorf("children still alive 2 s after their masters exited: %v", slices.DeleteFunc(kids, func(pid int) bool { return !alive(pid) }))
+	if !apptest.Within(2*time.Second, func() bool { return !slices.ContainsFunc(kids, apptest.Alive) }) {
+		t.Errorf("children still apptest.Alive 2 s after their masters exited: %v", slices.DeleteFunc(kids, func(pid int) bool { return !apptest.Alive(pid) }))
 	}
-}
-
-// procState is the state letter of pid in /proc (R, S, T, Z, ...), 0 when
-// it does not exist.
-func procState(pid int) byte {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	fields := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
-	if len(fields) == 0 || fields[0] == "" {
-		return 0
-	}
-	return fields[0][0]
 }
 
 // freeze sends SIGSTOP to each pid and waits until it is stopped; the
@@ -523,8 +493,8 @@ func freeze(t *testing.T, pids ...int) {
 		t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGCONT) })
 	}
 	for _, pid := range pids {
-		eventually(t, 5*time.Second, fmt.Sprintf("pid %d stopped", pid), func() bool {
-			s := procState(pid)
+		apptest.Eventually(t, 5*time.Second, fmt.Sprintf("pid %d stopped", pid), func() bool {
+			s := apptest.ProcState(pid)
 			return s == 'T' || s == 't'
 		})
 	}
@@ -547,37 +517,37 @@ func testDrainKeepsRunningJob(t *testing.T, srv *mmServer) {
 	url := srv.url(t)
 	d := openDB(t, url)
 	dir := t.TempDir()
-	b := startApp(t, dir, mmEnv(url, "b", "APP_FLEET__SUPERVISORS__WORK__QUEUES=other"), "fleet")
-	a := startApp(t, dir, mmEnv(url, "a"), "fleet")
+	b := apptest.Start(t, dir, mmEnv(url, "b", "APP_FLEET__SUPERVISORS__WORK__QUEUES=other"), "fleet")
+	a := apptest.Start(t, dir, mmEnv(url, "a"), "fleet")
 	am := d.waitMember(a, 10*time.Second, "master a running", func(m member) bool { return m.State == "running" })
 	// b is trusted before the job starts, so that the whole 8 s of the job
 	// (more than a ttl and a beat) fall in the drain however slow the
 	// machine is.
 	d.waitMember(b, 15*time.Second, "master b trusted", member.trusted)
 	file := dispatchTo(t, url, dir, "default", 1, 8000)
-	eventually(t, 10*time.Second, "the job reserved under a", func() bool {
+	apptest.Eventually(t, 10*time.Second, "the job reserved under a", func() bool {
 		return d.count(`SELECT count(*) FROM queue_jobs WHERE reserved_master = $1`, am.Instance) == 1
 	})
 
 	drainAt, began := d.now(), time.Now()
-	if err := a.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := a.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	sawDraining := false
 	for exited := false; !exited; {
 		select {
-		case <-a.done:
+		case <-a.Done:
 			exited = true
 		case <-time.After(50 * time.Millisecond):
 		}
-		if m, ok := d.member(a.cmd.Process.Pid); ok && m.State == "draining" && m.live() {
+		if m, ok := d.member(a.PID()); ok && m.State == "draining" && m.live() {
 			sawDraining = true
 		}
 		if !exited && time.Since(began) > 30*time.Second {
 			t.Fatal("master a did not exit within 30 s of SIGTERM")
 		}
 	}
-	if code := a.cmd.ProcessState.ExitCode(); code != 0 {
+	if code := a.Cmd.ProcessState.ExitCode(); code != 0 {
 		t.Fatalf("master a exited %d", code)
 	}
 	if !sawDraining {
@@ -587,7 +557,7 @@ func testDrainKeepsRunningJob(t *testing.T, srv *mmServer) {
 	if n := d.count(`SELECT count(*) FROM fleet_jobs WHERE status = 'completed'`); n != 1 {
 		t.Fatalf("master a exited with %d completed attempts, want 1", n)
 	}
-	if _, ok := d.member(a.cmd.Process.Pid); ok {
+	if _, ok := d.member(a.PID()); ok {
 		t.Error("master a's row is still there after it left")
 	}
 	// The drain lasted longer than a ttl and a beat after b was trusted:
@@ -612,8 +582,8 @@ func testKilledMaster(t *testing.T, srv *mmServer) {
 	d := openDB(t, url)
 	dir := t.TempDir()
 	twoProcs := []string{"APP_FLEET__SUPERVISORS__WORK__MAX_PROCESSES=2"}
-	a := startApp(t, dir, mmEnv(url, "a", twoProcs...), "fleet")
-	b := startApp(t, dir, mmEnv(url, "b", twoProcs...), "fleet")
+	a := apptest.Start(t, dir, mmEnv(url, "a", twoProcs...), "fleet")
+	b := apptest.Start(t, dir, mmEnv(url, "b", twoProcs...), "fleet")
 	am := d.waitMember(a, 10*time.Second, "master a's row", func(member) bool { return true })
 	bm := d.waitMember(b, 10*time.Second, "master b's row", func(member) bool { return true })
 	later := am.StartedAt
@@ -621,7 +591,7 @@ func testKilledMaster(t *testing.T, srv *mmServer) {
 		later = bm.StartedAt
 	}
 	var first fleet.MastersView
-	eventually(t, 10*time.Second, "both masters listed online", func() bool {
+	apptest.Eventually(t, 10*time.Second, "both masters listed online", func() bool {
 		first = masters(t, url, false)
 		ma, okA := findMaster(first, am.Instance)
 		mb, okB := findMaster(first, bm.Instance)
@@ -632,7 +602,7 @@ func testKilledMaster(t *testing.T, srv *mmServer) {
 	}
 
 	d.waitMember(b, 10*time.Second, "master b trusted", member.trusted)
-	eventually(t, 10*time.Second, "each master running two processes", func() bool {
+	apptest.Eventually(t, 10*time.Second, "each master running two processes", func() bool {
 		v := masters(t, url, false)
 		ma, _ := findMaster(v, am.Instance)
 		mb, _ := findMaster(v, bm.Instance)
@@ -640,21 +610,21 @@ func testKilledMaster(t *testing.T, srv *mmServer) {
 	})
 	const n = 16
 	file := dispatchTo(t, url, dir, "default", n, 2000)
-	eventually(t, 10*time.Second, "every slot of both masters busy", func() bool {
+	apptest.Eventually(t, 10*time.Second, "every slot of both masters busy", func() bool {
 		return d.count(`SELECT count(*) FROM queue_jobs WHERE reserved_master = $1`, am.Instance) == 4 &&
 			d.count(`SELECT count(*) FROM queue_jobs WHERE reserved_master = $1`, bm.Instance) == 4
 	})
-	workers := children(a.cmd.Process.Pid)
-	if err := a.cmd.Process.Kill(); err != nil {
+	workers := apptest.Children(a.PID())
+	if err := a.Cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
 	killedAt := d.now()
 	held := d.ids(`SELECT id FROM queue_jobs WHERE reserved_master = $1`, am.Instance)
-	eventually(t, 2*time.Second, "the killed master's workers to die with it", func() bool {
-		return !slices.ContainsFunc(workers, alive)
+	apptest.Eventually(t, 2*time.Second, "the killed master's workers to die with it", func() bool {
+		return !slices.ContainsFunc(workers, apptest.Alive)
 	})
 
-	eventually(t, mmTTL+5*time.Second, "master a listed offline", func() bool {
+	apptest.Eventually(t, mmTTL+5*time.Second, "master a listed offline", func() bool {
 		v := masters(t, url, true)
 		m, ok := findMaster(v, am.Instance)
 		if !ok || m.Liveness != "offline" {
@@ -668,7 +638,7 @@ func testKilledMaster(t *testing.T, srv *mmServer) {
 		}
 		return true
 	})
-	eventually(t, 30*time.Second, "every job done", func() bool {
+	apptest.Eventually(t, 30*time.Second, "every job done", func() bool {
 		return d.count(`SELECT count(*) FROM queue_jobs`) == 0
 	})
 	h := checkOutcomes(t, d, file, n, true)
@@ -694,10 +664,10 @@ func testLinger(t *testing.T, srv *mmServer) {
 	d := openDB(t, url)
 	dir := t.TempDir()
 	const linger = 4 * time.Second
-	a := startApp(t, dir, mmEnv(url, "a", "APP_FLEET__ON_STOP=linger",
+	a := apptest.Start(t, dir, mmEnv(url, "a", "APP_FLEET__ON_STOP=linger",
 		"APP_FLEET__LINGER_SECS="+strconv.Itoa(int(linger/time.Second))), "fleet")
 	am := d.waitMember(a, 10*time.Second, "master a running", func(m member) bool { return m.State == "running" })
-	if err := a.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := a.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	if code := waitExit(t, a, 10*time.Second); code != 0 {
@@ -712,7 +682,7 @@ func testLinger(t *testing.T, srv *mmServer) {
 	if got := m.ExpiresAt.Sub(m.BeatAt); got != linger {
 		t.Errorf("the last row lives %s, want linger_secs (%s)", got, linger)
 	}
-	eventually(t, linger+5*time.Second, "the lingering row offline", func() bool {
+	apptest.Eventually(t, linger+5*time.Second, "the lingering row offline", func() bool {
 		v := masters(t, url, true)
 		m, ok := findMaster(v, am.Instance)
 		if !ok {
@@ -737,19 +707,19 @@ func testFrozen(t *testing.T, srv *mmServer, withChildren bool) {
 	url := srv.url(t)
 	d := openDB(t, url)
 	dir := t.TempDir()
-	a := startApp(t, dir, mmEnv(url, "a"), "fleet")
-	b := startApp(t, dir, mmEnv(url, "b"), "fleet")
+	a := apptest.Start(t, dir, mmEnv(url, "a"), "fleet")
+	b := apptest.Start(t, dir, mmEnv(url, "b"), "fleet")
 	am := d.waitMember(a, 10*time.Second, "master a running", func(m member) bool { return m.State == "running" })
 	bm := d.waitMember(b, 10*time.Second, "master b trusted", member.trusted)
 	const n = 80
 	file := dispatchTo(t, url, dir, "default", n, 300)
-	eventually(t, 10*time.Second, "master a running jobs", func() bool {
+	apptest.Eventually(t, 10*time.Second, "master a running jobs", func() bool {
 		return d.count(`SELECT count(*) FROM queue_jobs WHERE reserved_master = $1`, am.Instance) > 0
 	})
-	pids := []int{a.cmd.Process.Pid}
-	freeze(t, a.cmd.Process.Pid)
+	pids := []int{a.PID()}
+	freeze(t, a.PID())
 	// Stopped, the master starts no child: these are all of them.
-	kids := children(a.cmd.Process.Pid)
+	kids := apptest.Children(a.PID())
 	if len(kids) == 0 {
 		t.Fatal("master a has no children")
 	}
@@ -770,8 +740,8 @@ func testFrozen(t *testing.T, srv *mmServer, withChildren bool) {
 		WHERE (r.master = $1 OR r.worker LIKE $2 || '/%') AND r.reserved_at > $3
 		  AND ($4::timestamptz IS NULL OR r.reserved_at < $4)`
 	sawOffline, waitingLate := false, false
-	eventually(t, 3*mmTTL+10*time.Second, "b beating 3 × ttl past the freeze, nothing of a's held", func() bool {
-		if m, ok := d.member(a.cmd.Process.Pid); ok && !m.live() {
+	apptest.Eventually(t, 3*mmTTL+10*time.Second, "b beating 3 × ttl past the freeze, nothing of a's held", func() bool {
+		if m, ok := d.member(a.PID()); ok && !m.live() {
 			sawOffline = true
 		}
 		if !waitingLate {
@@ -780,7 +750,7 @@ func testFrozen(t *testing.T, srv *mmServer, withChildren bool) {
 		if k := d.count(claimedLate, am.Instance, am.Name, fenceFrom, nil); k != 0 {
 			t.Fatalf("a's workers claimed %d jobs more than a ttl and a second after the freeze", k)
 		}
-		m, _ := d.member(b.cmd.Process.Pid)
+		m, _ := d.member(b.PID())
 		return m.BeatAt.Sub(frozenAt) >= 3*mmTTL &&
 			d.count(`SELECT count(*) FROM queue_jobs WHERE reserved_master = $1`, am.Instance) == 0
 	})
@@ -792,12 +762,12 @@ func testFrozen(t *testing.T, srv *mmServer, withChildren bool) {
 	}
 	for _, pid := range kids {
 		// Z: it exited, fenced for a ttl, and waits for its stopped master.
-		t.Logf("child %d of the frozen master is in state %c", pid, procState(pid))
+		t.Logf("child %d of the frozen master is in state %c", pid, apptest.ProcState(pid))
 	}
 	contAt := d.now()
 	thaw(t, pids...)
 	d.waitMember(a, 10*time.Second, "master a online again", func(m member) bool { return m.live() && m.State == "running" })
-	eventually(t, 40*time.Second, "every job done", func() bool {
+	apptest.Eventually(t, 40*time.Second, "every job done", func() bool {
 		return d.count(`SELECT count(*) FROM queue_jobs`) == 0
 	})
 	if k := d.count(claimedLate, am.Instance, am.Name, fenceFrom, contAt); k != 0 {
@@ -817,7 +787,7 @@ func testHandRunWorker(t *testing.T, srv *mmServer) {
 	d := openDB(t, url)
 	dir := t.TempDir()
 	short := []string{"APP_QUEUE__TIMEOUT_SECS=3", "APP_QUEUE__TIMEOUT_GRACE_SECS=1"}
-	w := startApp(t, dir, append(fleetEnv(url), short...), "fleet:work", "--queue", "hand", "--timeout", "20s", "--concurrency", "1")
+	w := apptest.Start(t, dir, append(apptest.FleetEnv(url), short...), "fleet:work", "--queue", "hand", "--timeout", "20s", "--concurrency", "1")
 	wm := d.waitMember(w, 10*time.Second, "the hand-run worker's row", func(m member) bool { return m.live() })
 	if wm.Kind != "worker" {
 		t.Fatalf("the hand-run worker's row is of kind %q", wm.Kind)
@@ -825,16 +795,16 @@ func testHandRunWorker(t *testing.T, srv *mmServer) {
 	// Longer than the master's timeout + grace + 5 s of overdue slack.
 	const ms = 10000
 	file := dispatchTo(t, url, dir, "hand", 1, ms)
-	eventually(t, 10*time.Second, "the job reserved under the worker's own row", func() bool {
+	apptest.Eventually(t, 10*time.Second, "the job reserved under the worker's own row", func() bool {
 		return d.count(`SELECT count(*) FROM queue_jobs WHERE reserved_master = $1`, wm.Instance) == 1
 	})
-	m := startApp(t, dir, mmEnv(url, "m", short...), "fleet")
+	m := apptest.Start(t, dir, mmEnv(url, "m", short...), "fleet")
 	mm := d.waitMember(m, 10*time.Second, "the master trusted", member.trusted)
 	if _, ok := findMaster(masters(t, url, true), wm.Instance); ok {
 		t.Error("fleet:masters lists the hand-run worker")
 	}
-	eventually(t, 20*time.Second, "the job done", func() bool {
-		if r, ok := d.member(w.cmd.Process.Pid); !ok || !r.live() {
+	apptest.Eventually(t, 20*time.Second, "the job done", func() bool {
+		if r, ok := d.member(w.PID()); !ok || !r.live() {
 			t.Fatalf("the hand-run worker's row is not live while it runs its job: %+v", r)
 		}
 		return d.count(`SELECT count(*) FROM queue_jobs`) == 0
@@ -849,7 +819,7 @@ func testHandRunWorker(t *testing.T, srv *mmServer) {
 	}
 	checkOutcomes(t, d, file, 1, false)
 	stopMasters(t, w)
-	if _, ok := d.member(w.cmd.Process.Pid); ok {
+	if _, ok := d.member(w.PID()); ok {
 		t.Error("the hand-run worker's row is still there after it exited")
 	}
 	stopMasters(t, m)
@@ -864,19 +834,19 @@ func testLockedMembership(t *testing.T, srv *mmServer) {
 	url := srv.url(t)
 	d := openDB(t, url)
 	dir := t.TempDir()
-	a := startApp(t, dir, mmEnv(url, "a"), "fleet")
-	b := startApp(t, dir, mmEnv(url, "b"), "fleet")
+	a := apptest.Start(t, dir, mmEnv(url, "a"), "fleet")
+	b := apptest.Start(t, dir, mmEnv(url, "b"), "fleet")
 	start := time.Now()
-	for _, x := range []*app{a, b} {
+	for _, x := range []*apptest.App{a, b} {
 		d.waitMember(x, 10*time.Second, "both masters trusted", member.trusted)
 	}
 	// While the fleet is paused, short and long jobs alternate, so that
 	// each worker's first claim (of two) takes one of each: one of its jobs
 	// finishes, and its next claim waits on the lock, while the other runs.
-	if r := run(t, dir, dbEnv(url), "fleet:pause"); r.code != 0 {
+	if r := apptest.Run(t, dir, apptest.DBEnv(url), "fleet:pause"); r.Code != 0 {
 		t.Fatalf("pause: %+v", r)
 	}
-	for _, x := range []*app{a, b} {
+	for _, x := range []*apptest.App{a, b} {
 		d.waitMember(x, 10*time.Second, "both masters paused", func(m member) bool { return m.State == "paused" })
 	}
 	var file string
@@ -886,10 +856,10 @@ func testLockedMembership(t *testing.T, srv *mmServer) {
 	}
 	dispatchTo(t, url, dir, "default", 8, 300)
 	const n = 16
-	if r := run(t, dir, dbEnv(url), "fleet:continue"); r.code != 0 {
+	if r := apptest.Run(t, dir, apptest.DBEnv(url), "fleet:continue"); r.Code != 0 {
 		t.Fatalf("continue: %+v", r)
 	}
-	eventually(t, 10*time.Second, "every slot of both masters busy", func() bool {
+	apptest.Eventually(t, 10*time.Second, "every slot of both masters busy", func() bool {
 		return d.count(`SELECT count(*) FROM queue_jobs WHERE reserved_by IS NOT NULL`) == 4
 	})
 
@@ -939,15 +909,15 @@ func testLockedMembership(t *testing.T, srv *mmServer) {
 	}
 	t.Logf("fleet_masters locked for %s over jobs %v", heldFor.Round(time.Millisecond), running)
 
-	eventually(t, 30*time.Second, "every job done", func() bool {
+	apptest.Eventually(t, 30*time.Second, "every job done", func() bool {
 		return d.count(`SELECT count(*) FROM queue_jobs`) == 0
 	})
 	checkOutcomes(t, d, file, n, false)
-	for _, x := range []*app{a, b} {
+	for _, x := range []*apptest.App{a, b} {
 		d.waitMember(x, 10*time.Second, "both masters online again", func(m member) bool { return m.live() })
 	}
 	stopMasters(t, a, b)
-	countBeatFailures(t, start, map[string]*app{"a": a, "b": b})
+	countBeatFailures(t, start, map[string]*apptest.App{"a": a, "b": b})
 }
 
 // testDatabaseRestart: PostgreSQL, a private cluster, stopped for 3 × ttl
@@ -984,18 +954,18 @@ func testDatabaseOutage(t *testing.T, kind outage) {
 	ctx := context.Background()
 	url := cluster.URL("postgres")
 	dir := t.TempDir()
-	if r := run(t, dir, dbEnv(url), "migrate"); r.code != 0 {
+	if r := apptest.Run(t, dir, apptest.DBEnv(url), "migrate"); r.Code != 0 {
 		t.Fatalf("migrate: %+v", r)
 	}
 	d := openDB(t, url)
-	a := startApp(t, dir, mmEnv(url, "a"), "fleet")
-	b := startApp(t, dir, mmEnv(url, "b"), "fleet")
+	a := apptest.Start(t, dir, mmEnv(url, "a"), "fleet")
+	b := apptest.Start(t, dir, mmEnv(url, "b"), "fleet")
 	start := time.Now()
 	d.waitMember(a, 15*time.Second, "master a trusted", member.trusted)
 	d.waitMember(b, 15*time.Second, "master b trusted", member.trusted)
 	const n = 40
 	file := dispatchTo(t, url, dir, "default", n, 500)
-	eventually(t, 10*time.Second, "both masters running jobs", func() bool {
+	apptest.Eventually(t, 10*time.Second, "both masters running jobs", func() bool {
 		return d.count(`SELECT count(*) FROM queue_jobs WHERE reserved_by IS NOT NULL`) == 4
 	})
 
@@ -1034,7 +1004,7 @@ func testDatabaseOutage(t *testing.T, kind outage) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		frozen = append([]int{postmaster}, children(postmaster)...)
+		frozen = append([]int{postmaster}, apptest.Children(postmaster)...)
 		freeze(t, frozen...)
 	default:
 		if err := cluster.Stop(ctx); err != nil {
@@ -1042,8 +1012,8 @@ func testDatabaseOutage(t *testing.T, kind outage) {
 		}
 	}
 	stoppedAt := time.Now()
-	eventually(t, 3*mmTTL+10*time.Second, "both masters failing to beat, for 3 × ttl", func() bool {
-		return strings.Contains(a.output(), "beat failed") && strings.Contains(b.output(), "beat failed") &&
+	apptest.Eventually(t, 3*mmTTL+10*time.Second, "both masters failing to beat, for 3 × ttl", func() bool {
+		return strings.Contains(a.Output(), "beat failed") && strings.Contains(b.Output(), "beat failed") &&
 			time.Since(stoppedAt) >= 3*mmTTL
 	})
 	switch kind {
@@ -1057,40 +1027,28 @@ func testDatabaseOutage(t *testing.T, kind outage) {
 		}
 	}
 	t.Logf("PostgreSQL was away (outage %d) for %s", kind, time.Since(stoppedAt).Round(time.Millisecond))
-	if !within(40*time.Second, func() bool { return d.count(`SELECT count(*) FROM queue_jobs`) == 0 }) {
+	if !apptest.Within(40*time.Second, func() bool { return d.count(`SELECT count(*) FROM queue_jobs`) == 0 }) {
 		t.Errorf("not within 40s: every job done; %d left, %d reserved, %d fenced-exit lines\nmaster a:\n%s\nmaster b:\n%s",
 			d.count(`SELECT count(*) FROM queue_jobs`), d.count(`SELECT count(*) FROM queue_jobs WHERE reserved_by IS NOT NULL`),
-			strings.Count(a.output()+b.output(), "fenced"), tail(a.output(), 3000), tail(b.output(), 3000))
+			strings.Count(a.Output()+b.Output(), "fenced"), tail(a.Output(), 3000), tail(b.Output(), 3000))
 		return
 	}
 	checkOutcomes(t, d, file, n, false)
 	stopMasters(t, a, b)
-	countBeatFailures(t, start, map[string]*app{"a": a, "b": b})
+	countBeatFailures(t, start, map[string]*apptest.App{"a": a, "b": b})
 }
 
 // countBeatFailures checks that each master logged its failing beats, at
 // most once a minute since start.
-func countBeatFailures(t *testing.T, start time.Time, apps map[string]*app) {
+func countBeatFailures(t *testing.T, start time.Time, apps map[string]*apptest.App) {
 	t.Helper()
 	allowed := 1 + int(time.Since(start)/time.Minute)
 	for name, x := range apps {
-		k := strings.Count(x.output(), "beat failed")
+		k := strings.Count(x.Output(), "beat failed")
 		if k < 1 || k > allowed {
-			t.Errorf("master %s logged %d 'beat failed' lines, want 1 to %d (at most one a minute):\n%s", name, k, allowed, x.output())
+			t.Errorf("master %s logged %d 'beat failed' lines, want 1 to %d (at most one a minute):\n%s", name, k, allowed, x.Output())
 		}
 	}
-}
-
-// within polls cond until it holds or d has passed.
-func within(d time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	return true
 }
 
 // tail returns the last n bytes of s.
@@ -1109,30 +1067,30 @@ func testFrozenChild(t *testing.T, srv *mmServer) {
 	url := srv.url(t)
 	d := openDB(t, url)
 	dir := t.TempDir()
-	a := startApp(t, dir, mmEnv(url, "a"), "fleet")
-	b := startApp(t, dir, mmEnv(url, "b"), "fleet")
+	a := apptest.Start(t, dir, mmEnv(url, "a"), "fleet")
+	b := apptest.Start(t, dir, mmEnv(url, "b"), "fleet")
 	am := d.waitMember(a, 10*time.Second, "master a running", func(m member) bool { return m.State == "running" })
 	d.waitMember(b, 10*time.Second, "master b trusted", member.trusted)
 	const n = 40
 	file := dispatchTo(t, url, dir, "default", n, 300)
-	eventually(t, 10*time.Second, "master a running jobs", func() bool {
+	apptest.Eventually(t, 10*time.Second, "master a running jobs", func() bool {
 		return d.count(`SELECT count(*) FROM queue_jobs WHERE reserved_master = $1`, am.Instance) > 0
 	})
-	kids := children(a.cmd.Process.Pid)
+	kids := apptest.Children(a.PID())
 	if len(kids) == 0 {
 		t.Fatal("master a has no children")
 	}
 	freeze(t, kids[0])
 	frozenAt := d.now()
-	eventually(t, 3*mmTTL+10*time.Second, "a beating 3 × ttl past the child's freeze", func() bool {
-		m, ok := d.member(a.cmd.Process.Pid)
+	apptest.Eventually(t, 3*mmTTL+10*time.Second, "a beating 3 × ttl past the child's freeze", func() bool {
+		m, ok := d.member(a.PID())
 		if ok && !m.live() {
 			t.Fatal("master a's row expired while only its child was frozen")
 		}
 		return ok && m.BeatAt.Sub(frozenAt) >= 3*mmTTL
 	})
 	thaw(t, kids[0])
-	eventually(t, 40*time.Second, "every job done", func() bool {
+	apptest.Eventually(t, 40*time.Second, "every job done", func() bool {
 		return d.count(`SELECT count(*) FROM queue_jobs`) == 0
 	})
 	checkOutcomes(t, d, file, n, false)
@@ -1148,8 +1106,8 @@ func testTerminatedSessions(t *testing.T, srv *mmServer) {
 	url := srv.url(t)
 	d := openDB(t, url)
 	dir := t.TempDir()
-	a := startApp(t, dir, mmEnv(url, "a"), "fleet")
-	b := startApp(t, dir, mmEnv(url, "b"), "fleet")
+	a := apptest.Start(t, dir, mmEnv(url, "a"), "fleet")
+	b := apptest.Start(t, dir, mmEnv(url, "b"), "fleet")
 	d.waitMember(a, 10*time.Second, "master a trusted", member.trusted)
 	d.waitMember(b, 10*time.Second, "master b trusted", member.trusted)
 	killed := d.count(`SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity
@@ -1157,7 +1115,7 @@ func testTerminatedSessions(t *testing.T, srv *mmServer) {
 	if killed < 4 {
 		t.Fatalf("terminated %d sessions, want the masters' and the workers'", killed)
 	}
-	if r := run(t, dir, dbEnv(url), "fleet:pause"); r.code != 0 {
+	if r := apptest.Run(t, dir, apptest.DBEnv(url), "fleet:pause"); r.Code != 0 {
 		t.Fatalf("pause: %+v", r)
 	}
 	pausedAll := func() bool {
@@ -1173,22 +1131,22 @@ func testTerminatedSessions(t *testing.T, srv *mmServer) {
 		}
 		return n == 2
 	}
-	eventually(t, 10*time.Second, "both masters applying the pause after their sessions were killed", pausedAll)
+	apptest.Eventually(t, 10*time.Second, "both masters applying the pause after their sessions were killed", pausedAll)
 	pausedAt := d.now()
 	file := dispatchTo(t, url, dir, "default", 20, 100)
 	// While paused nothing is claimed: wait (on the database clock) for
 	// two ttls of beats past the pause, checking all along.
-	eventually(t, 2*mmTTL+10*time.Second, "two ttls of beats while paused", func() bool {
+	apptest.Eventually(t, 2*mmTTL+10*time.Second, "two ttls of beats while paused", func() bool {
 		if k := d.count(`SELECT count(*) FROM queue_jobs WHERE reserved_by IS NOT NULL`); k != 0 {
 			t.Fatalf("%d jobs claimed while every supervisor was paused", k)
 		}
-		m, ok := d.member(a.cmd.Process.Pid)
+		m, ok := d.member(a.PID())
 		return ok && m.BeatAt.Sub(pausedAt) >= 2*mmTTL
 	})
-	if r := run(t, dir, dbEnv(url), "fleet:continue"); r.code != 0 {
+	if r := apptest.Run(t, dir, apptest.DBEnv(url), "fleet:continue"); r.Code != 0 {
 		t.Fatalf("continue: %+v", r)
 	}
-	eventually(t, 30*time.Second, "every job done after continue", func() bool {
+	apptest.Eventually(t, 30*time.Second, "every job done after continue", func() bool {
 		return d.count(`SELECT count(*) FROM queue_jobs`) == 0
 	})
 	checkOutcomes(t, d, file, 20, false)
@@ -1202,14 +1160,14 @@ func testSeveralSIGTERMs(t *testing.T, srv *mmServer) {
 	url := srv.url(t)
 	d := openDB(t, url)
 	dir := t.TempDir()
-	a := startApp(t, dir, mmEnv(url, "a", "APP_FLEET__SUPERVISORS__WORK__MAX_PROCESSES=2"), "fleet")
+	a := apptest.Start(t, dir, mmEnv(url, "a", "APP_FLEET__SUPERVISORS__WORK__MAX_PROCESSES=2"), "fleet")
 	am := d.waitMember(a, 10*time.Second, "master a running", func(m member) bool { return m.State == "running" })
 	file := dispatchTo(t, url, dir, "default", 4, 3000)
-	eventually(t, 10*time.Second, "a running all four jobs", func() bool {
+	apptest.Eventually(t, 10*time.Second, "a running all four jobs", func() bool {
 		return d.count(`SELECT count(*) FROM queue_jobs WHERE reserved_master = $1`, am.Instance) == 4
 	})
 	for range 3 {
-		if err := a.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		if err := a.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(20 * time.Millisecond) // a burst, not one signal: nothing waits on this
@@ -1231,18 +1189,18 @@ func testRecyclingUnderLoad(t *testing.T, srv *mmServer) {
 	d := openDB(t, url)
 	dir := t.TempDir()
 	recycle := []string{"APP_FLEET__SUPERVISORS__WORK__MAX_JOBS=7", "APP_FLEET__SUPERVISORS__WORK__MAX_PROCESSES=2"}
-	a := startApp(t, dir, mmEnv(url, "a", recycle...), "fleet")
-	b := startApp(t, dir, mmEnv(url, "b", recycle...), "fleet")
+	a := apptest.Start(t, dir, mmEnv(url, "a", recycle...), "fleet")
+	b := apptest.Start(t, dir, mmEnv(url, "b", recycle...), "fleet")
 	d.waitMember(a, 10*time.Second, "master a running", func(m member) bool { return m.State == "running" })
 	d.waitMember(b, 10*time.Second, "master b running", func(m member) bool { return m.State == "running" })
 	const n = 120
 	file := dispatchTo(t, url, dir, "default", n, 40)
-	eventually(t, 40*time.Second, "every job done", func() bool {
+	apptest.Eventually(t, 40*time.Second, "every job done", func() bool {
 		return d.count(`SELECT count(*) FROM queue_jobs`) == 0
 	})
 	checkOutcomes(t, d, file, n, false)
 	stopMasters(t, a, b)
-	if out := a.output() + b.output(); strings.Count(out, "worker recycled") < n/7-2 {
+	if out := a.Output() + b.Output(); strings.Count(out, "worker recycled") < n/7-2 {
 		t.Errorf("%d recycles for %d jobs at max_jobs 7: the test did not recycle", strings.Count(out, "worker recycled"), n)
 	}
 }
@@ -1255,19 +1213,19 @@ func testCrashLoopingGroup(t *testing.T, srv *mmServer) {
 	url := srv.url(t)
 	d := openDB(t, url)
 	dir := t.TempDir()
-	a := startApp(t, dir, append(mmEnv(url, "a",
+	a := apptest.Start(t, dir, append(mmEnv(url, "a",
 		"APP_FLEET__SUPERVISORS__BROKEN__QUEUES=broken",
 		"APP_FLEET__SUPERVISORS__BROKEN__MAX_PROCESSES=1"),
-		"FLEET_CMD_TEST_CRASH_QUEUE=broken"), "fleet")
+		apptest.EnvCrashQueue+"=broken"), "fleet")
 	d.waitMember(a, 10*time.Second, "master a up", func(m member) bool { return m.live() })
 	file := dispatchTo(t, url, dir, "default", 20, 50)
-	if r := run(t, dir, dbEnv(url), "dispatch", "--name", "demo.noop", "--queue", "broken", "--count", "3"); r.code != 0 {
+	if r := apptest.Run(t, dir, apptest.DBEnv(url), "dispatch", "--name", "demo.noop", "--queue", "broken", "--count", "3"); r.Code != 0 {
 		t.Fatalf("dispatch to broken: %+v", r)
 	}
-	eventually(t, 40*time.Second, "the crash-loop error", func() bool {
-		return strings.Contains(a.output(), "workers keep failing: five failures within a minute")
+	apptest.Eventually(t, 40*time.Second, "the crash-loop error", func() bool {
+		return strings.Contains(a.Output(), "workers keep failing: five failures within a minute")
 	})
-	eventually(t, 20*time.Second, "the healthy supervisor's jobs done", func() bool {
+	apptest.Eventually(t, 20*time.Second, "the healthy supervisor's jobs done", func() bool {
 		return d.count(`SELECT count(*) FROM queue_jobs WHERE queue = 'default'`) == 0
 	})
 	if n := d.count(`SELECT count(*) FROM queue_jobs WHERE queue = 'broken' AND reserved_by IS NULL AND attempts = 0`); n != 3 {
@@ -1289,18 +1247,18 @@ func testSIGTERMWithTimeouts(t *testing.T, srv *mmServer) {
 	url := srv.url(t)
 	d := openDB(t, url)
 	dir := t.TempDir()
-	a := startApp(t, dir, mmEnv(url, "a", "APP_FLEET__SUPERVISORS__WORK__MAX_PROCESSES=2"), "fleet")
+	a := apptest.Start(t, dir, mmEnv(url, "a", "APP_FLEET__SUPERVISORS__WORK__MAX_PROCESSES=2"), "fleet")
 	am := d.waitMember(a, 10*time.Second, "master a running", func(m member) bool { return m.State == "running" })
 	file := dispatchTo(t, url, dir, "default", 2, 1000)
 	long, _ := json.Marshal(map[string]any{"ms": 6000, "file": file})
-	if r := run(t, dir, dbEnv(url), "dispatch", "--name", "test.sleep", "--count", "2", "--timeout", "2s", "--tries", "1",
-		"--payload", string(long)); r.code != 0 {
+	if r := apptest.Run(t, dir, apptest.DBEnv(url), "dispatch", "--name", "test.sleep", "--count", "2", "--timeout", "2s", "--tries", "1",
+		"--payload", string(long)); r.Code != 0 {
 		t.Fatalf("dispatch the long jobs: %+v", r)
 	}
-	eventually(t, 10*time.Second, "a running all four jobs", func() bool {
+	apptest.Eventually(t, 10*time.Second, "a running all four jobs", func() bool {
 		return d.count(`SELECT count(*) FROM queue_jobs WHERE reserved_master = $1`, am.Instance) == 4
 	})
-	if err := a.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := a.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	if code := waitExit(t, a, 30*time.Second); code != 0 {

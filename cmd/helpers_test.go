@@ -1,0 +1,16 @@
+package cmd_test
+
+import "github.com/fleet-go/fleet/internal/apptest"
+
+// The application as real processes (package apptest), under the short
+// names the tests of this package use.
+type app = apptest.App
+
+var (
+	appJobs    = apptest.Jobs
+	startApp   = apptest.Start
+	children   = apptest.Children
+	alive      = apptest.Alive
+	eventually = apptest.Eventually
+	fleetEnv   = apptest.FleetEnv
+)
