@@ -72,6 +72,7 @@ func masterSettings(cfg *config.Config, sups []supervisor.Supervisor, version st
 		BeatInterval:    time.Duration(cfg.Fleet.BeatIntervalMs) * time.Millisecond,
 		OnStop:          cfg.Fleet.OnStop,
 		Linger:          time.Duration(cfg.Fleet.LingerSecs) * time.Second,
+		StartTimeout:    time.Duration(cfg.Fleet.StartTimeoutSecs) * time.Second,
 		Name:            masterName(cfg),
 		DefaultTries:    cfg.Queue.Tries,
 		DefaultTimeout:  timeout,

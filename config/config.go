@@ -79,6 +79,9 @@ type FleetConfig struct {
 	OnStop string `toml:"on_stop"`
 	// LingerSecs is how long the last row lives with on_stop = "linger".
 	LingerSecs int `toml:"linger_secs"`
+	// StartTimeoutSecs is how long a started worker may take to report
+	// ready before its master kills it and starts another.
+	StartTimeoutSecs int `toml:"start_timeout_secs"`
 	// Name is the master's name (default host:pid:nonce).
 	Name string `toml:"name"`
 	// NameEnv names an environment variable holding the master's name
@@ -159,6 +162,7 @@ func Default() Config {
 			BeatIntervalMs:          1000,
 			OnStop:                  "leave",
 			LingerSecs:              30,
+			StartTimeoutSecs:        30,
 			LongWaitCooldownMinutes: 15,
 			Trim:                    TrimConfig{CompletedHours: 24, FailedDays: 7, MetricsDays: 30},
 			HTTP:                    HTTPConfig{Addr: "127.0.0.1:9465"},

@@ -120,6 +120,7 @@ func TestLoadFullFile(t *testing.T) {
 			BeatIntervalMs:          1000,
 			OnStop:                  "leave",
 			LingerSecs:              30,
+			StartTimeoutSecs:        30,
 			LongWait:                map[string]int{"mail": 60, "default": 120},
 			LongWaitCooldownMinutes: 30,
 			LongWaitWebhook:         "https://hooks.example.com/fleet",

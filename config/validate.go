@@ -59,6 +59,7 @@ func (c *Config) Validate() error {
 		atLeast("fleet.beat_interval_ms", f.BeatIntervalMs, 10),
 		oneOf("fleet.on_stop", f.OnStop, secrets, "leave", "linger"),
 		atLeast("fleet.linger_secs", f.LingerSecs, 1),
+		atLeast("fleet.start_timeout_secs", f.StartTimeoutSecs, 1),
 		atLeast("fleet.long_wait_cooldown_minutes", f.LongWaitCooldownMinutes, 1),
 		atLeast("fleet.trim.completed_hours", f.Trim.CompletedHours, 1),
 		atLeast("fleet.trim.failed_days", f.Trim.FailedDays, 1),

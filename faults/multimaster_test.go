@@ -65,6 +65,11 @@ func TestMultiMaster(t *testing.T) {
 		{"CrashLoopingGroup", testCrashLoopingGroup},
 		{"SIGTERMWithJobsPastTheirTimeout", testSIGTERMWithTimeouts},
 		{"HandRunWorkerKeepsItsJob", testHandRunWorker},
+		{"KilledChildsJobsRunElsewhereOnce", testKilledChild},
+		{"ChildHangingBeforeReadyIsReplaced", testHangingChild},
+		{"PoisonJobFailsAfterItsTriesOthersFlow", testPoisonJob},
+		{"JobLongerThanTheTTLUnderAMasterRunsOnce", testLongJobUnderAMaster},
+		{"MasterStartedWhileDatabaseIsDown", testMasterStartsWhileDatabaseIsDown},
 		{"LockedMembershipTable", testLockedMembership},
 		{"DatabaseRestart", func(t *testing.T, _ *mmServer) { testDatabaseOutage(t, outageStop) }},
 		{"DatabaseReadOnly", func(t *testing.T, _ *mmServer) { testDatabaseOutage(t, outageReadOnly) }},
@@ -331,8 +336,9 @@ func dispatchTo(t *testing.T, url, dir, queue string, n, ms int) string {
 // history is, per job, how many history rows it has of each status.
 type history map[int64]map[string]int
 
-// checkOutcomes checks the invariants once every job is done: nothing left
-// in queue_jobs or queue_failed_jobs, n jobs in the history each with
+// checkOutcomes checks the invariants on the test.sleep jobs (the jobs of
+// every scenario but the poison job) once every job is done: nothing left
+// in queue_jobs or queue_failed_jobs, nothing reserved, n jobs in the history each with
 // exactly one 'completed' row and nothing but 'lost' rows besides (none
 // unless allowLost), and a test.sleep run recorded for each once, plus at
 // most one for each lost attempt (a lost holder may have finished its run
@@ -340,13 +346,17 @@ type history map[int64]map[string]int
 // recorded).
 func checkOutcomes(t *testing.T, d *mmDB, file string, n int, allowLost bool) history {
 	t.Helper()
-	if k := d.count(`SELECT count(*) FROM queue_jobs`); k != 0 {
+	if k := d.count(`SELECT count(*) FROM queue_jobs WHERE name = 'test.sleep'`); k != 0 {
 		t.Errorf("%d jobs left in queue_jobs", k)
 	}
-	if k := d.count(`SELECT count(*) FROM queue_failed_jobs`); k != 0 {
+	if k := d.count(`SELECT count(*) FROM queue_jobs WHERE reserved_by IS NOT NULL`); k != 0 {
+		t.Errorf("%d jobs still reserved", k)
+	}
+	if k := d.count(`SELECT count(*) FROM queue_failed_jobs WHERE name = 'test.sleep'`); k != 0 {
 		t.Errorf("%d jobs in queue_failed_jobs", k)
 	}
-	rows, err := d.pool.Query(context.Background(), `SELECT job_id, status, count(*)::int FROM fleet_jobs GROUP BY 1, 2`)
+	rows, err := d.pool.Query(context.Background(), `
+		SELECT job_id, status, count(*)::int FROM fleet_jobs WHERE name = 'test.sleep' GROUP BY 1, 2`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -943,14 +953,7 @@ const (
 // testDatabaseOutage takes PostgreSQL away for 3 × ttl under two trusted
 // masters and a stream of jobs. No job may complete twice or be lost.
 func testDatabaseOutage(t *testing.T, kind outage) {
-	if _, err := pgcluster.FindBinaries(); err != nil {
-		t.Skipf("a private PostgreSQL cluster is needed: %v", err)
-	}
-	cluster, err := startPrivateCluster()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cluster.remove)
+	cluster := ownCluster(t)
 	ctx := context.Background()
 	url := cluster.URL("postgres")
 	dir := t.TempDir()

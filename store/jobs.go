@@ -142,6 +142,9 @@ type JobClaimParams struct {
 // stopped beating, and whose jobs are about to be released, cannot take
 // more.
 func (s *Store) JobClaim(ctx context.Context, p JobClaimParams) ([]ClaimedJob, error) {
+	if err := s.inject(ctx, "JobClaim"); err != nil {
+		return nil, fmt.Errorf("claim jobs on %q: %w", p.Queue, err)
+	}
 	sql, args := jobClaimSQL, []any{p.Queue, p.Limit, p.Worker, p.Master}
 	if p.Master == "" {
 		sql, args = jobClaimUnfencedSQL, args[:3]
@@ -327,6 +330,9 @@ func (s *Store) JobFinishMany(ctx context.Context, p JobFinishParams) (JobFinish
 	if n == 0 {
 		return res, nil
 	}
+	if err := s.inject(ctx, "JobFinishMany"); err != nil {
+		return res, fmt.Errorf("write %d finished jobs: %w", n, err)
+	}
 	ids, leases, attempts, tries := make([]int64, n), make([]int64, n), make([]int32, n), make([]int32, n)
 	kinds, statuses, errs, queues, names := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	delays, runtimes := make([]int64, n), make([]float64, n)
@@ -349,6 +355,9 @@ func (s *Store) JobFinishMany(ctx context.Context, p JobFinishParams) (JobFinish
 	}
 	written, err := pgx.CollectRows(rows, pgx.RowToStructByPos[Lease])
 	if err != nil {
+		return res, fmt.Errorf("write %d finished jobs: %w", n, err)
+	}
+	if err := s.injectAfter(ctx, "JobFinishMany"); err != nil {
 		return res, fmt.Errorf("write %d finished jobs: %w", n, err)
 	}
 	seen := make(map[Lease]bool, len(written))
@@ -405,6 +414,9 @@ func (s *Store) JobRelease(ctx context.Context, p JobReleaseParams) (int, error)
 	if len(p.Leases) == 0 {
 		return 0, nil
 	}
+	if err := s.inject(ctx, "JobRelease"); err != nil {
+		return 0, fmt.Errorf("release %d jobs: %w", len(p.Leases), err)
+	}
 	ids, tokens := leaseArrays(p.Leases)
 	tag, err := s.pool.Exec(ctx, `
 		UPDATE queue_jobs j
@@ -415,6 +427,9 @@ func (s *Store) JobRelease(ctx context.Context, p JobReleaseParams) (int, error)
 		WHERE j.id = d.id AND j.lease = d.lease`,
 		ids, tokens, p.Uncount, StorableText(p.Error))
 	if err != nil {
+		return 0, fmt.Errorf("release %d jobs: %w", len(p.Leases), err)
+	}
+	if err := s.injectAfter(ctx, "JobRelease"); err != nil {
 		return 0, fmt.Errorf("release %d jobs: %w", len(p.Leases), err)
 	}
 	return int(tag.RowsAffected()), nil

@@ -261,6 +261,9 @@ func (s *Store) releaseLost(ctx context.Context, cond string, defaultTries int, 
 		cond, n+2, n+1, n+1, n+2, n+2, n+1)
 	args = append(args, defaultTries, errMsg)
 	var out LostJobs
+	if err := s.inject(ctx, "releaseLost"); err != nil {
+		return out, fmt.Errorf("release lost jobs: %w", err)
+	}
 	if err := s.pool.QueryRow(ctx, sql, args...).Scan(&out.Released, &out.Failed); err != nil {
 		return out, fmt.Errorf("release lost jobs: %w", err)
 	}

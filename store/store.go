@@ -6,6 +6,7 @@ package store
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -28,7 +29,22 @@ var (
 
 // Store runs fleet's statements on a connection pool.
 type Store struct {
-	pool *pgxpool.Pool
+	pool   *pgxpool.Pool
+	faults Faults
+}
+
+// Faults injects faults into a Store's statements, for the fault suite.
+// The statements that take, end or release a job's attempt pass through
+// it, named "JobClaim", "JobFinishMany", "JobRelease" or "releaseLost"
+// (the releases of lost jobs).
+type Faults interface {
+	// Before runs before the statement: an error fails it unrun, as an
+	// unreachable database would; it may sleep to delay the statement.
+	Before(ctx context.Context, statement string) error
+	// After runs once the statement has succeeded (JobFinishMany and
+	// JobRelease): an error is returned in place of its result, as when
+	// the reply is lost after the commit.
+	After(ctx context.Context, statement string) error
 }
 
 // New returns a Store on pool.
@@ -38,6 +54,35 @@ func New(pool *pgxpool.Pool) *Store {
 
 // Pool is the pool the store runs on.
 func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+
+// WithFaults returns a Store on the same pool whose statements pass
+// through f first. Production code never calls it.
+func (s *Store) WithFaults(f Faults) *Store {
+	return &Store{pool: s.pool, faults: f}
+}
+
+// inject runs the store's Faults, if it has any, before statement.
+func (s *Store) inject(ctx context.Context, statement string) error {
+	if s.faults == nil {
+		return nil
+	}
+	if err := s.faults.Before(ctx, statement); err != nil {
+		return fmt.Errorf("injected fault: %w", err)
+	}
+	return nil
+}
+
+// injectAfter runs the store's Faults, if it has any, after statement
+// succeeded.
+func (s *Store) injectAfter(ctx context.Context, statement string) error {
+	if s.faults == nil {
+		return nil
+	}
+	if err := s.faults.After(ctx, statement); err != nil {
+		return fmt.Errorf("injected fault after the commit: %w", err)
+	}
+	return nil
+}
 
 // NotifyChannel is the channel dispatches notify on; the payload is the queue.
 const NotifyChannel = "queue_jobs"

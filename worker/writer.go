@@ -150,8 +150,8 @@ func (w *writer) writeAll(ctx context.Context) {
 func (w *writer) write(ctx context.Context, batch []store.JobOutcome) bool {
 	backoff := 50 * time.Millisecond
 	rejected := 0
-	for {
-		err := w.finish(ctx, batch)
+	for try := 0; ; try++ {
+		err := w.finish(ctx, batch, try > 0)
 		if err == nil {
 			w.logs.OK(w.log, "write", "writing finished jobs works again")
 			return true
@@ -188,7 +188,7 @@ func (w *writer) isolate(ctx context.Context, batch []store.JobOutcome, err erro
 	if plain.Error != "" {
 		plain.Error = fmt.Sprintf("the error text of this attempt could not be stored: %v", sqlState(err))
 	}
-	if err = w.finish(ctx, []store.JobOutcome{plain}); err == nil {
+	if err = w.finish(ctx, []store.JobOutcome{plain}, true); err == nil {
 		return true
 	}
 	if ctx.Err() != nil {
@@ -204,8 +204,11 @@ func (w *writer) isolate(ctx context.Context, batch []store.JobOutcome, err erro
 	return ctx.Err() == nil
 }
 
-// finish runs one write with its timeout and logs lost leases.
-func (w *writer) finish(ctx context.Context, batch []store.JobOutcome) error {
+// finish runs one write with its timeout and logs lost leases. A retry
+// may find leases gone because the failed try before it was committed
+// after all (its reply was lost): those attempts are recorded once, by
+// that try, and the log says so.
+func (w *writer) finish(ctx context.Context, batch []store.JobOutcome, retry bool) error {
 	wctx, cancel := context.WithTimeout(ctx, writeTimeout)
 	defer cancel()
 	res, err := w.st.JobFinishMany(wctx, store.JobFinishParams{Worker: w.worker, Master: w.master, Outcomes: batch})
@@ -217,8 +220,11 @@ func (w *writer) finish(ctx context.Context, batch []store.JobOutcome) error {
 		for _, l := range res.Lost[:cap(ids)] {
 			ids = append(ids, l.ID)
 		}
-		w.log.Warn("lost the lease of jobs: they were released and may have been claimed again; these attempts are not recorded",
-			"jobs", len(res.Lost), "job_ids", ids)
+		msg := "lost the lease of jobs: they were released and may have been claimed again; these attempts are not recorded"
+		if retry {
+			msg = "jobs no longer held when writing their outcomes again: either the earlier try was committed although it reported an error (then they are recorded once), or they were released and may have been claimed again"
+		}
+		w.log.Warn(msg, "jobs", len(res.Lost), "job_ids", ids)
 	}
 	return nil
 }
