@@ -4,8 +4,6 @@ import "github.com/fleet-go/fleet/internal/apptest"
 
 // The application as real processes (package apptest), under the short
 // names the tests of this package use.
-type app = apptest.App
-
 var (
 	appJobs    = apptest.Jobs
 	startApp   = apptest.Start
