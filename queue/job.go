@@ -5,9 +5,15 @@ package queue
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/fleet-go/fleet/internal/jobhook"
+	"github.com/fleet-go/fleet/store"
 )
 
 // Job is a unit of work. Build one with NewJob to dispatch it; a handler
@@ -33,6 +39,40 @@ type Job struct {
 	timeout    time.Duration
 	payloadErr error
 	retryOf    int64
+	completeTx jobhook.Completer // set on the jobs a worker runs
+}
+
+func init() {
+	jobhook.Attach = func(job any, c jobhook.Completer) { job.(*Job).completeTx = c }
+}
+
+// ErrLeaseLost is returned by CompleteTx when the worker no longer holds
+// the job: it was released (its worker or master was presumed gone) and may
+// run elsewhere. The transaction can then no longer commit.
+var ErrLeaseLost = store.ErrLeaseLost
+
+// CompleteTx completes the job inside tx, a transaction of the handler on
+// fleet's database: the job's row is deleted and its attempt's history row
+// written as for any other completion, and all of it commits, or rolls
+// back, together with the handler's own writes in tx. So a crash never
+// leaves the handler's effects without the completion, or the completion
+// without them.
+//
+// Call it last, just before tx.Commit: from then until the commit the
+// transaction holds two small counter rows other workers may wait on.
+// When the lease was lost it returns an error wrapping ErrLeaseLost and
+// makes tx fail, so the handler's writes cannot commit either.
+//
+// After CompleteTx the handler's return value decides nothing more when tx
+// committed. When tx did not commit (the commit failed, or the handler
+// rolled back and returned nil), the attempt is recorded as failed and the
+// job retried after its backoff, since its effects are not there; an error
+// returned is a failed attempt as always.
+func (j *Job) CompleteTx(ctx context.Context, tx pgx.Tx) error {
+	if j.completeTx == nil {
+		return fmt.Errorf("complete job %d (%s) in a transaction: only a job run by a fleet worker can", j.ID, j.Name)
+	}
+	return j.completeTx(ctx, tx)
 }
 
 // NewJob returns a job named name with payload encoded as JSON. A payload

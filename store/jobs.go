@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -251,6 +252,10 @@ type JobOutcome struct {
 	StartedAt  time.Time
 	FinishedAt time.Time
 	RuntimeMs  float64
+	// InTx marks the outcome of an attempt whose handler completed the job
+	// in its own transaction (JobCompleteTx): it applies only when that
+	// transaction did not commit, so finding the lease gone is expected.
+	InTx bool
 }
 
 // JobFinishParams is a batch of finished attempts of one worker.
@@ -325,14 +330,55 @@ const jobFinishSQL = `
 // JobFinishMany writes a batch of finished attempts in one round trip (see
 // jobFinishSQL). Only attempts whose lease the worker still holds count.
 func (s *Store) JobFinishMany(ctx context.Context, p JobFinishParams) (JobFinishResult, error) {
-	var res JobFinishResult
-	n := len(p.Outcomes)
-	if n == 0 {
-		return res, nil
+	if len(p.Outcomes) == 0 {
+		return JobFinishResult{}, nil
 	}
 	if err := s.inject(ctx, "JobFinishMany"); err != nil {
-		return res, fmt.Errorf("write %d finished jobs: %w", n, err)
+		return JobFinishResult{}, fmt.Errorf("write %d finished jobs: %w", len(p.Outcomes), err)
 	}
+	res, err := finishOn(ctx, s.pool, jobFinishSQL, p)
+	if err != nil {
+		return res, err
+	}
+	if err := s.injectAfter(ctx, "JobFinishMany"); err != nil {
+		return JobFinishResult{}, fmt.Errorf("write %d finished jobs: %w", len(p.Outcomes), err)
+	}
+	return res, nil
+}
+
+// jobCompleteTxSQL is jobFinishSQL counting on shards of their own (16 to
+// 31): a handler's transaction holds its counter row until it commits, and
+// must not make the outcome writers of other workers wait for that.
+var jobCompleteTxSQL = strings.Replace(jobFinishSQL, counterShard, "16 + "+counterShard, 1)
+
+// JobCompleteTx completes one held job inside the caller's transaction, as
+// the last statement before its commit: the job's row is deleted and its
+// history row and counters written together with the caller's own writes,
+// or not at all. When the lease is no longer held (the job was released,
+// and may run elsewhere) it changes nothing, makes tx fail so that the
+// caller's writes cannot commit either, and returns ErrLeaseLost.
+func (s *Store) JobCompleteTx(ctx context.Context, tx pgx.Tx, worker, master string, o JobOutcome) error {
+	o.Kind, o.Status, o.Error = OutcomeCompleted, "completed", ""
+	res, err := finishOn(ctx, tx, jobCompleteTxSQL, JobFinishParams{Worker: worker, Master: master, Outcomes: []JobOutcome{o}})
+	if err != nil {
+		return err
+	}
+	if res.Written == 1 {
+		return nil
+	}
+	// Abort the transaction: a commit after this rolls back.
+	_, err = tx.Exec(ctx, `DO $$ BEGIN RAISE EXCEPTION 'fleet: lease of the job lost; this transaction cannot commit'; END $$`)
+	return errors.Join(fmt.Errorf("complete job %d: %w", o.ID, ErrLeaseLost), err)
+}
+
+// ErrLeaseLost says the caller no longer holds a job's lease: the job was
+// released (its holder was presumed gone) and may run elsewhere.
+var ErrLeaseLost = errors.New("the lease of the job was lost: it was released and may run elsewhere")
+
+// finishOn runs a finish statement (jobFinishSQL or jobCompleteTxSQL) on db.
+func finishOn(ctx context.Context, db DBTX, sql string, p JobFinishParams) (JobFinishResult, error) {
+	var res JobFinishResult
+	n := len(p.Outcomes)
 	ids, leases, attempts, tries := make([]int64, n), make([]int64, n), make([]int32, n), make([]int32, n)
 	kinds, statuses, errs, queues, names := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	delays, runtimes := make([]int64, n), make([]float64, n)
@@ -348,16 +394,13 @@ func (s *Store) JobFinishMany(ctx context.Context, p JobFinishParams) (JobFinish
 		}
 		started[i], finished[i] = o.StartedAt, o.FinishedAt
 	}
-	rows, err := s.pool.Query(ctx, jobFinishSQL, ids, leases, kinds, statuses, delays, errs, tries,
+	rows, err := db.Query(ctx, sql, ids, leases, kinds, statuses, delays, errs, tries,
 		queues, names, attempts, reserved, started, finished, runtimes, p.Master, p.Worker)
 	if err != nil {
 		return res, fmt.Errorf("write %d finished jobs: %w", n, err)
 	}
 	written, err := pgx.CollectRows(rows, pgx.RowToStructByPos[Lease])
 	if err != nil {
-		return res, fmt.Errorf("write %d finished jobs: %w", n, err)
-	}
-	if err := s.injectAfter(ctx, "JobFinishMany"); err != nil {
 		return res, fmt.Errorf("write %d finished jobs: %w", n, err)
 	}
 	seen := make(map[Lease]bool, len(written))

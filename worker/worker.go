@@ -19,6 +19,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
+	"github.com/fleet-go/fleet/internal/jobhook"
 	"github.com/fleet-go/fleet/internal/ratelog"
 	"github.com/fleet-go/fleet/queue"
 	"github.com/fleet-go/fleet/redact"
@@ -288,6 +291,9 @@ type finished struct {
 	timeout time.Duration
 	expired bool // the job's context ran out before it returned
 	ended   time.Time
+	// inTx: the handler completed the job in its own transaction
+	// (queue.Job.CompleteTx), which may or may not have committed.
+	inTx bool
 }
 
 // Run works until ctx ends (or Stop), a limit is reached, or, with
@@ -662,14 +668,16 @@ func (w *Worker) start(jobBase context.Context, s *loopState, j store.ClaimedJob
 	s.running[j.ID] = &running{job: j, started: now, deadline: now.Add(timeout), cancel: cancel}
 	s.started++
 	go func() {
-		err := w.execute(jctx, j)
-		w.done <- finished{job: j, err: err, timeout: timeout, expired: jctx.Err() != nil, ended: time.Now()}
+		var inTx atomic.Bool
+		err := w.execute(jctx, j, now, &inTx)
+		w.done <- finished{job: j, err: err, timeout: timeout, expired: jctx.Err() != nil, ended: time.Now(), inTx: inTx.Load()}
 	}()
 }
 
 // execute runs one attempt; a panic is a failed attempt carrying the panic
-// value and stack.
-func (w *Worker) execute(ctx context.Context, j store.ClaimedJob) (err error) {
+// value and stack. inTx is set once the handler has completed the job in
+// its own transaction.
+func (w *Worker) execute(ctx context.Context, j store.ClaimedJob, started time.Time, inTx *atomic.Bool) (err error) {
 	h, ok := w.jobs.Lookup(j.Name)
 	if !ok {
 		return fmt.Errorf("no handler registered for %q", j.Name)
@@ -679,10 +687,22 @@ func (w *Worker) execute(ctx context.Context, j store.ClaimedJob) (err error) {
 			err = fmt.Errorf("panic: %v\n%s", r, debug.Stack())
 		}
 	}()
-	return h(ctx, &queue.Job{
+	job := &queue.Job{
 		ID: j.ID, Name: j.Name, Queue: j.Queue, Payload: j.Payload,
 		Attempt: j.Attempt, MaxTries: j.MaxTries, CreatedAt: j.CreatedAt,
+	}
+	jobhook.Attach(job, func(ctx context.Context, tx pgx.Tx) error {
+		if inTx.Load() {
+			return fmt.Errorf("complete job %d (%s) in a transaction: already completed", j.ID, j.Name)
+		}
+		o := w.outcome(j, started, time.Now(), store.OutcomeCompleted, "completed", "")
+		if err := w.st.JobCompleteTx(ctx, tx, w.cfg.Name, w.cfg.Master, o); err != nil {
+			return err
+		}
+		inTx.Store(true)
+		return nil
 	})
+	return h(ctx, job)
 }
 
 func (w *Worker) finish(s *loopState, f finished) {
@@ -697,6 +717,10 @@ func (w *Worker) finish(s *loopState, f finished) {
 		s.runtime = took
 	} else {
 		s.runtime = (s.runtime*7 + took) / 8
+	}
+	if f.inTx {
+		w.finishInTx(f, r.started)
+		return
 	}
 	if f.err == nil {
 		if w.log.Enabled(context.Background(), slog.LevelDebug) {
@@ -713,6 +737,30 @@ func (w *Worker) finish(s *loopState, f finished) {
 		msg, status = fmt.Sprintf("timed out after %s: %s", f.timeout, msg), "timed_out"
 	}
 	w.recordFailure(f.job, r.started, f.ended, status, msg)
+}
+
+// finishInTx records an attempt whose handler completed its job in its own
+// transaction. When that committed, the job is gone and nothing is left to
+// write; the worker cannot tell, so it writes the attempt as failed with an
+// outcome marked InTx, which the lease check applies only when the
+// transaction did not commit (then the handler's effects are not there
+// either, and the job is retried).
+func (w *Worker) finishInTx(f finished, started time.Time) {
+	msg, status := "the job was completed in its handler's transaction, which did not commit", "failed"
+	if f.err != nil {
+		msg = store.StorableText(f.err.Error())
+		w.log.Info("job failed after completing in its transaction; if that committed the job is done, otherwise it is retried",
+			"job_id", f.job.ID, "job", f.job.Name, "queue", f.job.Queue, "attempt", f.job.Attempt, "err", w.redactor.Text(msg))
+	}
+	if f.expired {
+		msg, status = fmt.Sprintf("timed out after %s: %s", f.timeout, msg), "timed_out"
+	}
+	o := w.outcome(f.job, started, f.ended, store.OutcomeFailed, status, msg)
+	o.InTx = true
+	if f.job.Attempt < f.job.MaxTries {
+		o.Kind, o.Delay = store.OutcomeRetried, queue.RetryDelay(f.job.BackoffSecs, f.job.Attempt)
+	}
+	w.writer.add(o)
 }
 
 // outcome is the outcome of one attempt with its history, timed by the

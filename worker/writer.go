@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
@@ -215,18 +216,46 @@ func (w *writer) finish(ctx context.Context, batch []store.JobOutcome, retry boo
 	if err != nil {
 		return err
 	}
-	if len(res.Lost) > 0 {
-		ids := make([]int64, 0, min(len(res.Lost), 10))
-		for _, l := range res.Lost[:cap(ids)] {
+	lost := res.Lost
+	if slices.ContainsFunc(batch, func(o store.JobOutcome) bool { return o.InTx }) {
+		lost = w.sortInTx(batch, lost)
+	}
+	if len(lost) > 0 {
+		ids := make([]int64, 0, min(len(lost), 10))
+		for _, l := range lost[:cap(ids)] {
 			ids = append(ids, l.ID)
 		}
 		msg := "lost the lease of jobs: they were released and may have been claimed again; these attempts are not recorded"
 		if retry {
 			msg = "jobs no longer held when writing their outcomes again: either the earlier try was committed although it reported an error (then they are recorded once), or they were released and may have been claimed again"
 		}
-		w.log.Warn(msg, "jobs", len(res.Lost), "job_ids", ids)
+		w.log.Warn(msg, "jobs", len(lost), "job_ids", ids)
 	}
 	return nil
+}
+
+// sortInTx takes out of lost the outcomes marked InTx, whose lease is
+// expected to be gone (the handler's transaction completed the job), and
+// logs those that were written after all: their handler's transaction did
+// not commit.
+func (w *writer) sortInTx(batch []store.JobOutcome, lost []store.Lease) []store.Lease {
+	gone := make(map[store.Lease]bool, len(lost))
+	for _, l := range lost {
+		gone[l] = true
+	}
+	var rest []store.Lease
+	for _, o := range batch {
+		switch {
+		case !o.InTx:
+			if gone[o.Lease] {
+				rest = append(rest, o.Lease)
+			}
+		case !gone[o.Lease]:
+			w.log.Warn("a job completed in its handler's transaction is still queued: that transaction did not commit; the attempt is recorded as failed",
+				"job_id", o.ID, "job", o.Name, "attempt", o.Attempt, "outcome", o.Kind)
+		}
+	}
+	return rest
 }
 
 // rejectedByDatabase reports whether err is the server refusing the
