@@ -42,6 +42,8 @@ type JobStory struct {
 	Reserved *JobReservation `json:"reserved,omitempty"`
 	// LastError is the error of a queued job's last failed attempt.
 	LastError string `json:"last_error,omitempty"`
+	// UniqueKey is a queued unique job's key (see queue.Unique).
+	UniqueKey string `json:"unique_key,omitempty"`
 	// Failed is its row in queue_failed_jobs.
 	Failed *FailedRecord `json:"failed,omitempty"`
 	// RetryOf is the first job of the retry chain this job belongs to,
@@ -146,6 +148,7 @@ func (s *Service) story(ctx context.Context, p store.JobStoryParams) (JobStory, 
 		out.CreatedAt, out.AvailableAt = &q.CreatedAt, &q.AvailableAt
 		out.LastError = s.redactor.Text(deref(q.LastError))
 		out.RetryOf = q.RetryOf
+		out.UniqueKey = deref(q.UniqueKey)
 		if q.ReservedBy != nil {
 			out.Reserved = &JobReservation{
 				Worker: *q.ReservedBy, MasterInstance: deref(q.ReservedMaster),

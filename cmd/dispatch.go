@@ -25,6 +25,29 @@ type dispatchFlags struct {
 	count, tries                  int
 	delay, timeout                time.Duration
 	asJSON                        bool
+	uniqueKey                     string
+	uniqueFor                     time.Duration
+	uniqueByArgs, uniqueCompleted bool
+}
+
+// unique is the uniqueness the --unique-* flags ask for; nil when none.
+func (f dispatchFlags) unique(c *cobra.Command) (*queue.Unique, error) {
+	fl := c.Flags()
+	if !fl.Changed("unique-key") && !fl.Changed("unique-for") && !f.uniqueByArgs && !f.uniqueCompleted {
+		return nil, nil
+	}
+	if fl.Changed("unique-key") {
+		if err := queue.CheckName("--unique-key", f.uniqueKey); err != nil {
+			return nil, err
+		}
+	}
+	if fl.Changed("unique-for") && f.uniqueFor < time.Second {
+		return nil, fmt.Errorf("--unique-for must be at least 1s, got %s", f.uniqueFor)
+	}
+	if f.uniqueCompleted && f.uniqueFor == 0 {
+		return nil, errors.New("--unique-completed needs --unique-for: the period a completed job counts for")
+	}
+	return &queue.Unique{Key: f.uniqueKey, ByArgs: f.uniqueByArgs, Period: f.uniqueFor, Completed: f.uniqueCompleted}, nil
 }
 
 func (r *runner) dispatchCommand() *cobra.Command {
@@ -47,6 +70,10 @@ func (r *runner) dispatchCommand() *cobra.Command {
 	fl.StringVar(&f.backoff, "backoff", "", "seconds before each retry, comma-separated, e.g. 1,5,30 (default queue.backoff)")
 	fl.DurationVar(&f.timeout, "timeout", 0, "how long one attempt may run (default queue.timeout_secs)")
 	fl.BoolVar(&f.asJSON, "json", false, "print JSON")
+	fl.StringVar(&f.uniqueKey, "unique-key", "", "make the job unique by this key (with its name): a dispatch while such a job is queued or running inserts nothing")
+	fl.DurationVar(&f.uniqueFor, "unique-for", 0, "the key covers one period of this length (e.g. 1h), aligned to the clock")
+	fl.BoolVar(&f.uniqueByArgs, "unique-by-args", false, "make the job unique by its payload (with its name)")
+	fl.BoolVar(&f.uniqueCompleted, "unique-completed", false, "a completed job counts as a duplicate until its --unique-for period ends")
 	_ = c.MarkFlagRequired("name")
 	return c
 }
@@ -76,6 +103,13 @@ func (r *runner) dispatch(c *cobra.Command, f dispatchFlags) error {
 	backoff, err := parseBackoff(f.backoff)
 	if err != nil {
 		return err
+	}
+	unique, err := f.unique(c)
+	if err != nil {
+		return err
+	}
+	if unique != nil && f.count != 1 {
+		return fmt.Errorf("--count must be 1 for a unique job (its copies would be duplicates), got %d", f.count)
 	}
 	cfg, err := r.loadConfig()
 	if err != nil {
@@ -107,10 +141,14 @@ func (r *runner) dispatch(c *cobra.Command, f dispatchFlags) error {
 		if backoff != nil {
 			j.Backoff(backoff...)
 		}
+		if unique != nil {
+			j.Unique(*unique)
+		}
 		return j
 	}
 	start := time.Now()
 	var first, last int64
+	duplicate := false
 	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		for done := 0; done < f.count; {
 			n := min(dispatchBatch, f.count-done)
@@ -122,6 +160,7 @@ func (r *runner) dispatch(c *cobra.Command, f dispatchFlags) error {
 			if err != nil {
 				return err
 			}
+			duplicate = jobs[0].Duplicate
 			if done == 0 {
 				first = ids[0]
 			}
@@ -138,6 +177,13 @@ func (r *runner) dispatch(c *cobra.Command, f dispatchFlags) error {
 		q = cfg.Queue.DefaultQueue
 	}
 	elapsed := time.Since(start)
+	if duplicate {
+		if f.asJSON {
+			return printJSON(c.OutOrStdout(), map[string]any{"duplicate": map[string]any{"name": f.name, "queue": q, "id": first}})
+		}
+		fmt.Fprintf(c.OutOrStdout(), "not dispatched: job %d (%s) holds its unique key\n", first, f.name)
+		return nil
+	}
 	if f.asJSON {
 		return printJSON(c.OutOrStdout(), map[string]any{"dispatched": map[string]any{
 			"count": f.count, "name": f.name, "queue": q, "first_id": first, "last_id": last,

@@ -94,6 +94,9 @@ func printStory(w io.Writer, s fleet.JobStory) error {
 		}
 		fmt.Fprintf(tw, "retried as\t%s\n", strings.Join(parts, ", "))
 	}
+	if s.UniqueKey != "" {
+		fmt.Fprintf(tw, "unique key\t%s\n", s.UniqueKey)
+	}
 	if s.LastError != "" {
 		fmt.Fprintf(tw, "last error\t%s\n", firstLine(s.LastError, 200))
 	}

@@ -190,9 +190,11 @@ func (m *Master) upkeep(ctx context.Context, _ time.Time) error {
 	errs = append(errs, err)
 	duties, err := m.st.DutyTrim(ctx, dutyKeep)
 	errs = append(errs, err)
-	if created+dropped > 0 || failed+duties > 0 {
+	keys, err := m.st.UniqueKeyTrim(ctx)
+	errs = append(errs, err)
+	if created+dropped+keys > 0 || failed+duties > 0 {
 		m.log.Info("history upkeep", "partitions_created", created, "partitions_dropped", dropped,
-			"failed_jobs_trimmed", failed, "duties_trimmed", duties)
+			"failed_jobs_trimmed", failed, "duties_trimmed", duties, "unique_keys_trimmed", keys)
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("history upkeep: %w", err)

@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -123,14 +124,20 @@ func (c *Client) DispatchManySQLTx(ctx context.Context, tx *sql.Tx, jobs []*Job)
 	if err != nil {
 		return nil, err
 	}
-	ids, err := store.JobInsertManySQL(ctx, tx, params)
+	plan, err := c.planUnique(jobs, params)
+	if err != nil {
+		return nil, err
+	}
+	plain, err := store.JobInsertManySQL(ctx, tx, plan.plain)
 	if err != nil {
 		return nil, fmt.Errorf("dispatch: %w", err)
 	}
-	for i, j := range jobs {
-		j.ID = ids[i]
+	uniq, err := store.JobInsertUniqueSQL(ctx, tx, plan.uniq, plan.keys)
+	if err != nil {
+		return nil, fmt.Errorf("dispatch: %w", err)
 	}
-	if err := store.QueueNotifySQLTx(ctx, tx, readyQueues(params)); err != nil {
+	ids, queues := plan.apply(jobs, plain, uniq)
+	if err := store.QueueNotifySQLTx(ctx, tx, queues); err != nil {
 		return nil, fmt.Errorf("dispatch: %w", err)
 	}
 	return ids, nil
@@ -151,10 +158,15 @@ func (c *Client) paramsOf(jobs []*Job) ([]store.JobInsertParams, error) {
 
 // insert inserts jobs on tx, or through the shared inserter when tx is
 // nil, and returns their ids and the queues of those available at once.
+// Unique jobs take another statement (see insertWithUnique); a call
+// without any pays nothing for them.
 func (c *Client) insert(ctx context.Context, tx pgx.Tx, jobs []*Job) ([]int64, []string, error) {
 	params, err := c.paramsOf(jobs)
 	if err != nil {
 		return nil, nil, err
+	}
+	if slices.ContainsFunc(jobs, func(j *Job) bool { return j.unique != nil }) {
+		return c.insertWithUnique(ctx, tx, jobs, params)
 	}
 	var ids []int64
 	if tx != nil {
@@ -166,9 +178,115 @@ func (c *Client) insert(ctx context.Context, tx pgx.Tx, jobs []*Job) ([]int64, [
 		return nil, nil, fmt.Errorf("dispatch: %w", err)
 	}
 	for i, j := range jobs {
-		j.ID = ids[i]
+		j.ID, j.Duplicate = ids[i], false
 	}
 	return ids, readyQueues(params), nil
+}
+
+// insertWithUnique inserts a batch holding unique jobs: the others in one
+// statement, the unique ones in another (which refuses duplicates through
+// their keys), in tx or in a transaction of its own that also notifies.
+func (c *Client) insertWithUnique(ctx context.Context, tx pgx.Tx, jobs []*Job, params []store.JobInsertParams) ([]int64, []string, error) {
+	plan, err := c.planUnique(jobs, params)
+	if err != nil {
+		return nil, nil, err
+	}
+	var ids []int64
+	var queues []string
+	run := func(tx pgx.Tx) error {
+		plain, err := c.store.JobInsertMany(ctx, tx, plan.plain)
+		if err != nil {
+			return err
+		}
+		uniq, err := c.store.JobInsertUnique(ctx, tx, plan.uniq, plan.keys)
+		if err != nil {
+			return err
+		}
+		ids, queues = plan.apply(jobs, plain, uniq)
+		return nil
+	}
+	if tx != nil {
+		err = run(tx)
+	} else {
+		err = pgx.BeginFunc(ctx, c.store.Pool(), func(tx pgx.Tx) error {
+			if err := run(tx); err != nil {
+				return err
+			}
+			return store.QueueNotifyTx(ctx, tx, queues)
+		})
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("dispatch: %w", err)
+	}
+	return ids, queues, nil
+}
+
+// uniquePlan splits a batch into plain and unique jobs, and the unique
+// ones into first copies of each key (inserted) and later copies in the
+// same batch (duplicates of the first).
+type uniquePlan struct {
+	plain []store.JobInsertParams
+	uniq  []store.JobInsertParams
+	keys  []store.UniqueParams
+	// where[i] says where job i went: its index in plain (>= 0), or
+	// -1-k for index k of uniq.
+	where  []int
+	copyOf []int // job i is a later copy of job copyOf[i] (-1: none)
+}
+
+func (c *Client) planUnique(jobs []*Job, params []store.JobInsertParams) (uniquePlan, error) {
+	p := uniquePlan{where: make([]int, len(jobs)), copyOf: make([]int, len(jobs))}
+	first := map[store.UniqueParams]int{}
+	for i, j := range jobs {
+		p.copyOf[i] = -1
+		if j.unique == nil {
+			p.where[i] = len(p.plain)
+			p.plain = append(p.plain, params[i])
+			continue
+		}
+		u, err := uniqueParams(j, params[i].Queue)
+		if err != nil {
+			return p, fmt.Errorf("%w: job %q: %w", ErrInvalidJob, j.Name, err)
+		}
+		if f, ok := first[u]; ok {
+			p.copyOf[i] = f
+			continue
+		}
+		first[u] = i
+		p.where[i] = -1 - len(p.uniq)
+		p.uniq = append(p.uniq, params[i])
+		p.keys = append(p.keys, u)
+	}
+	return p, nil
+}
+
+// apply sets each job's ID and Duplicate from the two inserts and returns
+// the ids in order and the queues of the inserted jobs available at once.
+func (p uniquePlan) apply(jobs []*Job, plain []int64, uniq []store.UniqueInsert) ([]int64, []string) {
+	ids := make([]int64, len(jobs))
+	var ready []store.JobInsertParams
+	for i, j := range jobs {
+		switch w := p.where[i]; {
+		case p.copyOf[i] >= 0:
+			continue
+		case w >= 0:
+			ids[i], j.Duplicate = plain[w], false
+			ready = append(ready, p.plain[w])
+		default:
+			u := uniq[-1-w]
+			ids[i], j.Duplicate = u.ID, u.Duplicate
+			if !u.Duplicate {
+				ready = append(ready, p.uniq[-1-w])
+			}
+		}
+		j.ID = ids[i]
+	}
+	for i, f := range p.copyOf {
+		if f >= 0 {
+			ids[i], jobs[i].ID, jobs[i].Duplicate = ids[f], ids[f], true
+		}
+	}
+	return ids, readyQueues(ready)
 }
 
 // ErrInvalidJob is wrapped by every error about a job that cannot be

@@ -33,6 +33,9 @@ type Job struct {
 	MaxTries int
 	// CreatedAt is when the job was dispatched.
 	CreatedAt time.Time
+	// Duplicate is set by a dispatch that inserted nothing because a job
+	// with the same unique key counts (see Unique); ID is then that job's.
+	Duplicate bool
 
 	delay      time.Duration
 	backoff    []int
@@ -40,6 +43,7 @@ type Job struct {
 	payloadErr error
 	retryOf    int64
 	completeTx jobhook.Completer // set on the jobs a worker runs
+	unique     *Unique
 }
 
 func init() {

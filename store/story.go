@@ -32,6 +32,7 @@ type StoryQueued struct {
 	MasterKind     *string         `json:"master_kind"`
 	LastError      *string         `json:"last_error"`
 	RetryOf        *int64          `json:"retry_of"`
+	UniqueKey      *string         `json:"unique_key"`
 }
 
 // StoryAttempt is one row of fleet_jobs, with the name of the member its
@@ -100,7 +101,8 @@ const jobStorySQL = `
 		       CASE WHEN j.reserved_by IS NOT NULL THEN 'reserved'
 		            WHEN j.available_at > now() THEN 'delayed' ELSE 'pending' END AS state,
 		       j.attempts, j.max_tries, j.available_at, j.created_at, j.reserved_at, j.reserved_by,
-		       j.reserved_master, m.name AS master_name, m.kind AS master_kind, j.last_error, j.retry_of
+		       j.reserved_master, m.name AS master_name, m.kind AS master_kind, j.last_error, j.retry_of,
+		       j.unique_key
 		FROM queue_jobs j LEFT JOIN fleet_masters m ON m.instance = j.reserved_master
 		WHERE j.id = (SELECT id FROM target)
 	), f AS (

@@ -167,7 +167,8 @@ func FleetEnv(url string, extra ...string) []string {
 // App is the application running as a real process.
 type App struct {
 	Cmd *exec.Cmd
-	// Done is closed once the process has exited and been waited for.
+	// Done is closed once the process has exited and been waited for, and
+	// its output read.
 	Done chan struct{}
 	mu   sync.Mutex
 	out  strings.Builder
@@ -202,7 +203,16 @@ func Start(t testing.TB, dir string, env []string, args ...string) *App {
 		}
 		pr.Close()
 	}()
-	go func() { _ = c.Wait(); close(a.Done) }()
+	go func() {
+		_ = c.Wait()
+		// Let the reader take in the last lines, unless a child of the
+		// process still holds the pipe open.
+		select {
+		case <-read:
+		case <-time.After(time.Second):
+		}
+		close(a.Done)
+	}()
 	t.Cleanup(func() {
 		_ = c.Process.Kill()
 		<-a.Done
