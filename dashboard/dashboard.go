@@ -112,6 +112,9 @@ func New(svc *fleet.Service, opts Options) *Handler {
 	return h
 }
 
+// Path is the URL path the handler serves, without a trailing slash.
+func (h *Handler) Path() string { return h.path }
+
 // AssetNames returns the file names the page's assets are served under
 // (below Path/assets/), each carrying a hash of its content.
 func (h *Handler) AssetNames() []string {
