@@ -672,7 +672,7 @@
   // lineChart draws series of [time ms, value] points as SVG lines over
   // [from, to], with a zero-based y axis labelled by fmt.
   function lineChart(series, from, to, period, fmt) {
-    const W = 600, H = 150, L = 52, R = 8, T = 8, B = 20;
+    const W = 420, H = 150, L = 50, R = 8, T = 8, B = 20;
     const max = niceMax(Math.max(0, ...series.flatMap((s) => s.points.map((p) => p[1]))));
     const x = (t) => L + ((t - from) / (to - from)) * (W - L - R);
     const y = (v) => T + (1 - v / max) * (H - T - B);
