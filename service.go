@@ -487,6 +487,12 @@ func (s *Service) CompletedJobs(ctx context.Context, p Page) ([]FinishedJob, err
 	if err != nil {
 		return nil, err
 	}
+	for i := range jobs {
+		if jobs[i].Error != nil { // completed attempts carry none; redact any all the same
+			e := s.redactor.Text(*jobs[i].Error)
+			jobs[i].Error = &e
+		}
+	}
 	return convert(jobs, func(j store.FinishedJob) FinishedJob { return FinishedJob(j) }), nil
 }
 

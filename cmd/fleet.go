@@ -16,10 +16,12 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
 	"github.com/fleet-go/fleet"
 	"github.com/fleet-go/fleet/config"
+	"github.com/fleet-go/fleet/dashboard"
 	"github.com/fleet-go/fleet/master"
 	"github.com/fleet-go/fleet/metrics"
 	"github.com/fleet-go/fleet/queue"
@@ -177,14 +179,31 @@ func (r *runner) runMaster(ctx context.Context, c *cobra.Command, cfg *config.Co
 		return err
 	}
 	if addr := cfg.Fleet.HTTP.Addr; addr != "" {
-		stopHTTP, err := serveHTTP(ctx, addr, metrics.NewCollector(st.Pool(), metrics.Options{Beat: m.Membership(), Logger: settings.Logger}), m.Readiness, settings.Logger)
+		var dash *dashboard.Handler
+		if cfg.Fleet.Dashboard {
+			// The dashboard reads on a small pool of its own, so that a
+			// burst of its queries never makes the master's beat wait for a
+			// connection.
+			pc := st.Pool().Config().Copy()
+			pc.MaxConns, pc.MinConns = 2, 0
+			dashPool, err := pgxpool.NewWithConfig(ctx, pc)
+			if err != nil {
+				return fmt.Errorf("open the dashboard's database pool: %w", err)
+			}
+			defer dashPool.Close()
+			dash = dashboard.New(fleet.FromConfig(dashPool, cfg), dashboard.Options{Path: cfg.Fleet.Path, Logger: settings.Logger})
+		}
+		stopHTTP, err := serveHTTP(ctx, addr, metrics.NewCollector(st.Pool(), metrics.Options{Beat: m.Membership(), Logger: settings.Logger}), m.Readiness, dash, settings.Logger)
 		if err != nil {
 			// A second master on the host (the default address taken) still
 			// supervises its workers; only its probes and gauges are missing.
-			settings.Logger.Warn("the master runs without its HTTP listener (/metrics, /healthz, /readyz)", "logger", "fleet", "err", err)
+			settings.Logger.Warn("the master runs without its HTTP listener (/metrics, /healthz, /readyz, the dashboard)", "logger", "fleet", "err", err)
 		} else {
 			defer stopHTTP()
 			fmt.Fprintf(c.OutOrStdout(), "serving /metrics, /healthz and /readyz on http://%s\n", addr)
+			if dash != nil {
+				fmt.Fprintf(c.OutOrStdout(), "serving the dashboard on http://%s%s (sign in with a token of app fleet:token create)\n", addr, dash.Path())
+			}
 		}
 	}
 	fmt.Fprintf(c.OutOrStdout(), "fleet master %s running supervisors %s\n", m.Name(), describeSupervisors(sups))
@@ -197,12 +216,12 @@ func (r *runner) runMaster(ctx context.Context, c *cobra.Command, cfg *config.Co
 // serveHTTP serves the master's HTTP endpoints on addr until the returned
 // stop function is called. A port that cannot be bound is an error naming
 // fleet.http.addr; the master then runs without the listener.
-func serveHTTP(ctx context.Context, addr string, col *metrics.Collector, ready func() master.Readiness, log *slog.Logger) (stop func(), err error) {
+func serveHTTP(ctx context.Context, addr string, col *metrics.Collector, ready func() master.Readiness, dash *dashboard.Handler, log *slog.Logger) (stop func(), err error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("fleet.http.addr %s: %w (set another address, or an empty one to turn the listener off)", addr, err)
 	}
-	srv := &http.Server{Handler: httpMux(col, ready), ReadHeaderTimeout: 5 * time.Second, BaseContext: func(net.Listener) context.Context { return ctx }}
+	srv := &http.Server{Handler: httpMux(col, ready, dash), ReadHeaderTimeout: 5 * time.Second, BaseContext: func(net.Listener) context.Context { return ctx }}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -219,9 +238,14 @@ func serveHTTP(ctx context.Context, addr string, col *metrics.Collector, ready f
 }
 
 // httpMux routes the master's endpoints: /metrics, /healthz (the process
-// answers) and /readyz (ready says so).
-func httpMux(col *metrics.Collector, ready func() master.Readiness) *http.ServeMux {
+// answers), /readyz (ready says so) and, unless dash is nil, the dashboard
+// under its path.
+func httpMux(col *metrics.Collector, ready func() master.Readiness, dash *dashboard.Handler) *http.ServeMux {
 	mux := http.NewServeMux()
+	if dash != nil {
+		mux.Handle(dash.Path(), dash)
+		mux.Handle(dash.Path()+"/", dash)
+	}
 	mux.Handle("GET /metrics", metrics.Handler(col))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeProbe(w, http.StatusOK, map[string]string{"status": "ok"})

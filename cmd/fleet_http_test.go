@@ -64,7 +64,7 @@ func TestHealthAndReadiness(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(httpMux(metrics.NewCollector(pool, metrics.Options{Logger: log}), m.Readiness))
+	srv := httptest.NewServer(httpMux(metrics.NewCollector(pool, metrics.Options{Logger: log}), m.Readiness, nil))
 	defer srv.Close()
 
 	if code, body := probe(t, srv.URL, "/healthz"); code != http.StatusOK || body["status"] != "ok" {
@@ -132,7 +132,7 @@ func TestReadyzStaleBeat(t *testing.T) {
 	col := metrics.NewCollector(pgtest.Pool(t), metrics.Options{Logger: slog.New(slog.DiscardHandler)})
 	srv := httptest.NewServer(httpMux(col, func() master.Readiness {
 		return master.Readiness{State: "running", ViewAgeSecs: 12, TTLSecs: 10, Reason: "last successful beat 12.0s ago, not within the ttl of 10s"}
-	}))
+	}, nil))
 	defer srv.Close()
 	code, body := probe(t, srv.URL, "/readyz")
 	if code != http.StatusServiceUnavailable || body["ready"] != false || !strings.Contains(body["reason"].(string), "ttl") {

@@ -23,7 +23,7 @@ func TestUnmigratedDatabaseSaysRunMigrate(t *testing.T) {
 		}
 	}
 	// Half-migrated: the queue set is there, the fleet set is not.
-	if r := run(t, dir, env, "migrate", "down", "--set", "fleet", "--steps", "3"); r.code != 0 {
+	if r := run(t, dir, env, "migrate", "down", "--set", "fleet", "--steps", "4"); r.code != 0 {
 		t.Fatalf("down: %+v", r)
 	}
 	check("half", []string{"fleet:workload"}, []string{"fleet:masters"}, []string{"fleet:job", "1"}, []string{"fleet:jobs", "--completed"})

@@ -18,7 +18,8 @@ import (
 // fleet.master_ttl_secs at least 1 with fleet.beat_interval_ms below half
 // of it, fleet.on_stop leave or linger, fleet.name free of tabs, newlines
 // and braces, and long-wait thresholds
-// at least 0. The rules of supervisors belong to the package that resolves
+// at least 0, and fleet.path a URL path such as /_fleet (see
+// checkDashboardPath). The rules of supervisors belong to the package that resolves
 // them.
 //
 // Each error names its key, e.g. "queue.workers: must be at least 1, got 0";
@@ -73,6 +74,9 @@ func (c *Config) Validate() error {
 	if strings.ContainsAny(f.Name, "\t\n\r{}") {
 		errs = append(errs, invalid("fleet.name", "must hold no tab, newline or brace, got %q", f.Name))
 	}
+	if err := checkDashboardPath(f.Path); err != nil {
+		errs = append(errs, err)
+	}
 	for _, q := range slices.Sorted(maps.Keys(f.LongWait)) {
 		errs = append(errs, atLeast("fleet.long_wait."+q, f.LongWait[q], 0))
 	}
@@ -115,4 +119,32 @@ func notEmpty(key, got string) error {
 		return nil
 	}
 	return invalid(key, "must not be empty")
+}
+
+// checkDashboardPath checks fleet.path: "/" then segments of letters,
+// digits, '.', '_', '~' and '-' joined by single slashes, no trailing
+// slash, no "." or ".." segment, and none of the master's own endpoints
+// (/metrics, /healthz, /readyz).
+func checkDashboardPath(p string) error {
+	const key = "fleet.path"
+	rest, ok := strings.CutPrefix(p, "/")
+	if !ok || rest == "" || strings.HasSuffix(rest, "/") {
+		return invalid(key, "must be a URL path such as /_fleet (a leading slash, no trailing one), got %q", p)
+	}
+	for seg := range strings.SplitSeq(rest, "/") {
+		if seg == "" || seg == "." || seg == ".." {
+			return invalid(key, "must not hold an empty, . or .. segment, got %q", p)
+		}
+		for _, c := range seg {
+			if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.ContainsRune("._~-", c)) {
+				return invalid(key, "may hold only letters, digits, . _ ~ - and slashes, got %q", p)
+			}
+		}
+	}
+	for _, taken := range []string{"/metrics", "/healthz", "/readyz"} {
+		if p == taken || strings.HasPrefix(p, taken+"/") {
+			return invalid(key, "must not be %s, which the master serves itself, got %q", taken, p)
+		}
+	}
+	return nil
 }

@@ -12,6 +12,16 @@ func TestValidate(t *testing.T) {
 		want   string // "" for valid
 	}{
 		{name: "default is valid", modify: func(*Config) {}},
+		{name: "a nested dashboard path", modify: func(c *Config) { c.Fleet.Path = "/admin/ops-1/fleet" }},
+		{name: "dashboard path without a slash", modify: func(c *Config) { c.Fleet.Path = "_fleet" }, want: `fleet.path: must be a URL path such as /_fleet (a leading slash, no trailing one), got "_fleet"`},
+		{name: "dashboard path with a trailing slash", modify: func(c *Config) { c.Fleet.Path = "/_fleet/" }, want: `fleet.path: must be a URL path such as /_fleet (a leading slash, no trailing one), got "/_fleet/"`},
+		{name: "root dashboard path", modify: func(c *Config) { c.Fleet.Path = "/" }, want: `fleet.path: must be a URL path such as /_fleet (a leading slash, no trailing one), got "/"`},
+		{name: "empty dashboard path", modify: func(c *Config) { c.Fleet.Path = "" }, want: `fleet.path: must be a URL path such as /_fleet (a leading slash, no trailing one), got ""`},
+		{name: "dashboard path with dots", modify: func(c *Config) { c.Fleet.Path = "/a/../b" }, want: `fleet.path: must not hold an empty, . or .. segment, got "/a/../b"`},
+		{name: "dashboard path with a double slash", modify: func(c *Config) { c.Fleet.Path = "/a//b" }, want: `fleet.path: must not hold an empty, . or .. segment, got "/a//b"`},
+		{name: "dashboard path with a query", modify: func(c *Config) { c.Fleet.Path = "/fleet?x" }, want: `fleet.path: may hold only letters, digits, . _ ~ - and slashes, got "/fleet?x"`},
+		{name: "dashboard path on the metrics", modify: func(c *Config) { c.Fleet.Path = "/metrics" }, want: `fleet.path: must not be /metrics, which the master serves itself, got "/metrics"`},
+		{name: "dashboard path under healthz", modify: func(c *Config) { c.Fleet.Path = "/healthz/ui" }, want: `fleet.path: must not be /healthz, which the master serves itself, got "/healthz/ui"`},
 		{
 			name: "all allowed values",
 			modify: func(c *Config) {

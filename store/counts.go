@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -103,4 +104,30 @@ func (s *Store) QueueOldestWait(ctx context.Context, queues []string) (map[strin
 		return nil, fmt.Errorf("read oldest waits: %w", err)
 	}
 	return out, nil
+}
+
+// OverviewCounts are the dashboard's totals that no other read gives.
+type OverviewCounts struct {
+	// JobsPastHour sums the attempts of the queue snapshots of the last
+	// hour.
+	JobsPastHour int64
+	// FailedPastWeek counts the failed jobs that failed in the last 7 days.
+	FailedPastWeek int64
+	// At is the database's now().
+	At time.Time
+}
+
+// OverviewCountsGet reads the totals in one statement: a range of the
+// snapshots' (taken_at, kind, subject) index, and a count of the failed
+// jobs (which trimming keeps to fleet.trim.failed_days).
+func (s *Store) OverviewCountsGet(ctx context.Context) (OverviewCounts, error) {
+	var c OverviewCounts
+	err := s.pool.QueryRow(ctx, `
+		SELECT COALESCE((SELECT sum(jobs) FROM fleet_metrics WHERE taken_at >= now() - interval '1 hour' AND kind = 'queue'), 0)::bigint,
+		       (SELECT count(*) FROM queue_failed_jobs WHERE failed_at >= now() - interval '7 days'),
+		       now()`).Scan(&c.JobsPastHour, &c.FailedPastWeek, &c.At)
+	if err != nil {
+		return OverviewCounts{}, fmt.Errorf("read overview counts: %w", err)
+	}
+	return c, nil
 }

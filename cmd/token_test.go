@@ -1,0 +1,159 @@
+package cmd_test
+
+import (
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fleet-go/fleet/pgtest"
+)
+
+// TestTokenCommands: create prints the token once, list never shows it,
+// revoke refuses it from then on, and bad arguments are refused naming
+// the flag before the database is asked.
+func TestTokenCommands(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	env, dir := dbEnv(url), t.TempDir()
+
+	r := run(t, dir, env, "fleet:token", "create", "--name", "ops", "--ability", "view,operate", "--expires", "720h")
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	token := lines[len(lines)-1]
+	if r.code != 0 || !strings.HasPrefix(token, "fleet_") || !strings.Contains(r.stdout, "view, operate") || !strings.Contains(r.stdout, "expires") {
+		t.Fatalf("create: %+v", r)
+	}
+	r = run(t, dir, env, "fleet:token", "create", "--name", "viewer", "--json")
+	var created struct {
+		Token     string   `json:"token"`
+		Abilities []string `json:"abilities"`
+		ExpiresAt *string  `json:"expires_at"`
+	}
+	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &created) != nil || !strings.HasPrefix(created.Token, "fleet_") ||
+		strings.Join(created.Abilities, ",") != "view" || created.ExpiresAt != nil {
+		t.Fatalf("create --json: %+v", r)
+	}
+	if r := run(t, dir, env, "fleet:token", "create", "--name", "ops"); r.code != 1 || !strings.Contains(r.stderr, "revoke it first") {
+		t.Fatalf("create a taken name: %+v", r)
+	}
+
+	r = run(t, dir, env, "fleet:token", "list")
+	if r.code != 0 || !strings.Contains(r.stdout, "ops") || !strings.Contains(r.stdout, "viewer") || !strings.Contains(r.stdout, "active") {
+		t.Fatalf("list: %+v", r)
+	}
+	r = run(t, dir, env, "fleet:token", "list", "--json")
+	var list []map[string]any
+	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &list) != nil || len(list) != 2 || list[0]["name"] != "ops" || list[0]["last_used_at"] != nil {
+		t.Fatalf("list --json: %+v", r)
+	}
+	for _, out := range []string{r.stdout, run(t, dir, env, "fleet:token", "list").stdout} {
+		for _, secret := range []string{token, token[strings.LastIndex(token, "_")+1:], created.Token[strings.LastIndex(created.Token, "_")+1:]} {
+			if strings.Contains(out, secret) {
+				t.Fatalf("list shows a token:\n%s", out)
+			}
+		}
+	}
+
+	if r := run(t, dir, env, "fleet:token", "revoke", "ops", "--json"); r.code != 0 || !strings.Contains(r.stdout, `"revoked": "ops"`) {
+		t.Fatalf("revoke: %+v", r)
+	}
+	if r := run(t, dir, env, "fleet:token", "revoke", "ops"); r.code != 1 || !strings.Contains(r.stderr, `no token named "ops"`) {
+		t.Fatalf("revoke twice: %+v", r)
+	}
+	if r := run(t, dir, env, "fleet:token", "list"); !strings.Contains(r.stdout, "revoked") {
+		t.Fatalf("list after revoke: %+v", r)
+	}
+
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"create"}, `"name" not set`},
+		{[]string{"create", "--name", "a b"}, "--name may hold only"},
+		{[]string{"create", "--name", "x", "--ability", "admin"}, `--ability: unknown ability "admin"`},
+		{[]string{"create", "--name", "x", "--expires", "10s"}, "--expires must be at least 1m"},
+		{[]string{"create", "--name", "x", "--expires", "soon"}, "--expires"},
+		{[]string{"revoke"}, "accepts 1 arg"},
+		{[]string{}, "give a subcommand"},
+	} {
+		// No database: refused before it is asked.
+		if r := run(t, dir, nil, append([]string{"fleet:token"}, tc.args...)...); r.code == 0 || !strings.Contains(r.stderr, tc.want) {
+			t.Errorf("fleet:token %v: %+v, want an error with %q", tc.args, r, tc.want)
+		}
+	}
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}
+
+func httpGet(t *testing.T, url, token string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), "GET", url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// TestDashboardOnTheMaster: the master serves the dashboard beside
+// /metrics under fleet.path, to a token made by fleet:token create; with
+// fleet.dashboard = false it serves /metrics alone.
+func TestDashboardOnTheMaster(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	dir := t.TempDir()
+	r := run(t, dir, dbEnv(url), "fleet:token", "create", "--name", "ops")
+	token := strings.TrimSpace(r.stdout[strings.LastIndex(strings.TrimSpace(r.stdout), "\n")+1:])
+	if r.code != 0 {
+		t.Fatalf("create: %+v", r)
+	}
+
+	on, off := freeAddr(t), freeAddr(t)
+	a := startApp(t, dir, fleetEnv(url, "APP_FLEET__HTTP__ADDR="+on, "APP_FLEET__PATH=/ops/fleet"), "fleet")
+	b := startApp(t, t.TempDir(), fleetEnv(url, "APP_FLEET__HTTP__ADDR="+off, "APP_FLEET__DASHBOARD=false", "APP_FLEET__NAME=no-dashboard"), "fleet")
+	eventually(t, 20*time.Second, "both listeners", func() bool {
+		return strings.Contains(a.output(), "serving the dashboard on http://"+on+"/ops/fleet") && strings.Contains(b.output(), "serving /metrics")
+	})
+	if code, page := httpGet(t, "http://"+on+"/ops/fleet", ""); code != 200 || !strings.Contains(page, "/ops/fleet/assets/fleet-") {
+		t.Fatalf("page: %d %s", code, page)
+	}
+	if code, _ := httpGet(t, "http://"+on+"/ops/fleet/api/overview", ""); code != 401 {
+		t.Fatalf("overview without a token: %d", code)
+	}
+	eventually(t, 20*time.Second, "the overview to show both masters running", func() bool {
+		code, body := httpGet(t, "http://"+on+"/ops/fleet/api/overview", token)
+		return code == 200 && strings.Contains(body, `"status":"Running"`) && strings.Contains(body, `"masters":2`)
+	})
+	if code, _ := httpGet(t, "http://"+on+"/metrics", ""); code != 200 {
+		t.Fatalf("metrics beside the dashboard: %d", code)
+	}
+	if code, _ := httpGet(t, "http://"+off+"/_fleet", ""); code != 404 {
+		t.Fatalf("dashboard with fleet.dashboard = false: %d", code)
+	}
+	if code, _ := httpGet(t, "http://"+off+"/metrics", ""); code != 200 {
+		t.Fatalf("metrics without the dashboard: %d", code)
+	}
+	if strings.Contains(b.output(), "serving the dashboard") {
+		t.Fatalf("fleet.dashboard = false still announces it:\n%s", b.output())
+	}
+}

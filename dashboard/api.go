@@ -1,0 +1,581 @@
+package dashboard
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/fleet-go/fleet"
+	"github.com/fleet-go/fleet/queue"
+)
+
+// perPage is the size of a page of the jobs and failed lists.
+const perPage = 50
+
+// maxPage bounds the page parameter (an offset of 5 million rows).
+const maxPage = 100_000
+
+// apiTimeout bounds the database work of one API request.
+const apiTimeout = 30 * time.Second
+
+// route is one API route: a method, a path of literal segments and
+// {name} holes, the ability it needs ("" for any caller the authenticator
+// accepts), the query parameters it takes, and what it does.
+type route struct {
+	method  string
+	path    []string
+	ability fleet.Ability
+	params  []string
+	serve   func(ctx context.Context, c *call) (int, any, error)
+}
+
+// call is one API request being served.
+type call struct {
+	r         *http.Request
+	vars      map[string]string
+	query     url.Values
+	abilities []fleet.Ability
+}
+
+// apiError is an answer other than 200 with a message, and the parameter
+// at fault for a 400.
+type apiError struct {
+	code  int
+	msg   string
+	param string
+}
+
+func (e *apiError) Error() string { return e.msg }
+
+func badParam(param, format string, args ...any) error {
+	return &apiError{code: http.StatusBadRequest, msg: param + ": " + fmt.Sprintf(format, args...), param: param}
+}
+
+func notFound(format string, args ...any) error {
+	return &apiError{code: http.StatusNotFound, msg: fmt.Sprintf(format, args...)}
+}
+
+func (h *Handler) apiRoutes() []route {
+	seg := func(p string) []string { return strings.Split(p, "/") }
+	view, operate := fleet.AbilityView, fleet.AbilityOperate
+	return []route{
+		{method: "GET", path: seg("me"), serve: h.me},
+		{method: "GET", path: seg("overview"), ability: view, serve: h.overview},
+		{method: "GET", path: seg("workload"), ability: view, serve: h.workload},
+		{method: "GET", path: seg("masters"), ability: view, serve: h.masters},
+		{method: "GET", path: seg("jobs"), ability: view, params: []string{"status", "queue", "page"}, serve: h.jobs},
+		{method: "GET", path: seg("jobs/{id}"), ability: view, serve: h.job},
+		{method: "GET", path: seg("failed"), ability: view, params: []string{"search", "queue", "page"}, serve: h.failedList},
+		{method: "POST", path: seg("failed/retry"), ability: operate, params: []string{"search", "queue"}, serve: h.retryAll},
+		{method: "GET", path: seg("failed/{id}"), ability: view, serve: h.failedJob},
+		{method: "DELETE", path: seg("failed/{id}"), ability: operate, serve: h.forget},
+		{method: "POST", path: seg("failed/{id}/retry"), ability: operate, serve: h.retry},
+		{method: "GET", path: seg("metrics"), ability: view, params: []string{"period", "queue", "job"}, serve: h.metrics},
+		{method: "POST", path: seg("pause"), ability: operate, serve: h.pause},
+		{method: "POST", path: seg("continue"), ability: operate, serve: h.resume},
+	}
+}
+
+// match finds the route for method and path: the route, the path's holes,
+// and when only the method is wrong the methods that would fit.
+func (h *Handler) match(method, path string) (*route, map[string]string, []string) {
+	parts := strings.Split(path, "/")
+	var allowed []string
+	for i := range h.routes {
+		rt := &h.routes[i]
+		vars, ok := matchPath(rt.path, parts)
+		if !ok {
+			continue
+		}
+		if rt.method == method || (method == http.MethodHead && rt.method == http.MethodGet) {
+			return rt, vars, nil
+		}
+		if !slices.Contains(allowed, rt.method) {
+			allowed = append(allowed, rt.method)
+		}
+	}
+	return nil, nil, allowed
+}
+
+func matchPath(pattern, parts []string) (map[string]string, bool) {
+	if len(pattern) != len(parts) {
+		return nil, false
+	}
+	vars := map[string]string{}
+	for i, p := range pattern {
+		if name, ok := strings.CutPrefix(p, "{"); ok {
+			vars[strings.TrimSuffix(name, "}")] = parts[i]
+		} else if p != parts[i] {
+			return nil, false
+		}
+	}
+	return vars, true
+}
+
+// serveAPI authenticates, routes, checks the ability and the parameters,
+// and answers JSON, never cached.
+func (h *Handler) serveAPI(w http.ResponseWriter, r *http.Request, path string) {
+	w.Header().Set("Cache-Control", "no-store")
+	abilities, err := h.auth(r)
+	if err != nil {
+		if errors.Is(err, ErrUnauthenticated) {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="fleet"`)
+			h.writeJSON(w, http.StatusUnauthorized, errorBody(err.Error(), ""))
+			return
+		}
+		h.log.Error("dashboard: authenticate a request", "logger", "fleet", "path", r.URL.Path, "err", err)
+		h.writeJSON(w, http.StatusInternalServerError, errorBody("the request could not be authenticated (see the server's log)", ""))
+		return
+	}
+	rt, vars, allowed := h.match(r.Method, path)
+	if rt == nil {
+		if len(allowed) > 0 {
+			w.Header().Set("Allow", strings.Join(allowed, ", "))
+			h.writeJSON(w, http.StatusMethodNotAllowed, errorBody(fmt.Sprintf("%s is not allowed here (allowed: %s)", r.Method, strings.Join(allowed, ", ")), ""))
+			return
+		}
+		h.writeJSON(w, http.StatusNotFound, errorBody(fmt.Sprintf("no API route %s /%s", r.Method, path), ""))
+		return
+	}
+	if !slices.Contains(abilities, fleet.AbilityView) || (rt.ability != "" && !slices.Contains(abilities, rt.ability)) {
+		need := rt.ability
+		if need == "" || !slices.Contains(abilities, fleet.AbilityView) {
+			need = fleet.AbilityView
+		}
+		h.writeJSON(w, http.StatusForbidden, errorBody(fmt.Sprintf("this needs the %s ability, which the token lacks", need), ""))
+		return
+	}
+	query, err := url.ParseQuery(r.URL.RawQuery)
+	if err == nil {
+		err = checkParams(query, rt.params)
+	} else {
+		err = badParam("query", "%v", err)
+	}
+	if err != nil {
+		h.answerError(w, r, err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), apiTimeout)
+	defer cancel()
+	code, body, err := rt.serve(ctx, &call{r: r, vars: vars, query: query, abilities: abilities})
+	if err != nil {
+		h.answerError(w, r, err)
+		return
+	}
+	h.writeJSON(w, code, body)
+}
+
+// checkParams refuses parameters the route does not take, and repeated
+// ones.
+func checkParams(q url.Values, allowed []string) error {
+	for _, k := range slices.Sorted(maps.Keys(q)) {
+		if !slices.Contains(allowed, k) {
+			if len(allowed) == 0 {
+				return badParam(k, "unknown parameter (this route takes none)")
+			}
+			return badParam(k, "unknown parameter (this route takes %s)", strings.Join(allowed, ", "))
+		}
+		if len(q[k]) > 1 {
+			return badParam(k, "given %d times, take it once", len(q[k]))
+		}
+	}
+	return nil
+}
+
+func errorBody(msg, param string) map[string]string {
+	b := map[string]string{"error": msg}
+	if param != "" {
+		b["parameter"] = param
+	}
+	return b
+}
+
+// answerError answers an apiError as it says, a not-found error of the
+// service 404, and anything else 500 (logged; the body says no more).
+func (h *Handler) answerError(w http.ResponseWriter, r *http.Request, err error) {
+	var ae *apiError
+	switch {
+	case errors.As(err, &ae):
+		h.writeJSON(w, ae.code, errorBody(ae.msg, ae.param))
+	case errors.Is(err, fleet.ErrFailedJobNotFound), errors.Is(err, fleet.ErrJobNotFound):
+		h.writeJSON(w, http.StatusNotFound, errorBody(err.Error(), ""))
+	case errors.Is(err, context.Canceled) && r.Context().Err() != nil:
+		// The caller went away; nobody reads an answer.
+	default:
+		h.log.Error("dashboard: API request failed", "logger", "fleet", "method", r.Method, "path", r.URL.Path, "err", err)
+		h.writeJSON(w, http.StatusInternalServerError, errorBody("the request failed (see the server's log)", ""))
+	}
+}
+
+// writeJSON writes body as JSON (with <, > and & escaped) with code.
+func (h *Handler) writeJSON(w http.ResponseWriter, code int, body any) {
+	b, err := json.Marshal(body)
+	if err != nil {
+		h.log.Error("dashboard: encode an answer", "logger", "fleet", "err", err)
+		code, b = http.StatusInternalServerError, []byte(`{"error":"encode the answer"}`)
+	}
+	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	w.WriteHeader(code)
+	_, _ = w.Write(append(b, '\n'))
+}
+
+// page reads the page parameter: a whole number from 1 (default 1).
+func (c *call) page() (int, error) {
+	s := c.query.Get("page")
+	if s == "" {
+		return 1, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 || n > maxPage {
+		return 0, badParam("page", "must be a whole number from 1 to %d, got %q", maxPage, s)
+	}
+	return n, nil
+}
+
+// queue reads the queue parameter, checked as queue names are.
+func (c *call) queue() (string, error) {
+	q, ok := c.query["queue"]
+	if !ok {
+		return "", nil
+	}
+	if err := queue.CheckQueue("queue", q[0]); err != nil {
+		return "", badParam("queue", "%v", strings.TrimPrefix(err.Error(), "queue "))
+	}
+	return q[0], nil
+}
+
+// id reads the path's {id}: a positive whole number.
+func (c *call) id(what string) (int64, error) {
+	s := c.vars["id"]
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < 1 {
+		return 0, badParam("id", "%s id must be a positive whole number, got %q", what, s)
+	}
+	return n, nil
+}
+
+func (h *Handler) me(_ context.Context, c *call) (int, any, error) {
+	return http.StatusOK, map[string]any{"abilities": c.abilities}, nil
+}
+
+func (h *Handler) overview(ctx context.Context, _ *call) (int, any, error) {
+	o, err := h.svc.Overview(ctx)
+	return http.StatusOK, o, err
+}
+
+func (h *Handler) workload(ctx context.Context, _ *call) (int, any, error) {
+	loads, err := h.svc.Workload(ctx)
+	if err != nil {
+		return 0, nil, err
+	}
+	paused, err := h.svc.PausedState(ctx)
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, map[string]any{"queues": loads, "paused": paused}, nil
+}
+
+func (h *Handler) masters(ctx context.Context, _ *call) (int, any, error) {
+	v, err := h.svc.Masters(ctx, false)
+	if err != nil {
+		return 0, nil, err
+	}
+	paused, err := h.svc.PausedState(ctx)
+	if err != nil {
+		return 0, nil, err
+	}
+	type master struct {
+		fleet.Master
+		Processes int64 `json:"processes"`
+	}
+	out := make([]master, len(v.Masters))
+	for i, m := range v.Masters {
+		out[i] = master{m, fleet.MasterProcesses(m)}
+	}
+	return http.StatusOK, map[string]any{"at": v.At, "masters": out, "paused": paused}, nil
+}
+
+func (h *Handler) jobs(ctx context.Context, c *call) (int, any, error) {
+	status := c.query.Get("status")
+	if _, ok := c.query["status"]; !ok {
+		status = "pending"
+	}
+	if status != "pending" && status != "completed" {
+		return 0, nil, badParam("status", "must be pending or completed, got %q", status)
+	}
+	page, err := c.page()
+	if err != nil {
+		return 0, nil, err
+	}
+	q, err := c.queue()
+	if err != nil {
+		return 0, nil, err
+	}
+	p := fleet.Page{Queue: q, Limit: perPage + 1, Offset: (page - 1) * perPage}
+	var jobs any
+	more := false
+	if status == "pending" {
+		list, err := h.svc.PendingJobs(ctx, p)
+		if err != nil {
+			return 0, nil, err
+		}
+		more, list = len(list) > perPage, list[:min(len(list), perPage)]
+		jobs = list
+	} else {
+		list, err := h.svc.CompletedJobs(ctx, p)
+		if err != nil {
+			return 0, nil, err
+		}
+		more, list = len(list) > perPage, list[:min(len(list), perPage)]
+		jobs = list
+	}
+	return http.StatusOK, map[string]any{"status": status, "queue": q, "page": page, "per_page": perPage, "has_more": more, "jobs": jobs}, nil
+}
+
+func (h *Handler) job(ctx context.Context, c *call) (int, any, error) {
+	id, err := c.id("a job's")
+	if err != nil {
+		return 0, nil, err
+	}
+	s, err := h.svc.Job(ctx, id)
+	if errors.Is(err, fleet.ErrJobNotFound) {
+		return 0, nil, notFound("no job with id %d", id)
+	}
+	return http.StatusOK, s, err
+}
+
+// failedFilter reads search and queue.
+func (c *call) failedFilter() (fleet.FailedFilter, error) {
+	q, err := c.queue()
+	if err != nil {
+		return fleet.FailedFilter{}, err
+	}
+	search := c.query.Get("search")
+	if len(search) > 1000 {
+		return fleet.FailedFilter{}, badParam("search", "must be at most 1000 bytes, got %d", len(search))
+	}
+	return fleet.FailedFilter{Search: search, Queue: q}, nil
+}
+
+func (h *Handler) failedList(ctx context.Context, c *call) (int, any, error) {
+	f, err := c.failedFilter()
+	if err != nil {
+		return 0, nil, err
+	}
+	page, err := c.page()
+	if err != nil {
+		return 0, nil, err
+	}
+	total, err := h.svc.FailedCount(ctx, f)
+	if err != nil {
+		return 0, nil, err
+	}
+	f.Limit, f.Offset = perPage, (page-1)*perPage
+	jobs, err := h.svc.FailedJobs(ctx, f)
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, map[string]any{
+		"queue": f.Queue, "page": page, "per_page": perPage, "total": total, "jobs": jobs,
+	}, nil
+}
+
+func (h *Handler) failedJob(ctx context.Context, c *call) (int, any, error) {
+	id, err := c.id("a failed job's")
+	if err != nil {
+		return 0, nil, err
+	}
+	s, err := h.svc.FailedJobStory(ctx, id)
+	if errors.Is(err, fleet.ErrFailedJobNotFound) {
+		return 0, nil, notFound("no failed job with id %d", id)
+	}
+	return http.StatusOK, s, err
+}
+
+func (h *Handler) retry(ctx context.Context, c *call) (int, any, error) {
+	id, err := c.id("a failed job's")
+	if err != nil {
+		return 0, nil, err
+	}
+	newID, err := h.svc.Retry(ctx, id)
+	if errors.Is(err, fleet.ErrFailedJobNotFound) {
+		return 0, nil, notFound("no failed job with id %d (retried or forgotten already?)", id)
+	}
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, map[string]int64{"failed_id": id, "job_id": newID}, nil
+}
+
+func (h *Handler) retryAll(ctx context.Context, c *call) (int, any, error) {
+	f, err := c.failedFilter()
+	if err != nil {
+		return 0, nil, err
+	}
+	n, err := h.svc.RetryAll(ctx, f)
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, map[string]int{"retried": n}, nil
+}
+
+func (h *Handler) forget(ctx context.Context, c *call) (int, any, error) {
+	id, err := c.id("a failed job's")
+	if err != nil {
+		return 0, nil, err
+	}
+	if err := h.svc.Forget(ctx, id); errors.Is(err, fleet.ErrFailedJobNotFound) {
+		return 0, nil, notFound("no failed job with id %d (retried or forgotten already?)", id)
+	} else if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, map[string]int64{"forgotten": id}, nil
+}
+
+// metricsSpan mirrors the service's periods: how far back, and the bucket.
+var metricsSpan = map[fleet.Period][2]time.Duration{
+	fleet.PeriodHour: {time.Hour, time.Minute},
+	fleet.PeriodDay:  {24 * time.Hour, 15 * time.Minute},
+	fleet.PeriodWeek: {7 * 24 * time.Hour, time.Hour},
+}
+
+func (h *Handler) metrics(ctx context.Context, c *call) (int, any, error) {
+	ps := c.query.Get("period")
+	if _, ok := c.query["period"]; !ok {
+		ps = "hour"
+	}
+	period, err := fleet.ParsePeriod(ps)
+	if err != nil {
+		return 0, nil, badParam("period", "must be hour, day or week, got %q", ps)
+	}
+	_, byQueue := c.query["queue"]
+	_, byJob := c.query["job"]
+	if byQueue && byJob {
+		return 0, nil, badParam("job", "give queue or job, not both")
+	}
+	kind, subject := "", ""
+	if byQueue {
+		if subject, err = c.queue(); err != nil {
+			return 0, nil, err
+		}
+		kind = "queue"
+	}
+	if byJob {
+		subject = c.query.Get("job")
+		if err := queue.CheckName("job", subject); err != nil {
+			return 0, nil, badParam("job", "%v", strings.TrimPrefix(err.Error(), "job "))
+		}
+		kind = "job"
+	}
+	at := time.Now()
+	rows, err := h.svc.Metrics(ctx, period)
+	if err != nil {
+		return 0, nil, err
+	}
+	queues, jobs := []string{}, []string{}
+	kept := []fleet.MetricsRow{}
+	for _, r := range rows {
+		names := &queues
+		if r.Kind == "job" {
+			names = &jobs
+		}
+		if !slices.Contains(*names, r.Subject) {
+			*names = append(*names, r.Subject)
+		}
+		if kind == "" || (r.Kind == kind && r.Subject == subject) {
+			kept = append(kept, r)
+		}
+	}
+	slices.Sort(queues)
+	slices.Sort(jobs)
+	span := metricsSpan[period]
+	return http.StatusOK, map[string]any{
+		"period": period, "at": at, "span_secs": span[0].Seconds(), "bucket_secs": span[1].Seconds(),
+		"kind": kind, "subject": subject, "queues": queues, "jobs": jobs, "rows": kept,
+	}, nil
+}
+
+// target is the body of pause and continue: a supervisor, a queue, or
+// neither (every supervisor).
+type target struct {
+	Supervisor *string `json:"supervisor"`
+	Queue      *string `json:"queue"`
+}
+
+// readTarget decodes the body: empty, {}, {"supervisor": "x"} or
+// {"queue": "y"}.
+func readTarget(r *http.Request) (target, error) {
+	var t target
+	b, err := io.ReadAll(io.LimitReader(r.Body, 4097))
+	if err != nil {
+		return t, badParam("body", "could not be read: %v", err)
+	}
+	if len(b) > 4096 {
+		return t, badParam("body", "must be at most 4096 bytes")
+	}
+	if strings.TrimSpace(string(b)) == "" {
+		return t, nil
+	}
+	dec := json.NewDecoder(strings.NewReader(string(b)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&t); err != nil {
+		return t, badParam("body", `must be {"supervisor": NAME}, {"queue": NAME} or empty: %v`, err)
+	}
+	if dec.More() {
+		return t, badParam("body", "must hold one JSON object")
+	}
+	if t.Supervisor != nil && t.Queue != nil {
+		return t, badParam("body", "give supervisor or queue, not both")
+	}
+	if t.Supervisor != nil {
+		if err := queue.CheckQueue("supervisor", *t.Supervisor); err != nil {
+			return t, badParam("supervisor", "%v", strings.TrimPrefix(err.Error(), "supervisor "))
+		}
+	}
+	if t.Queue != nil {
+		if err := queue.CheckQueue("queue", *t.Queue); err != nil {
+			return t, badParam("queue", "%v", strings.TrimPrefix(err.Error(), "queue "))
+		}
+	}
+	return t, nil
+}
+
+func (h *Handler) pause(ctx context.Context, c *call) (int, any, error) {
+	return h.pauseOrContinue(ctx, c, "paused", h.svc.PauseQueue, h.svc.Pause)
+}
+
+func (h *Handler) resume(ctx context.Context, c *call) (int, any, error) {
+	return h.pauseOrContinue(ctx, c, "continued", h.svc.ResumeQueue, h.svc.Resume)
+}
+
+func (h *Handler) pauseOrContinue(ctx context.Context, c *call, verb string, onQueue, onSupervisor func(context.Context, string) error) (int, any, error) {
+	t, err := readTarget(c.r)
+	if err != nil {
+		return 0, nil, err
+	}
+	var what map[string]any
+	switch {
+	case t.Queue != nil:
+		err, what = onQueue(ctx, *t.Queue), map[string]any{"queue": *t.Queue}
+	case t.Supervisor != nil:
+		err, what = onSupervisor(ctx, *t.Supervisor), map[string]any{"supervisor": *t.Supervisor}
+	default:
+		err, what = onSupervisor(ctx, ""), map[string]any{"all": true}
+	}
+	if errors.Is(err, fleet.ErrAllPaused) {
+		return 0, nil, &apiError{code: http.StatusConflict, msg: err.Error()}
+	}
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, map[string]any{verb: what}, nil
+}
