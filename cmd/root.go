@@ -184,6 +184,7 @@ func (r *runner) rootCommand() *cobra.Command {
 		r.jobsCommand(),
 		r.jobCommand(),
 		r.metricsCommand(),
+		r.periodicCommand(),
 		r.benchCommand(),
 		r.versionCommand(r.version),
 	)
