@@ -117,6 +117,10 @@ func (r *runner) fleet(c *cobra.Command, _ []string) error {
 	if err != nil {
 		return err
 	}
+	// Bad schedules fail the boot before anything connects.
+	if _, err := periodicSchedules(cfg, r.app.Jobs); err != nil {
+		return err
+	}
 	url, err := databaseURL(cfg)
 	if err != nil {
 		return err
@@ -157,6 +161,9 @@ func (r *runner) newMaster(cfg *config.Config, sups []supervisor.Supervisor, st 
 		return nil, settings, err
 	}
 	settings.OnLongWait = onLongWait
+	if settings.Periodic, err = periodicSchedules(cfg, r.app.Jobs); err != nil {
+		return nil, settings, err
+	}
 	m, err := master.New(st, sups, master.WithSpawner(sp), master.WithSettings(settings))
 	return m, settings, err
 }

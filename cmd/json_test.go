@@ -13,7 +13,7 @@ func TestEveryCommandSpeaksJSON(t *testing.T) {
 	for _, args := range [][]string{
 		{"migrate"}, {"migrate", "status"}, {"migrate", "down"}, {"dispatch"}, {"version"},
 		{"fleet:status"}, {"fleet:pause"}, {"fleet:continue"}, {"fleet:terminate"}, {"fleet:workload"}, {"fleet:masters"},
-		{"fleet:failed"}, {"fleet:retry"}, {"fleet:forget"}, {"fleet:jobs"}, {"fleet:job"}, {"fleet:metrics"},
+		{"fleet:failed"}, {"fleet:retry"}, {"fleet:forget"}, {"fleet:jobs"}, {"fleet:job"}, {"fleet:metrics"}, {"fleet:periodic"},
 	} {
 		r := run(t, t.TempDir(), nil, append(args, "--help")...)
 		if r.code != 0 || !strings.Contains(r.stdout, "--json") {
@@ -65,7 +65,7 @@ func TestJSONOfStateAndChanges(t *testing.T) {
 	same(d["dispatched"].(map[string]any)["queue"], `"mail"`)
 
 	st := js(0, "migrate", "status")
-	same(st["sets"], `[{"applied":true,"dirty":false,"latest":2,"set":"queue","version":2},{"applied":true,"dirty":false,"latest":4,"set":"fleet","version":4}]`)
+	same(st["sets"], `[{"applied":true,"dirty":false,"latest":3,"set":"queue","version":3},{"applied":true,"dirty":false,"latest":5,"set":"fleet","version":5}]`)
 	same(js(0, "migrate")["applied"], `0`)
 	down := js(0, "migrate", "down", "--set", "fleet", "--steps", "1")
 	same(down["rolled_back"], `1`)

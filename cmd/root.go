@@ -185,6 +185,7 @@ func (r *runner) rootCommand() *cobra.Command {
 		r.jobCommand(),
 		r.metricsCommand(),
 		r.tokenCommand(),
+		r.periodicCommand(),
 		r.benchCommand(),
 		r.versionCommand(r.version),
 	)

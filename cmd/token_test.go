@@ -132,7 +132,7 @@ func TestDashboardOnTheMaster(t *testing.T) {
 	a := startApp(t, dir, fleetEnv(url, "APP_FLEET__HTTP__ADDR="+on, "APP_FLEET__PATH=/ops/fleet"), "fleet")
 	b := startApp(t, t.TempDir(), fleetEnv(url, "APP_FLEET__HTTP__ADDR="+off, "APP_FLEET__DASHBOARD=false", "APP_FLEET__NAME=no-dashboard"), "fleet")
 	eventually(t, 20*time.Second, "both listeners", func() bool {
-		return strings.Contains(a.output(), "serving the dashboard on http://"+on+"/ops/fleet") && strings.Contains(b.output(), "serving /metrics")
+		return strings.Contains(a.Output(), "serving the dashboard on http://"+on+"/ops/fleet") && strings.Contains(b.Output(), "serving /metrics")
 	})
 	if code, page := httpGet(t, "http://"+on+"/ops/fleet", ""); code != 200 || !strings.Contains(page, "/ops/fleet/assets/fleet-") {
 		t.Fatalf("page: %d %s", code, page)
@@ -153,7 +153,7 @@ func TestDashboardOnTheMaster(t *testing.T) {
 	if code, _ := httpGet(t, "http://"+off+"/metrics", ""); code != 200 {
 		t.Fatalf("metrics without the dashboard: %d", code)
 	}
-	if strings.Contains(b.output(), "serving the dashboard") {
-		t.Fatalf("fleet.dashboard = false still announces it:\n%s", b.output())
+	if strings.Contains(b.Output(), "serving the dashboard") {
+		t.Fatalf("fleet.dashboard = false still announces it:\n%s", b.Output())
 	}
 }

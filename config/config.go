@@ -101,6 +101,35 @@ type FleetConfig struct {
 	Path string `toml:"path"`
 	// Dashboard turns the dashboard on or off.
 	Dashboard bool `toml:"dashboard"`
+	// Periodic maps a schedule's name to the job it dispatches and when.
+	Periodic map[string]PeriodicConfig `toml:"periodic"`
+}
+
+// PeriodicConfig is one [fleet.periodic.NAME] table: a job every master
+// of the fleet dispatches on a schedule, once per tick across them all.
+type PeriodicConfig struct {
+	// Cron is the schedule: five fields (minute hour day-of-month month
+	// day-of-week) or a descriptor (@hourly, @daily, @every 30s, ...).
+	Cron string `toml:"cron"`
+	// Job is the name of the job dispatched at each tick; it must have a
+	// handler in the app's registry.
+	Job string `toml:"job"`
+	// Queue is the job's queue (default queue.default_queue).
+	Queue string `toml:"queue"`
+	// Payload is the job's payload as a JSON string (default {}).
+	Payload string `toml:"payload"`
+	// TickKey, when set, adds the tick's time (RFC 3339, in Timezone) to
+	// the payload, which must then be a JSON object, under this key.
+	TickKey string `toml:"tick_key"`
+	// Timezone is the IANA time zone the expression is read in (default
+	// UTC).
+	Timezone string `toml:"timezone"`
+	// CatchUp is none (default), last or all: what becomes of ticks missed
+	// while no master ran.
+	CatchUp string `toml:"catch_up"`
+	// CatchUpMax caps the missed ticks catch_up = "all" dispatches (1 to
+	// 1000, default 10).
+	CatchUpMax *int `toml:"catch_up_max"`
 }
 
 // SupervisorConfig is one [fleet.supervisors.NAME] table. Pointer fields are

@@ -1,11 +1,14 @@
 package config
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
 	"slices"
 	"strings"
+	"time"
+	"unicode"
 )
 
 // Validate checks that values are in range: queue.driver is database or
@@ -17,10 +20,13 @@ import (
 // empty; the fleet section's cooldowns, shift and retentions are at least 1,
 // fleet.master_ttl_secs at least 1 with fleet.beat_interval_ms below half
 // of it, fleet.on_stop leave or linger, fleet.name free of tabs, newlines
-// and braces, and long-wait thresholds
-// at least 0, and fleet.path a URL path such as /_fleet (see
-// checkDashboardPath). The rules of supervisors belong to the package that resolves
-// them.
+// and braces, long-wait thresholds at least 0, fleet.path a URL path such
+// as /_fleet (see checkDashboardPath), and for each
+// fleet.periodic.NAME: cron and job set, catch_up none, last or all,
+// catch_up_max 1 to 1000, timezone an IANA zone (not Local), payload JSON
+// within queue.max_payload_bytes, an object when tick_key is set. The
+// rules of supervisors belong to the package that resolves them, and so do
+// a schedule's cron expression and job handler.
 //
 // Each error names its key, e.g. "queue.workers: must be at least 1, got 0";
 // all problems are reported, joined with errors.Join.
@@ -80,7 +86,72 @@ func (c *Config) Validate() error {
 	for _, q := range slices.Sorted(maps.Keys(f.LongWait)) {
 		errs = append(errs, atLeast("fleet.long_wait."+q, f.LongWait[q], 0))
 	}
+	for _, name := range slices.Sorted(maps.Keys(f.Periodic)) {
+		errs = append(errs, validatePeriodic(name, f.Periodic[name], q.MaxPayloadBytes, secrets)...)
+	}
 	return errors.Join(errs...)
+}
+
+// PeriodicKey names the key of schedule name as errors name it:
+// fleet.periodic.NAME.KEY, NAME quoted when it is not a bare key.
+func PeriodicKey(name, key string) string {
+	if key == "" {
+		return formatKey([]string{"fleet", "periodic", name})
+	}
+	return formatKey([]string{"fleet", "periodic", name, key})
+}
+
+// Bounds of fleet.periodic.NAME.catch_up_max.
+const (
+	PeriodicCatchUpMaxDefault = 10
+	PeriodicCatchUpMaxLimit   = 1000
+)
+
+// validatePeriodic checks what of one [fleet.periodic.NAME] needs nothing
+// but the standard library: the name, the required keys, catch_up and its
+// cap, the time zone, and the payload. The cron expression and the job's
+// handler are checked where the schedules are built (the fleet master's
+// boot), which has the parser and the app's registry.
+func validatePeriodic(name string, p PeriodicConfig, maxPayload int, secrets []string) []error {
+	key := func(k string) string { return PeriodicKey(name, k) }
+	var errs []error
+	if strings.TrimSpace(name) == "" || len(name) > 200 || strings.ContainsFunc(name, unicode.IsControl) {
+		errs = append(errs, invalid(key(""), "a schedule's name must be 1 to 200 bytes with no control character"))
+	}
+	errs = append(errs, notEmpty(key("cron"), p.Cron), notEmpty(key("job"), p.Job))
+	if p.CatchUp != "" {
+		errs = append(errs, oneOf(key("catch_up"), p.CatchUp, secrets, "none", "last", "all"))
+	}
+	if p.CatchUpMax != nil {
+		if n := *p.CatchUpMax; n < 1 || n > PeriodicCatchUpMaxLimit {
+			errs = append(errs, invalid(key("catch_up_max"), "must be 1 to %d, got %d", PeriodicCatchUpMaxLimit, n))
+		}
+	}
+	switch tz := p.Timezone; tz {
+	case "":
+	case "Local":
+		// Hosts in different zones would tick at different instants.
+		errs = append(errs, invalid(key("timezone"), "must name a zone, not Local (an IANA name such as Europe/Berlin, or UTC)"))
+	default:
+		if _, err := time.LoadLocation(tz); err != nil {
+			errs = append(errs, invalid(key("timezone"), "unknown time zone %s (an IANA name such as Europe/Berlin, or UTC)", quoteValue(tz, secrets)))
+		}
+	}
+	if p.Payload != "" {
+		switch {
+		case !json.Valid([]byte(p.Payload)):
+			errs = append(errs, invalid(key("payload"), "must be JSON, as a string (payload = '{\"report\": \"daily\"}')"))
+		case maxPayload > 0 && len(p.Payload) > maxPayload:
+			errs = append(errs, invalid(key("payload"), "is %d bytes, more than queue.max_payload_bytes (%d)", len(p.Payload), maxPayload))
+		}
+	}
+	if p.TickKey != "" && p.Payload != "" && json.Valid([]byte(p.Payload)) {
+		var obj map[string]json.RawMessage
+		if err := json.Unmarshal([]byte(p.Payload), &obj); err != nil || obj == nil {
+			errs = append(errs, invalid(key("tick_key"), "needs a payload that is a JSON object"))
+		}
+	}
+	return errs
 }
 
 // invalid returns the error for key.

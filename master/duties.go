@@ -178,7 +178,7 @@ func (m *Master) snapshot(ctx context.Context, minute time.Time) error {
 }
 
 // upkeep creates history partitions ahead, drops expired ones and trims
-// failed jobs and old duty rows. Each step is tried even when one before
+// failed jobs, old duty rows and old periodic ticks. Each step is tried even when one before
 // failed; the period fails (and is retried) when any did.
 func (m *Master) upkeep(ctx context.Context, _ time.Time) error {
 	var errs []error
@@ -192,9 +192,11 @@ func (m *Master) upkeep(ctx context.Context, _ time.Time) error {
 	errs = append(errs, err)
 	keys, err := m.st.UniqueKeyTrim(ctx)
 	errs = append(errs, err)
-	if created+dropped+keys > 0 || failed+duties > 0 {
+	ticks, err := m.st.PeriodicTickTrim(ctx, time.Duration(m.set.Trim.CompletedHours)*time.Hour)
+	errs = append(errs, err)
+	if created+dropped+keys > 0 || failed+duties+ticks > 0 {
 		m.log.Info("history upkeep", "partitions_created", created, "partitions_dropped", dropped,
-			"failed_jobs_trimmed", failed, "duties_trimmed", duties, "unique_keys_trimmed", keys)
+			"failed_jobs_trimmed", failed, "duties_trimmed", duties, "periodic_ticks_trimmed", ticks, "unique_keys_trimmed", keys)
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("history upkeep: %w", err)

@@ -23,7 +23,10 @@
 //     every balance cooldown.
 //  5. duties: metrics snapshots, partition upkeep, trimming and long-wait
 //     alerts, claimed per period across the fleet.
-//  6. supervision (the goroutine that called Run): children, balancing,
+//  6. periodic: the ticks of the periodic schedules, each dispatched once
+//     across the fleet (periodic.go). It stops right after supervision, so
+//     a draining master keeps dispatching while its children finish.
+//  7. supervision (the goroutine that called Run): children, balancing,
 //     recycling and crash backoff. It never runs a statement itself, so a
 //     slow query delays neither a beat nor a child's event; it reads what
 //     the other services last published.
@@ -53,6 +56,7 @@ import (
 	"github.com/fleet-go/fleet/balancer"
 	"github.com/fleet-go/fleet/internal/ratelog"
 	"github.com/fleet-go/fleet/membership"
+	"github.com/fleet-go/fleet/periodic"
 	"github.com/fleet-go/fleet/spawner"
 	"github.com/fleet-go/fleet/store"
 	"github.com/fleet-go/fleet/supervisor"
@@ -127,8 +131,16 @@ type Settings struct {
 	// of the master's.
 	OnLongWait func(context.Context, fleet.LongWaitDetected)
 	// Trim says how long history is kept (defaults 24 h completed, 7 days
-	// failed, 30 days metrics).
+	// failed, 30 days metrics). The ticks recorded for periodic schedules
+	// are kept as long as completed attempts.
 	Trim store.TrimParams
+	// Periodic are the schedules the master dispatches, each tick once
+	// across every master running them.
+	Periodic []periodic.Schedule
+	// PeriodicGrace is how late a tick may be and still be on time
+	// (default TTL): a tick no master dispatched within it was missed,
+	// and its schedule's catch-up decides.
+	PeriodicGrace time.Duration
 }
 
 func (s Settings) withDefaults() Settings {
@@ -151,6 +163,7 @@ func (s Settings) withDefaults() Settings {
 	s.Trim.CompletedHours = cmp.Or(s.Trim.CompletedHours, 24)
 	s.Trim.FailedDays = cmp.Or(s.Trim.FailedDays, 7)
 	s.Trim.MetricsDays = cmp.Or(s.Trim.MetricsDays, 30)
+	s.PeriodicGrace = cmp.Or(s.PeriodicGrace, s.TTL)
 	if s.Name == "" {
 		s.Name = DefaultName()
 	}
@@ -370,9 +383,16 @@ func (m *Master) Run(ctx context.Context) (Summary, error) {
 	state := startLoop(m.set.Tick, m.readState, nil)
 	work := startLoop(m.set.BalanceCooldown, m.readWorkload, nil)
 	duties := startLoop(m.set.Tick, m.duties, nil)
+	var ticks *loop
+	if len(m.set.Periodic) > 0 {
+		ticks = startTimedLoop(m.periodicRound)
+	}
 
 	sum, err := m.supervise(ctx)
 
+	if ticks != nil {
+		ticks.stop()
+	}
 	duties.stop()
 	if m.alerts != nil {
 		close(m.alerts)

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"strings"
 
 	"github.com/golang-migrate/migrate/v4"
 	pgxmigrate "github.com/golang-migrate/migrate/v4/database/pgx/v5"
@@ -60,7 +61,10 @@ func Up(ctx context.Context, databaseURL string) (int, error) {
 				return 0, err
 			}
 			after, _, err := version(m)
-			return int(after - before), err
+			if err != nil {
+				return 0, err
+			}
+			return countBetween(set, before, after)
 		})
 		if err != nil {
 			return applied, fmt.Errorf("migrate set %q up: %w", set.Name, err)
@@ -136,6 +140,49 @@ func latestVersion(set Set) (uint, error) {
 		}
 	}
 	return latest, nil
+}
+
+// Count returns how many migrations the named set has: the steps that
+// Down takes to remove all of it.
+func Count(setName string) (int, error) {
+	set, ok := findSet(setName)
+	if !ok {
+		return 0, fmt.Errorf("unknown migration set %q (sets: queue, fleet)", setName)
+	}
+	versions, err := versionsOf(set)
+	return len(versions), err
+}
+
+// countBetween counts the embedded migrations of set whose version is
+// above before and at most after: versions need not be consecutive.
+func countBetween(set Set, before, after uint) (int, error) {
+	versions, err := versionsOf(set)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, v := range versions {
+		if v > before && v <= after {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// versionsOf lists the versions of set's embedded up migrations.
+func versionsOf(set Set) ([]uint, error) {
+	entries, err := fs.ReadDir(files, set.Name)
+	if err != nil {
+		return nil, fmt.Errorf("read embedded set %q: %w", set.Name, err)
+	}
+	var out []uint
+	for _, e := range entries {
+		var v uint
+		if _, err := fmt.Sscanf(e.Name(), "%d_", &v); err == nil && strings.HasSuffix(e.Name(), ".up.sql") {
+			out = append(out, v)
+		}
+	}
+	return out, nil
 }
 
 func version(m *migrate.Migrate) (uint, bool, error) {

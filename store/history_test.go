@@ -75,7 +75,11 @@ func TestMigrationCreatesPartitionsAhead(t *testing.T) {
 	url := pgtest.URL(t)
 	// The test database is a copy of a template that may be days old: roll
 	// the fleet set back (which must remove all of it) and apply it now.
-	if err := migrations.Down(ctx, url, "fleet", 4); err != nil {
+	steps, err := migrations.Count("fleet")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := migrations.Down(ctx, url, "fleet", steps); err != nil {
 		t.Fatal(err)
 	}
 	pool, err := pgxpool.New(ctx, url)

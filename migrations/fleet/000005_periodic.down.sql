@@ -1,0 +1,2 @@
+DROP TABLE fleet_periodic_ticks;
+DROP TABLE fleet_periodic;
