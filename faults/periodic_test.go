@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-
 	"github.com/fleet-go/fleet/internal/apptest"
 )
 
