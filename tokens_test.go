@@ -40,7 +40,9 @@ func TestTokens(t *testing.T) {
 		t.Fatalf("created %q %+v", secret, tok)
 	}
 	// Stored as the SHA-256 of its secret part, the token itself nowhere.
-	part := secret[strings.LastIndex(secret, "_")+1:]
+	// fleet_<id>_<secret>: the id is hex, the secret base64url (which may
+	// hold "_" itself).
+	_, part, _ := strings.Cut(strings.TrimPrefix(secret, "fleet_"), "_")
 	var hashed, plain int
 	if err := pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE secret_hash = sha256(convert_to($1, 'UTF8'))),
 		count(*) FILTER (WHERE strpos(row_to_json(fleet_tokens)::text, $1) > 0) FROM fleet_tokens`, part).Scan(&hashed, &plain); err != nil {

@@ -34,7 +34,11 @@ func TestUnmigratedDatabaseSaysRunMigrate(t *testing.T) {
 	}
 	check("half", []string{"fleet:workload"}, []string{"fleet:masters"}, []string{"fleet:job", "1"}, []string{"fleet:jobs", "--completed"})
 	// Not migrated at all.
-	if r := run(t, dir, env, "migrate", "down", "--set", "queue", "--steps", "2"); r.code != 0 {
+	queueSteps, err := migrations.Count("queue")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := run(t, dir, env, "migrate", "down", "--set", "queue", "--steps", strconv.Itoa(queueSteps)); r.code != 0 {
 		t.Fatalf("down: %+v", r)
 	}
 	check("none", []string{"dispatch", "--name", "x"}, []string{"fleet:failed"}, []string{"fleet:jobs", "--pending"},
