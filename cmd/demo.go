@@ -134,7 +134,7 @@ func (r *runner) demo(c *cobra.Command, f demoFlags) error {
 
 	lastID, err := r.demoMain(ctx, out, cfg, url, log)
 	if lastID > 0 {
-		r.demoExplore(out, c.Root().Name(), url, private, f.keep, lastID)
+		r.demoExplore(out, cfg, c.Root().Name(), url, private, f.keep, lastID)
 	}
 	if ctx.Err() != nil {
 		// An interrupt: whatever failed failed because of it, and the
@@ -285,7 +285,7 @@ func (r *runner) demoProgress(ctx context.Context, out io.Writer, st *store.Stor
 }
 
 // demoExplore prints the commands that show what the demo did.
-func (r *runner) demoExplore(out io.Writer, app, url string, private, kept bool, jobID int64) {
+func (r *runner) demoExplore(out io.Writer, cfg *config.Config, app, url string, private, kept bool, jobID int64) {
 	switch {
 	case private && !kept:
 		fmt.Fprintf(out, "the private PostgreSQL stops now; run `%s demo --keep` to keep it and explore what happened with:\n", app)
@@ -303,6 +303,11 @@ func (r *runner) demoExplore(out io.Writer, app, url string, private, kept bool,
 		"fleet:workload              # per queue: pending, running, paused",
 	} {
 		fmt.Fprintf(out, "  %s %s\n", app, c)
+	}
+	if cfg.Fleet.Dashboard && cfg.Fleet.HTTP.Addr != "" {
+		fmt.Fprintln(out, "and in a browser, the dashboard of a running master:")
+		fmt.Fprintf(out, "  %s fleet:token create --name me --ability view,operate   # prints a token, once\n", app)
+		fmt.Fprintf(out, "  %s fleet                     # then open http://%s%s and paste it\n", app, cfg.Fleet.HTTP.Addr, cfg.Fleet.Path)
 	}
 }
 
