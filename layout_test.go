@@ -1,0 +1,87 @@
+package fleet_test
+
+import (
+	"encoding/json"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// layout is which of the module's packages each package may import (its
+// non-test files): the layering of the design, from the pure decisions at
+// the bottom up to cmd, which nothing imports but the example application
+// and the test harness that runs it as a process.
+var layout = map[string][]string{
+	"":                    {"config", "periodic", "queue", "redact", "store"},
+	"balancer":            {"supervisor"},
+	"cmd":                 nil, // anything
+	"cmd/app":             {"", "cmd", "queue"},
+	"config":              {},
+	"dashboard":           {"", "queue"},
+	"faults":              {},
+	"internal/apptest":    {"cmd", "pgtest", "queue"},
+	"internal/jobhook":    {},
+	"internal/ratelog":    {},
+	"internal/syncbuf":    {},
+	"master":              {"", "balancer", "internal/ratelog", "membership", "periodic", "spawner", "store", "supervisor"},
+	"membership":          {"store"},
+	"metrics":             {"store"},
+	"migrations":          {},
+	"periodic":            {},
+	"pgcluster":           {},
+	"pgtest":              {"migrations", "pgcluster"},
+	"queue":               {"internal/jobhook", "store"},
+	"redact":              {},
+	"spawner":             {},
+	"spawner/inprocess":   {"queue", "spawner", "store", "worker"},
+	"spawner/spawnertest": {"spawner"},
+	"store":               {"migrations"},
+	"supervisor":          {},
+	"worker":              {"internal/jobhook", "internal/ratelog", "queue", "redact", "spawner", "store"},
+}
+
+// TestPackageLayout fails on an import the layout does not allow, and on a
+// package it does not know (add it to the table, with what it may import).
+func TestPackageLayout(t *testing.T) {
+	t.Parallel()
+	const module = "github.com/fleet-go/fleet"
+	out, err := exec.Command("go", "list", "-json=ImportPath,Imports", "./...").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	dec := json.NewDecoder(strings.NewReader(string(out)))
+	seen := 0
+	for dec.More() {
+		var p struct {
+			ImportPath string
+			Imports    []string
+		}
+		if err := dec.Decode(&p); err != nil {
+			t.Fatal(err)
+		}
+		seen++
+		name := strings.TrimPrefix(strings.TrimPrefix(p.ImportPath, module), "/")
+		allowed, known := layout[name]
+		if !known {
+			t.Errorf("package %q is not in the layout table", p.ImportPath)
+			continue
+		}
+		for _, imp := range p.Imports {
+			if imp != module && !strings.HasPrefix(imp, module+"/") {
+				continue
+			}
+			dep := strings.TrimPrefix(strings.TrimPrefix(imp, module), "/")
+			if dep == "cmd" && name != "cmd/app" && name != "internal/apptest" {
+				t.Errorf("%s imports cmd: nothing but the example application and its test harness may", p.ImportPath)
+				continue
+			}
+			if allowed != nil && !slices.Contains(allowed, dep) {
+				t.Errorf("%s imports %s, which the layout does not allow (it may import %v)", p.ImportPath, imp, allowed)
+			}
+		}
+	}
+	if seen < len(layout)/2 {
+		t.Fatalf("go list listed %d packages; the table knows %d", seen, len(layout))
+	}
+}
