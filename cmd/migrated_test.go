@@ -28,7 +28,7 @@ func TestUnmigratedDatabaseSaysRunMigrate(t *testing.T) {
 	}
 	check("half", []string{"fleet:workload"}, []string{"fleet:masters"}, []string{"fleet:job", "1"}, []string{"fleet:jobs", "--completed"})
 	// Not migrated at all.
-	if r := run(t, dir, env, "migrate", "down", "--set", "queue", "--steps", "2"); r.code != 0 {
+	if r := run(t, dir, env, "migrate", "down", "--set", "queue", "--steps", "3"); r.code != 0 {
 		t.Fatalf("down: %+v", r)
 	}
 	check("none", []string{"dispatch", "--name", "x"}, []string{"fleet:failed"}, []string{"fleet:jobs", "--pending"},
