@@ -81,18 +81,18 @@ func (s *Store) Workload(ctx context.Context) ([]QueueLoad, error) {
 // QueuedJob is a job still in queue_jobs: pending, delayed, limited
 // (parked until a slot of its concurrency limit is free) or reserved.
 type QueuedJob struct {
-	ID          int64           `json:"id"`
-	Queue       string          `json:"queue"`
-	Name        string          `json:"name"`
-	Payload     json.RawMessage `json:"payload"`
-	State       string          `json:"state"`
-	Attempts    int             `json:"attempts"`
+	ID       int64           `json:"id"`
+	Queue    string          `json:"queue"`
+	Name     string          `json:"name"`
+	Payload  json.RawMessage `json:"payload"`
+	State    string          `json:"state"`
+	Attempts int             `json:"attempts"`
 	// AvailableAt is when the job is (or was) available; for a limited
 	// job, when it may run once a slot is free.
-	AvailableAt time.Time       `json:"available_at"`
-	CreatedAt   time.Time       `json:"created_at"`
-	ReservedBy  *string         `json:"reserved_by,omitempty"`
-	LastError   *string         `json:"last_error,omitempty"`
+	AvailableAt time.Time `json:"available_at"`
+	CreatedAt   time.Time `json:"created_at"`
+	ReservedBy  *string   `json:"reserved_by,omitempty"`
+	LastError   *string   `json:"last_error,omitempty"`
 }
 
 // JobListParams pages through jobs of one queue (empty: every queue).
