@@ -33,6 +33,9 @@ type Job struct {
 	timeout    time.Duration
 	payloadErr error
 	retryOf    int64
+	limitKey   string
+	limit      int
+	limitSet   bool
 }
 
 // NewJob returns a job named name with payload encoded as JSON. A payload
@@ -76,6 +79,23 @@ func (j *Job) Backoff(secs ...int) *Job { j.backoff = append([]int(nil), secs...
 // Timeout sets how long one attempt may run; the default is
 // queue.timeout_secs.
 func (j *Job) Timeout(d time.Duration) *Job { j.timeout = d; return j }
+
+// Limit puts the job under a concurrency limit: at most n jobs with key
+// run at once (precisely, are ready or running), across every worker of
+// every master. Jobs of a key at its limit wait, parked, until a job of
+// the key finishes, fails for good or is retried, which hands its slot
+// over. A limit set here replaces any that Defaults.Limits (the
+// [queue.limits] config) would give the job. The latest dispatch of a key
+// sets the key's limit. The key must not be empty, be at most
+// MaxLimitKeyBytes, and n at least 1; Dispatch refuses the job otherwise.
+func (j *Job) Limit(key string, n int) *Job {
+	j.limitKey, j.limit, j.limitSet = key, n, true
+	return j
+}
+
+// LimitKey returns the job's own limit key and limit, set by Limit (empty
+// and 0 when it set none).
+func (j *Job) LimitKey() (string, int) { return j.limitKey, j.limit }
 
 // RetryOf links the job to the failed job it retries.
 func (j *Job) RetryOf(failedID int64) *Job { j.retryOf = failedID; return j }
