@@ -18,13 +18,17 @@ const MaxLimitKeyBytes = store.MaxLimitKeyBytes
 // "exports.*" share the key "name:exports.*".
 const NameLimitKeyPrefix = "name:"
 
+// CheckLimitKey reports whether key can be a concurrency limit key: as a
+// queue name must be (not empty or only spaces, valid UTF-8, no control
+// characters) and at most MaxLimitKeyBytes. The error starts with label,
+// the name of the argument that carried it ("--limit-key").
+func CheckLimitKey(label, key string) error { return checkName(label, key, MaxLimitKeyBytes) }
+
 // CheckLimit reports whether key and n can be a job's concurrency limit:
-// key as a queue name must be (not empty or only spaces, valid UTF-8, no
-// control characters) and at most MaxLimitKeyBytes; n at least 1. The
-// error starts with label, the name of the argument that carried them
-// ("--limit-key", "Job.Limit").
+// key passes CheckLimitKey and n is at least 1. The error starts with
+// label, the name of the argument that carried them ("Job.Limit").
 func CheckLimit(label, key string, n int) error {
-	if err := checkName(label+" key", key, MaxLimitKeyBytes); err != nil {
+	if err := CheckLimitKey(label+" key", key); err != nil {
 		return err
 	}
 	if n < 1 {
