@@ -42,7 +42,7 @@ func (r *runner) workloadCommand() *cobra.Command {
 		Short: "Per queue: pending, delayed, running and limited jobs, oldest wait, runtime, processes, jobs per minute",
 		Long: "PENDING jobs are ready for a worker, DELAYED ones wait for their time, LIMITED ones for a slot of " +
 			"their concurrency limit (a job of the same limit key finishing hands its slot over).",
-		Args:  cobra.NoArgs,
+		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			return r.withService(c.Context(), func(_ *config.Config, svc *fleet.Service) error {
 				loads, err := svc.Workload(c.Context())
