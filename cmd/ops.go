@@ -408,7 +408,7 @@ func (r *runner) jobsCommand() *cobra.Command {
 	var p fleet.Page
 	c := &cobra.Command{
 		Use:   "fleet:jobs --pending | --completed [--queue Q] [--limit N]",
-		Short: "List queued jobs (pending, delayed, running) or completed ones",
+		Short: "List queued jobs (pending, delayed, limited, running) or completed ones",
 		Args:  cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			if pending == completed {
