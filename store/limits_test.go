@@ -517,6 +517,23 @@ func TestLimitStatementsKeepTheirPlanUnderAGenericPlan(t *testing.T) {
 	if n := read.of("queue_limits"); n > 10 {
 		t.Errorf("a finish of 2 limited jobs read %d rows of queue_limits\n%s", n, plan)
 	}
+	// A dispatch of limited jobs reads its keys' rows only.
+	for range 6 {
+		if _, err := db.st.JobInsertMany(ctx, db.generic, []store.JobInsertParams{
+			{Queue: "q", Name: "n", Payload: []byte(`{}`), LimitKey: "k", Limit: 2},
+			{Queue: "q", Name: "n", Payload: []byte(`{}`), LimitKey: "idle:7", Limit: 2},
+			{Queue: "q", Name: "n", Payload: []byte(`{}`)},
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	read, plan = explainGeneric(t, db, db.rec.last(t))
+	if n := read.of("queue_limits"); n > 10 {
+		t.Errorf("a dispatch of 2 limited jobs read %d rows of queue_limits\n%s", n, plan)
+	}
+	if n := read.of("queue_jobs"); n > 10 {
+		t.Errorf("a dispatch of 3 jobs read %d rows of queue_jobs\n%s", n, plan)
+	}
 	// The sweep's walk, with every parked job due and no slot free.
 	for range 6 {
 		if _, err := db.st.LimitSweep(ctx, store.LimitSweepParams{Keys: 100, PerKey: 100}); err != nil {
