@@ -279,31 +279,3 @@ func (s *Store) LimitSweep(ctx context.Context, p LimitSweepParams) (LimitSweepR
 	s.wakeHanded(ctx, res.Queues)
 	return res, nil
 }
-
-// LimitState is one key's row of queue_limits with its parked jobs.
-type LimitState struct {
-	Key    string
-	Limit  int
-	Active int
-	// Parked counts the key's parked jobs; Due those that may run as soon
-	// as a slot is free.
-	Parked, Due int64
-}
-
-// LimitGet reads the state of the given keys (those that have a row).
-func (s *Store) LimitGet(ctx context.Context, keys []string) ([]LimitState, error) {
-	rows, err := s.pool.Query(ctx, `
-		SELECT l.key, l.limit_n, l.active,
-		       (SELECT count(*) FROM queue_jobs j WHERE j.limit_key = l.key AND j.available_at = 'infinity'),
-		       (SELECT count(*) FROM queue_jobs j
-		        WHERE j.limit_key = l.key AND j.available_at = 'infinity' AND j.limit_due <= now())
-		FROM queue_limits l WHERE l.key = ANY ($1::text[]) ORDER BY l.key`, keys)
-	if err != nil {
-		return nil, fmt.Errorf("read limits: %w", err)
-	}
-	out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[LimitState])
-	if err != nil {
-		return nil, fmt.Errorf("read limits: %w", err)
-	}
-	return out, nil
-}
