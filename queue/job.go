@@ -93,10 +93,6 @@ func (j *Job) Limit(key string, n int) *Job {
 	return j
 }
 
-// LimitKey returns the job's own limit key and limit, set by Limit (empty
-// and 0 when it set none).
-func (j *Job) LimitKey() (string, int) { return j.limitKey, j.limit }
-
 // RetryOf links the job to the failed job it retries.
 func (j *Job) RetryOf(failedID int64) *Job { j.retryOf = failedID; return j }
 
