@@ -242,6 +242,10 @@ type QueueWorkload struct {
 	Pending  int64  `json:"pending"`
 	Delayed  int64  `json:"delayed"`
 	Reserved int64  `json:"reserved"`
+	// Limited counts the jobs waiting on a concurrency limit: parked until
+	// a slot of their key is free. They are neither pending (no worker can
+	// take them now) nor delayed, and count in no workload.
+	Limited int64 `json:"limited"`
 	// OldestWaitSecs is the age of the oldest ready job: how long it has
 	// been available without a worker taking it.
 	OldestWaitSecs float64 `json:"oldest_wait_secs"`
@@ -305,7 +309,7 @@ func (s *Service) Workload(ctx context.Context) ([]QueueWorkload, error) {
 		slices.Sort(by)
 		runtime := cmp.Or(l.AvgRuntimeMs, 1000)
 		out[i] = QueueWorkload{
-			Queue: l.Queue, Pending: l.Pending, Delayed: l.Delayed, Reserved: l.Reserved,
+			Queue: l.Queue, Pending: l.Pending, Delayed: l.Delayed, Reserved: l.Reserved, Limited: l.Limited,
 			OldestWaitSecs: round(l.OldestWaitSecs, 3), AvgRuntimeMs: round(l.AvgRuntimeMs, 3),
 			WorkloadSecs: round(float64(l.Pending+l.Reserved)*runtime/1000, 3),
 			Processes:    l.Processes, JobsPerMinute: float64(l.JobsLastMinute),

@@ -13,6 +13,7 @@ import (
 const (
 	JobPending   = "pending"   // ready, waiting for a worker
 	JobDelayed   = "delayed"   // available later: dispatched with a delay, or waiting out a retry's backoff
+	JobLimited   = "limited"   // waiting for a slot of its concurrency limit (parked)
 	JobReserved  = "reserved"  // a worker holds it
 	JobCompleted = "completed" // its last attempt completed
 	JobFailed    = "failed"    // in queue_failed_jobs
@@ -40,6 +41,8 @@ type JobStory struct {
 	AvailableAt *time.Time `json:"available_at,omitempty"`
 	// Reserved says who holds a reserved job, since when.
 	Reserved *JobReservation `json:"reserved,omitempty"`
+	// Limit is the concurrency limit the job runs under, if any.
+	Limit *JobLimit `json:"limit,omitempty"`
 	// LastError is the error of a queued job's last failed attempt.
 	LastError string `json:"last_error,omitempty"`
 	// UniqueKey is a queued unique job's key (see queue.Unique).
@@ -71,6 +74,19 @@ type JobReservation struct {
 	Master         string     `json:"master,omitempty"`
 	MasterKind     string     `json:"master_kind,omitempty"`
 	Since          *time.Time `json:"since,omitempty"`
+}
+
+// JobLimit is a job's concurrency limit: at most Limit jobs with Key are
+// ready or running at once.
+type JobLimit struct {
+	Key   string `json:"key"`
+	Limit int    `json:"limit"`
+	// Active is how many jobs of the key are ready or running now (nil:
+	// not known, e.g. for a failed job).
+	Active *int `json:"active,omitempty"`
+	// Waiting says the job waits for a slot (state limited); AvailableAt
+	// is then when it may run once it has one.
+	Waiting bool `json:"waiting"`
 }
 
 // FailedRecord is a job's row in queue_failed_jobs.
@@ -149,6 +165,9 @@ func (s *Service) story(ctx context.Context, p store.JobStoryParams) (JobStory, 
 		out.LastError = s.redactor.Text(deref(q.LastError))
 		out.RetryOf = q.RetryOf
 		out.UniqueKey = deref(q.UniqueKey)
+		if q.LimitKey != nil && q.Limit != nil {
+			out.Limit = &JobLimit{Key: *q.LimitKey, Limit: *q.Limit, Active: q.LimitActive, Waiting: q.State == JobLimited}
+		}
 		if q.ReservedBy != nil {
 			out.Reserved = &JobReservation{
 				Worker: *q.ReservedBy, MasterInstance: deref(q.ReservedMaster),
@@ -162,6 +181,9 @@ func (s *Service) story(ctx context.Context, p store.JobStoryParams) (JobStory, 
 		out.Tries, out.MaxTries = f.Attempts, &f.MaxTries
 		out.CreatedAt = &f.Created
 		out.RetryOf = f.RetryOf
+		if f.LimitKey != nil && f.Limit != nil {
+			out.Limit = &JobLimit{Key: *f.LimitKey, Limit: *f.Limit}
+		}
 		out.Failed = &FailedRecord{ID: f.ID, Attempts: f.Attempts, MaxTries: f.MaxTries, FailedAt: f.FailedAt, Error: s.redactor.Text(f.Error)}
 	default:
 		last := st.Attempts[len(st.Attempts)-1]

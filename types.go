@@ -62,9 +62,15 @@ type FailedJob struct {
 	Created  time.Time       `json:"created_at"`
 	FailedAt time.Time       `json:"failed_at"`
 	RetryOf  *int64          `json:"retry_of,omitempty"`
+	// LimitKey and Limit are the concurrency limit the job ran under
+	// (nil: none); a retry of it runs under the same.
+	LimitKey *string `json:"limit_key,omitempty"`
+	Limit    *int    `json:"limit_n,omitempty"`
 }
 
-// QueuedJob is a job not finished yet: pending, delayed or reserved.
+// QueuedJob is a job not finished yet: pending, delayed, limited (waiting
+// for a slot of its concurrency limit; AvailableAt is then when it may run
+// once it has one) or reserved.
 type QueuedJob struct {
 	ID          int64           `json:"id"`
 	Queue       string          `json:"queue"`

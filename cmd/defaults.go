@@ -7,7 +7,8 @@ import (
 
 // clientDefaults turns the queue section into dispatch defaults. Tries,
 // backoff and timeout are left to the worker that runs a job, so a
-// supervisor's defaults apply to jobs that set none.
+// supervisor's defaults apply to jobs that set none; [queue.limits]
+// applies to jobs that set no limit of their own.
 func clientDefaults(cfg *config.Config) queue.Defaults {
-	return queue.Defaults{Queue: cfg.Queue.DefaultQueue, MaxPayloadBytes: cfg.Queue.MaxPayloadBytes}
+	return queue.Defaults{Queue: cfg.Queue.DefaultQueue, MaxPayloadBytes: cfg.Queue.MaxPayloadBytes, Limits: cfg.Queue.Limits}
 }

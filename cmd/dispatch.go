@@ -22,7 +22,8 @@ const dispatchBatch = 1000
 
 type dispatchFlags struct {
 	name, queue, payload, backoff string
-	count, tries                  int
+	limitKey                      string
+	count, tries, limit           int
 	delay, timeout                time.Duration
 	asJSON                        bool
 	uniqueKey                     string
@@ -69,6 +70,8 @@ func (r *runner) dispatchCommand() *cobra.Command {
 	fl.IntVar(&f.tries, "tries", 0, "most attempts per job (default queue.tries)")
 	fl.StringVar(&f.backoff, "backoff", "", "seconds before each retry, comma-separated, e.g. 1,5,30 (default queue.backoff)")
 	fl.DurationVar(&f.timeout, "timeout", 0, "how long one attempt may run (default queue.timeout_secs)")
+	fl.StringVar(&f.limitKey, "limit-key", "", "concurrency limit key: at most --limit jobs with this key run at once, fleet-wide")
+	fl.IntVar(&f.limit, "limit", 0, "the concurrency limit of --limit-key (at least 1)")
 	fl.BoolVar(&f.asJSON, "json", false, "print JSON")
 	fl.StringVar(&f.uniqueKey, "unique-key", "", "make the job unique by this key (with its name): a dispatch while such a job is queued or running inserts nothing")
 	fl.DurationVar(&f.uniqueFor, "unique-for", 0, "the key covers one period of this length (e.g. 1h), aligned to the clock")
@@ -99,6 +102,18 @@ func (r *runner) dispatch(c *cobra.Command, f dispatchFlags) error {
 	}
 	if f.timeout < 0 {
 		return fmt.Errorf("--timeout must not be negative, got %s", f.timeout)
+	}
+	limited := c.Flags().Changed("limit-key") || c.Flags().Changed("limit")
+	if limited {
+		if !c.Flags().Changed("limit-key") || !c.Flags().Changed("limit") {
+			return errors.New("--limit-key and --limit go together: give both, e.g. --limit-key tenant:42 --limit 2")
+		}
+		if err := queue.CheckLimitKey("--limit-key", f.limitKey); err != nil {
+			return err
+		}
+		if f.limit < 1 {
+			return fmt.Errorf("--limit must be at least 1, got %d", f.limit)
+		}
 	}
 	backoff, err := parseBackoff(f.backoff)
 	if err != nil {
@@ -143,6 +158,9 @@ func (r *runner) dispatch(c *cobra.Command, f dispatchFlags) error {
 		}
 		if unique != nil {
 			j.Unique(*unique)
+		}
+		if limited {
+			j.Limit(f.limitKey, f.limit)
 		}
 		return j
 	}

@@ -77,6 +77,16 @@ func printStory(w io.Writer, s fleet.JobStory) error {
 		tries += " of " + strconv.Itoa(*s.MaxTries)
 	}
 	fmt.Fprintf(tw, "attempts\t%s\n", tries)
+	if l := s.Limit; l != nil {
+		line := fmt.Sprintf("key %q, at most %d at once", l.Key, l.Limit)
+		if l.Active != nil {
+			line += fmt.Sprintf(" (%d ready or running now)", *l.Active)
+		}
+		if l.Waiting {
+			line += "; this job waits for a slot"
+		}
+		fmt.Fprintf(tw, "limit\t%s\n", line)
+	}
 	if s.CreatedAt != nil {
 		fmt.Fprintf(tw, "created\t%s\n", at(*s.CreatedAt))
 	}
@@ -139,6 +149,14 @@ func describeState(s fleet.JobStory, at func(time.Time) string) string {
 	case fleet.JobDelayed:
 		if s.AvailableAt != nil {
 			return "delayed until " + s.AvailableAt.Local().Format(time.DateTime) + " (in " + s.AvailableAt.Sub(s.At).Round(time.Second).String() + ")"
+		}
+	case fleet.JobLimited:
+		if s.AvailableAt != nil && s.Limit != nil {
+			line := "limited: waiting for a slot of limit key " + strconv.Quote(s.Limit.Key)
+			if s.AvailableAt.After(s.At) {
+				return line + ", and not before " + s.AvailableAt.Local().Format(time.DateTime) + " (in " + s.AvailableAt.Sub(s.At).Round(time.Second).String() + ")"
+			}
+			return line + " since " + at(*s.AvailableAt)
 		}
 	case fleet.JobReserved:
 		if r := s.Reserved; r != nil {

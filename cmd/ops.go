@@ -39,8 +39,10 @@ func (r *runner) workloadCommand() *cobra.Command {
 	var asJSON bool
 	c := &cobra.Command{
 		Use:   "fleet:workload",
-		Short: "Per queue: pending, delayed and running jobs, oldest wait, runtime, processes, jobs per minute",
-		Args:  cobra.NoArgs,
+		Short: "Per queue: pending, delayed, running and limited jobs, oldest wait, runtime, processes, jobs per minute",
+		Long: "PENDING jobs are ready for a worker, DELAYED ones wait for their time, LIMITED ones for a slot of " +
+			"their concurrency limit (a job of the same limit key finishing hands its slot over).",
+		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			return r.withService(c.Context(), func(_ *config.Config, svc *fleet.Service) error {
 				loads, err := svc.Workload(c.Context())
@@ -51,13 +53,13 @@ func (r *runner) workloadCommand() *cobra.Command {
 					return printJSON(c.OutOrStdout(), loads)
 				}
 				tw := table(c.OutOrStdout())
-				fmt.Fprintln(tw, "QUEUE\tPENDING\tDELAYED\tRUNNING\tOLDEST WAIT\tAVG RUNTIME\tWORKLOAD\tPROCESSES\tJOBS/MIN\t")
+				fmt.Fprintln(tw, "QUEUE\tPENDING\tDELAYED\tRUNNING\tLIMITED\tOLDEST WAIT\tAVG RUNTIME\tWORKLOAD\tPROCESSES\tJOBS/MIN\t")
 				for _, l := range loads {
 					name := l.Queue
 					if l.Paused {
 						name += " (paused)"
 					}
-					fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%.0fms\t%s\t%d\t%.0f\t\n", name, l.Pending, l.Delayed, l.Reserved,
+					fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\t%.0fms\t%s\t%d\t%.0f\t\n", name, l.Pending, l.Delayed, l.Reserved, l.Limited,
 						secs(l.OldestWaitSecs), l.AvgRuntimeMs, secs(l.WorkloadSecs), l.Processes, l.JobsPerMinute)
 				}
 				if len(loads) == 0 {
@@ -406,7 +408,7 @@ func (r *runner) jobsCommand() *cobra.Command {
 	var p fleet.Page
 	c := &cobra.Command{
 		Use:   "fleet:jobs --pending | --completed [--queue Q] [--limit N]",
-		Short: "List queued jobs (pending, delayed, running) or completed ones",
+		Short: "List queued jobs (pending, delayed, limited, running) or completed ones",
 		Args:  cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			if pending == completed {

@@ -47,7 +47,16 @@ type QueueConfig struct {
 	// MaxPayloadBytes is the largest job payload a dispatch accepts, in
 	// bytes of JSON.
 	MaxPayloadBytes int `toml:"max_payload_bytes"`
+	// Limits maps job-name patterns (path.Match syntax, e.g. "exports.*")
+	// to a concurrency limit: jobs whose name matches, and which set no
+	// limit of their own, share the limit key "name:" + pattern and run at
+	// most that many at once across the fleet (see queue.Defaults.Limits).
+	Limits map[string]int `toml:"limits"`
 }
+
+// MaxLimitPatternBytes is the longest pattern of queue.limits, in bytes:
+// its limit key, "name:" + pattern, must fit queue.MaxLimitKeyBytes (200).
+const MaxLimitPatternBytes = 195
 
 // LogConfig shapes the process's logs.
 type LogConfig struct {

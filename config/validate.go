@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"path"
 	"slices"
 	"strings"
 	"time"
 	"unicode"
+	"unicode/utf8"
 )
 
 // Validate checks that values are in range: queue.driver is database or
@@ -18,6 +20,7 @@ import (
 // queue.timeout_grace_secs is at least 0; queue.poll_interval_ms is at
 // least 10; queue.max_payload_bytes is at least 2; queue.default_queue and the names in queue.queues are not
 // empty; the fleet section's cooldowns, shift and retentions are at least 1,
+// queue.limits patterns are path.Match patterns with limits of at least 1;
 // fleet.master_ttl_secs at least 1 with fleet.beat_interval_ms below half
 // of it, fleet.on_stop leave or linger, fleet.name free of tabs, newlines
 // and braces, long-wait thresholds at least 0, fleet.path a URL path such
@@ -58,6 +61,9 @@ func (c *Config) Validate() error {
 		oneOf("log.level", c.Log.Level, secrets, "debug", "info", "warn", "error"),
 		oneOf("log.format", c.Log.Format, secrets, "text", "json"),
 	)
+	for _, p := range slices.Sorted(maps.Keys(q.Limits)) {
+		errs = append(errs, limitPattern(fmt.Sprintf("queue.limits.%q", p), p, q.Limits[p]))
+	}
 	f := c.Fleet
 	errs = append(errs,
 		atLeast("fleet.balance_cooldown_secs", f.BalanceCooldownSecs, 1),
@@ -152,6 +158,22 @@ func validatePeriodic(name string, p PeriodicConfig, maxPayload int, secrets []s
 		}
 	}
 	return errs
+}
+
+// limitPattern checks one entry of queue.limits: a path.Match pattern of
+// at most MaxLimitPatternBytes, valid UTF-8 without control characters,
+// and a limit of at least 1.
+func limitPattern(key, pattern string, n int) error {
+	if _, err := path.Match(pattern, ""); err != nil || strings.TrimSpace(pattern) == "" {
+		return invalid(key, "must be a job-name pattern such as \"exports.*\" (* any run of characters but /, ? one character, [a-z] a class), got %q", pattern)
+	}
+	if len(pattern) > MaxLimitPatternBytes {
+		return invalid(key, "the pattern must be at most %d bytes, got %d", MaxLimitPatternBytes, len(pattern))
+	}
+	if !utf8.ValidString(pattern) || strings.IndexFunc(pattern, unicode.IsControl) >= 0 {
+		return invalid(key, "the pattern must be valid UTF-8 without control characters")
+	}
+	return atLeast(key, n, 1)
 }
 
 // invalid returns the error for key.

@@ -15,7 +15,9 @@
 //     beating, as draining, until the last child has exited and its jobs
 //     are released.
 //  2. housekeeping: the release of jobs of exited workers and of expired
-//     members, and the check for workers overdue on a job. It stops after
+//     members, the check for workers overdue on a job, and the sweep of
+//     the concurrency limits (parked jobs that are due, into free slots).
+//     It stops after
 //     supervision, so that the jobs of the last exiting children are
 //     released before the row goes.
 //  3. shared state: pause flags and terminate requests, read every tick.
@@ -251,6 +253,7 @@ type Master struct {
 
 	// Owned by housekeeping.
 	lastSweep       time.Time
+	limitCursor     string // where the next limit sweep's walk starts
 	pendingReleases []*releaseReq
 	releasing       map[string]time.Time // expired member@expiry -> first release try (view clock)
 
@@ -726,6 +729,7 @@ type releaseReq struct {
 func (m *Master) housekeep(ctx context.Context) {
 	m.drainReleases(ctx)
 	m.releaseExpired(ctx)
+	m.sweepLimits(ctx)
 	octx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	overdue, err := m.st.WorkerOverdue(octx, m.Instance(), m.set.DefaultTimeout, m.set.TimeoutGrace+5*time.Second)
@@ -829,6 +833,41 @@ func (m *Master) releaseExpired(ctx context.Context) {
 		} else if lost.Released+lost.Failed > 0 {
 			m.log.Warn("released jobs whose holder has no membership row", "released", lost.Released, "failed", lost.Failed)
 		}
+	}
+}
+
+// Bounds of one tick's limit sweep.
+const (
+	// limitSweepKeys is the most keys with parked jobs one tick visits; the
+	// next tick goes on from where it stopped.
+	limitSweepKeys = 100
+	// limitSweepPerKey is the most jobs of one key one tick unparks.
+	limitSweepPerKey = 1000
+)
+
+// sweepLimits is the backstop of the concurrency limits, once per tick on
+// every master: parked jobs that became due (their delay or their retry's
+// backoff passed, or no handoff saw them) get the free slots of their key,
+// and a key's count of unparked jobs is set right if jobs were deleted by
+// other paths. Slots are handed over as jobs finish, in the finishing
+// statement: this only covers what a handoff cannot. Masters sweeping at
+// once skip each other's keys (store.LimitSweep). A tick with no parked
+// job costs one index probe.
+func (m *Master) sweepLimits(ctx context.Context) {
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	res, err := m.st.LimitSweep(sctx, store.LimitSweepParams{After: m.limitCursor, Keys: limitSweepKeys, PerKey: limitSweepPerKey})
+	if err != nil {
+		m.logs.Fail(m.log, "limits", "sweep of the concurrency limits failed", "err", err)
+		return
+	}
+	m.logs.OK(m.log, "limits", "the sweep of the concurrency limits works again")
+	m.limitCursor = res.Next
+	if res.Repaired > 0 {
+		m.log.Info("concurrency limits recounted: jobs of these keys left the queue without freeing their slot",
+			"keys", res.Repaired, "unparked", res.Unparked)
+	} else if res.Unparked > 0 {
+		m.log.Debug("parked jobs given free slots of their limits", "unparked", res.Unparked, "queues", res.Queues)
 	}
 }
 

@@ -6,7 +6,7 @@
 //
 // Families (all labels are snake_case):
 //
-//	fleet_queue_jobs{queue,state}                gauge: state is pending, delayed or reserved
+//	fleet_queue_jobs{queue,state}                gauge: state is pending, delayed, reserved or limited
 //	fleet_queue_oldest_wait_seconds{queue}       gauge: age of the oldest ready job, 0 with none
 //	fleet_queue_paused{queue}                    gauge: 1 for each paused queue
 //	fleet_processes{supervisor,group}            gauge: worker processes over the live masters
@@ -129,7 +129,7 @@ func NewCollector(pool *pgxpool.Pool, opts Options) *Collector {
 		beat: opts.Beat,
 
 		queueJobs: prometheus.NewDesc("fleet_queue_jobs",
-			"Jobs in the queue by state: pending (ready now), delayed (available later) or reserved (held by a worker).",
+			"Jobs in the queue by state: pending (ready now), delayed (available later), reserved (held by a worker) or limited (waiting for a slot of their concurrency limit).",
 			[]string{"queue", "state"}, nil),
 		queueOldest: prometheus.NewDesc("fleet_queue_oldest_wait_seconds",
 			"How long the oldest ready job of the queue has waited since it became available, 0 with none.",
@@ -225,6 +225,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		gauge(c.queueJobs, float64(q.Pending), q.Queue, "pending")
 		gauge(c.queueJobs, float64(q.Delayed), q.Queue, "delayed")
 		gauge(c.queueJobs, float64(q.Reserved), q.Queue, "reserved")
+		gauge(c.queueJobs, float64(q.Limited), q.Queue, "limited")
 		gauge(c.queueOldest, q.OldestWaitSecs, q.Queue)
 	}
 	for _, q := range sc.PausedQueues {

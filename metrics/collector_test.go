@@ -152,15 +152,18 @@ fleet_paused_all 1
 fleet_processes{group="default",supervisor="default"} 1
 fleet_processes{group="default,mail",supervisor="batch"} 2
 fleet_processes{group="mail",supervisor="default"} 4
-# HELP fleet_queue_jobs Jobs in the queue by state: pending (ready now), delayed (available later) or reserved (held by a worker).
+# HELP fleet_queue_jobs Jobs in the queue by state: pending (ready now), delayed (available later), reserved (held by a worker) or limited (waiting for a slot of their concurrency limit).
 # TYPE fleet_queue_jobs gauge
 fleet_queue_jobs{queue="default",state="delayed"} 2
+fleet_queue_jobs{queue="default",state="limited"} 0
 fleet_queue_jobs{queue="default",state="pending"} 1
 fleet_queue_jobs{queue="default",state="reserved"} 1
 fleet_queue_jobs{queue="drained",state="delayed"} 0
+fleet_queue_jobs{queue="drained",state="limited"} 0
 fleet_queue_jobs{queue="drained",state="pending"} 0
 fleet_queue_jobs{queue="drained",state="reserved"} 0
 fleet_queue_jobs{queue="mail",state="delayed"} 1
+fleet_queue_jobs{queue="mail",state="limited"} 0
 fleet_queue_jobs{queue="mail",state="pending"} 3
 fleet_queue_jobs{queue="mail",state="reserved"} 2
 # HELP fleet_queue_paused 1 for each queue paused in every supervisor.
@@ -283,8 +286,8 @@ func TestCollectorCache(t *testing.T) {
 	var wg sync.WaitGroup
 	for range 8 {
 		wg.Go(func() {
-			if n := testutil.CollectAndCount(c, "fleet_queue_jobs"); n != 9 {
-				t.Errorf("concurrent scrape: %d fleet_queue_jobs series, want 9", n)
+			if n := testutil.CollectAndCount(c, "fleet_queue_jobs"); n != 12 {
+				t.Errorf("concurrent scrape: %d fleet_queue_jobs series, want 12", n)
 			}
 		})
 	}

@@ -27,6 +27,16 @@ type Defaults struct {
 	// MaxPayloadBytes is the largest payload a dispatch accepts, in bytes
 	// of JSON; 0: DefaultMaxPayloadBytes.
 	MaxPayloadBytes int
+	// Limits maps job-name patterns (path.Match: "exports.*") to a
+	// concurrency limit, as the [queue.limits] config does: a job whose
+	// name matches and which sets no Limit of its own runs under the key
+	// NameLimitKeyPrefix + pattern ("name:exports.*"), which every job
+	// matching the pattern shares, with that limit. When several patterns
+	// match, the longest wins (then the first in byte order). Check it with
+	// CheckNameLimits (config.Load checks [queue.limits]): a malformed
+	// pattern matches no name, and a job given a limit below 1 is refused
+	// at dispatch.
+	Limits map[string]int
 }
 
 // DefaultMaxPayloadBytes is the largest payload a Client accepts unless its
@@ -42,6 +52,7 @@ const DefaultQueue = "default"
 type Client struct {
 	store    *store.Store
 	defaults Defaults
+	limits   []nameLimit // Defaults.Limits in matching order
 	inserter *inserter
 }
 
@@ -49,7 +60,7 @@ type Client struct {
 func NewClient(pool *pgxpool.Pool, d Defaults) *Client {
 	d.Queue = cmp.Or(d.Queue, DefaultQueue)
 	st := store.New(pool)
-	return &Client{store: st, defaults: d, inserter: newInserter(st, newNotifier(st))}
+	return &Client{store: st, defaults: d, limits: nameLimits(d.Limits), inserter: newInserter(st, newNotifier(st))}
 }
 
 // Dispatch inserts job and returns its id. Idle workers of its queue wake
@@ -322,6 +333,17 @@ func (c *Client) params(j *Job) (store.JobInsertParams, error) {
 	}
 	if j.backoff == nil {
 		p.BackoffSecs = c.defaults.Backoff
+	}
+	limitLabel := "Job.Limit"
+	p.LimitKey, p.Limit = j.limitKey, j.limit
+	if !j.limitSet {
+		limitLabel = "Defaults.Limits"
+		p.LimitKey, p.Limit = limitFor(c.limits, j.Name)
+	}
+	if j.limitSet || p.LimitKey != "" {
+		if err := CheckLimit(limitLabel, p.LimitKey, p.Limit); err != nil {
+			return p, fmt.Errorf("%w: job %q: %w", ErrInvalidJob, j.Name, err)
+		}
 	}
 	switch {
 	case p.MaxTries < 0:

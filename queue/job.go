@@ -44,6 +44,9 @@ type Job struct {
 	retryOf    int64
 	completeTx jobhook.Completer // set on the jobs a worker runs
 	unique     *Unique
+	limitKey   string
+	limit      int
+	limitSet   bool
 }
 
 func init() {
@@ -142,4 +145,17 @@ func RetryDelay(backoffSecs []int, attempt int) time.Duration {
 	}
 	i := min(attempt-1, len(backoffSecs)-1)
 	return time.Duration(backoffSecs[i]) * time.Second
+}
+
+// Limit puts the job under a concurrency limit: at most n jobs with key
+// run at once (precisely, are ready or running), across every worker of
+// every master. Jobs of a key at its limit wait, parked, until a job of
+// the key finishes, fails for good or is retried, which hands its slot
+// over. A limit set here replaces any that Defaults.Limits (the
+// [queue.limits] config) would give the job. The latest dispatch of a key
+// sets the key's limit. The key must not be empty, be at most
+// MaxLimitKeyBytes, and n at least 1; Dispatch refuses the job otherwise.
+func (j *Job) Limit(key string, n int) *Job {
+	j.limitKey, j.limit, j.limitSet = key, n, true
+	return j
 }

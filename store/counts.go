@@ -9,18 +9,21 @@ import (
 )
 
 // QueueCount is how many jobs of one queue are pending (ready now),
-// delayed (available later) and reserved (held by a worker).
+// delayed (available later), waiting on a concurrency limit (parked) and
+// reserved (held by a worker).
 type QueueCount struct {
 	Queue    string
 	Pending  int64
 	Delayed  int64
 	Reserved int64
+	Limited  int64
 }
 
 // queueCountsCTE defines the CTE "qcounts" (queue, pending, delayed,
-// reserved, oldest): exact counts from the trigger-maintained queue_counts
-// (a few rows per queue, whatever the backlog), delayed jobs counted by an
-// index range scan (cheap unless millions are delayed), and the oldest ready
+// reserved, oldest, limited): exact counts from the trigger-maintained
+// queue_counts (a few rows per queue, whatever the backlog), delayed and
+// limited (parked: available_at 'infinity') jobs counted by index range
+// scans (cheap unless millions are delayed or parked), and the oldest ready
 // job found by one index lookup per queue.
 const queueCountsCTE = `
 	qc AS (
@@ -28,10 +31,13 @@ const queueCountsCTE = `
 		FROM queue_counts GROUP BY queue
 		HAVING sum(unreserved) <> 0 OR sum(reserved) <> 0
 	), qcounts AS (
-		SELECT qc.queue, qc.unreserved - d.delayed AS pending, d.delayed, qc.reserved, o.oldest
+		SELECT qc.queue, qc.unreserved - d.delayed - p.limited AS pending, d.delayed, qc.reserved, o.oldest, p.limited
 		FROM qc,
 		LATERAL (SELECT count(*) AS delayed FROM queue_jobs j
-		         WHERE j.queue = qc.queue AND j.reserved_by IS NULL AND j.available_at > now()) d,
+		         WHERE j.queue = qc.queue AND j.reserved_by IS NULL
+		           AND j.available_at > now() AND j.available_at < 'infinity') d,
+		LATERAL (SELECT count(*) AS limited FROM queue_jobs j
+		         WHERE j.queue = qc.queue AND j.reserved_by IS NULL AND j.available_at = 'infinity') p,
 		LATERAL (SELECT min(x.available_at) AS oldest FROM (
 		             SELECT available_at FROM queue_jobs j
 		             WHERE j.queue = qc.queue AND j.reserved_by IS NULL AND j.available_at <= now()
@@ -41,7 +47,7 @@ const queueCountsCTE = `
 // QueueCounts counts the jobs of every queue that has any, in one statement.
 func (s *Store) QueueCounts(ctx context.Context) ([]QueueCount, error) {
 	rows, err := s.pool.Query(ctx, `WITH `+queueCountsCTE+`
-		SELECT queue, pending, delayed, reserved FROM qcounts ORDER BY queue`)
+		SELECT queue, pending, delayed, reserved, limited FROM qcounts ORDER BY queue`)
 	if err != nil {
 		return nil, fmt.Errorf("count jobs per queue: %w", err)
 	}

@@ -29,6 +29,10 @@ type FailedJob struct {
 	Created  time.Time       `json:"created_at"`
 	FailedAt time.Time       `json:"failed_at"`
 	RetryOf  *int64          `json:"retry_of,omitempty"`
+	// LimitKey and Limit are the concurrency limit the job ran under
+	// (nil: none); a retry of it runs under the same.
+	LimitKey *string `json:"limit_key,omitempty"`
+	Limit    *int    `json:"limit_n,omitempty"`
 }
 
 // FailedFilter selects failed jobs: Search matches name, queue, payload or
@@ -43,7 +47,7 @@ type FailedFilter struct {
 	Offset int
 }
 
-const failedColumns = `id, job_id, queue, name, payload, attempts, max_tries, error, created_at, failed_at, retry_of`
+const failedColumns = `id, job_id, queue, name, payload, attempts, max_tries, error, created_at, failed_at, retry_of, limit_key, limit_n`
 
 // failedFilter is the filter shared by every failed-jobs statement: only
 // the filters set in f, so each combination is a statement of its own (see
@@ -127,14 +131,20 @@ func (s *Store) FailedJobGet(ctx context.Context, id int64) (FailedJob, error) {
 // retrySQL dispatches the failed jobs picked by the CTE "picked" (ids)
 // again with fresh attempts, linked to the original job, and removes them
 // from queue_failed_jobs, in one statement. It returns the new ids and
-// their queues.
+// their queues. A limited job is dispatched again under its key and limit,
+// parked and due at once: the next handoff or sweep gives it a slot.
 const retrySQL = `
 	, moved AS (
 		DELETE FROM queue_failed_jobs f USING picked WHERE f.id = picked.id
-		RETURNING f.job_id, f.queue, f.name, f.payload, f.max_tries, f.backoff_secs, f.timeout_ms, f.retry_of
+		RETURNING f.job_id, f.queue, f.name, f.payload, f.max_tries, f.backoff_secs, f.timeout_ms, f.retry_of,
+		          f.limit_key, f.limit_n
 	)
-	INSERT INTO queue_jobs (queue, name, payload, max_tries, backoff_secs, timeout_ms, retry_of)
-	SELECT queue, name, payload, max_tries, backoff_secs, timeout_ms, COALESCE(retry_of, job_id) FROM moved
+	INSERT INTO queue_jobs (queue, name, payload, max_tries, backoff_secs, timeout_ms, retry_of,
+	                        limit_key, limit_n, available_at, limit_due)
+	SELECT queue, name, payload, max_tries, backoff_secs, timeout_ms, COALESCE(retry_of, job_id),
+	       limit_key, limit_n, CASE WHEN limit_key IS NULL THEN now() ELSE 'infinity' END,
+	       CASE WHEN limit_key IS NOT NULL THEN now() END
+	FROM moved
 	RETURNING id, queue`
 
 type retried struct {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -22,6 +23,11 @@ type JobInsertParams struct {
 	Timeout     time.Duration // 0: the worker's default
 	Delay       time.Duration
 	RetryOf     int64 // 0: none
+	// LimitKey and Limit put the job under a concurrency limit: at most
+	// Limit jobs of LimitKey ready or running at once (see limits.go).
+	// Empty: no limit.
+	LimitKey string
+	Limit    int
 }
 
 // JobInsertMany inserts jobs in one statement and returns their ids in
@@ -30,7 +36,8 @@ func (s *Store) JobInsertMany(ctx context.Context, db DBTX, jobs []JobInsertPara
 	if len(jobs) == 0 {
 		return nil, nil
 	}
-	rows, err := db.Query(ctx, jobInsertSQL, jobInsertArgs(jobs)...)
+	sql, args := jobInsertStatement(jobs)
+	rows, err := db.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, fmt.Errorf("insert %d jobs: %w", len(jobs), err)
 	}
@@ -52,7 +59,8 @@ func (s *Store) JobInsertManyNotify(ctx context.Context, jobs []JobInsertParams,
 	}
 	var ids []int64
 	b := &pgx.Batch{}
-	b.Queue(jobInsertSQL, jobInsertArgs(jobs)...).Query(func(rows pgx.Rows) error {
+	sql, args := jobInsertStatement(jobs)
+	b.Queue(sql, args...).Query(func(rows pgx.Rows) error {
 		var err error
 		ids, err = pgx.CollectRows(rows, pgx.RowTo[int64])
 		return err
@@ -74,6 +82,22 @@ const jobInsertSQL = `
 	     WITH ORDINALITY AS u(q, n, p, t, b, tm, d, r, ord)
 	ORDER BY u.ord
 	RETURNING id`
+
+// jobInsertStatement returns the statement inserting jobs and its
+// arguments: jobInsertSQL when none of them is limited, so that unlimited
+// jobs pay nothing for limits, else jobInsertLimitedSQL for the whole
+// batch (one statement, ids in order).
+func jobInsertStatement(jobs []JobInsertParams) (string, []any) {
+	args := jobInsertArgs(jobs)
+	if !slices.ContainsFunc(jobs, func(j JobInsertParams) bool { return j.LimitKey != "" }) {
+		return jobInsertSQL, args
+	}
+	keys, limits := make([]string, len(jobs)), make([]int32, len(jobs))
+	for i, j := range jobs {
+		keys[i], limits[i] = j.LimitKey, int32(j.Limit)
+	}
+	return jobInsertLimitedSQL, append(args, keys, limits)
+}
 
 func jobInsertArgs(jobs []JobInsertParams) []any {
 	n := len(jobs)
@@ -281,6 +305,11 @@ type JobFinishResult struct {
 // lost is recorded nowhere. Every job is found by its primary key and its
 // token checked on the row, so the statement reads rows in proportion to
 // its batch under a custom and a generic plan alike.
+//
+// A limited job's slot is freed by each of the three outcomes (a retried
+// one is parked again until its delay has passed, holding no slot
+// meanwhile) and handed over in the same statement (limitHandoffCTEs); for
+// a batch without limited jobs those CTEs find no key and touch nothing.
 const jobFinishSQL = `
 	WITH d AS MATERIALIZED (
 		SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::text[], $5::bigint[], $6::text[],
@@ -290,29 +319,36 @@ const jobFinishSQL = `
 	), completed AS (
 		DELETE FROM queue_jobs j USING d
 		WHERE d.kind = 'completed' AND j.id = d.id AND j.lease = d.lease
-		RETURNING j.id, d.lease
+		RETURNING j.id, d.lease, j.limit_key
 	), retried AS (
 		UPDATE queue_jobs j
 		SET reserved_by = NULL, reserved_master = NULL, reserved_at = NULL, lease = NULL,
-		    available_at = now() + d.delay_ms * interval '1 millisecond', last_error = d.err
+		    available_at = CASE WHEN j.limit_key IS NULL THEN now() + d.delay_ms * interval '1 millisecond'
+		                        ELSE 'infinity' END,
+		    limit_due = CASE WHEN j.limit_key IS NOT NULL THEN now() + d.delay_ms * interval '1 millisecond' END,
+		    last_error = d.err
 		FROM d
 		WHERE d.kind = 'retried' AND j.id = d.id AND j.lease = d.lease
-		RETURNING j.id, d.lease
+		RETURNING j.id, d.lease, j.limit_key
 	), failed AS (
 		DELETE FROM queue_jobs j USING d
 		WHERE d.kind = 'failed' AND j.id = d.id AND j.lease = d.lease
 		RETURNING j.id, d.lease, j.queue, j.name, j.payload, j.attempts, COALESCE(j.max_tries, d.tries) AS max_tries,
-		          j.backoff_secs, j.timeout_ms, d.err, j.created_at, j.retry_of
+		          j.backoff_secs, j.timeout_ms, d.err, j.created_at, j.retry_of, j.limit_key, j.limit_n
 	), moved AS (
 		INSERT INTO queue_failed_jobs (job_id, queue, name, payload, attempts, max_tries,
-		                               backoff_secs, timeout_ms, error, created_at, retry_of)
-		SELECT id, queue, name, payload, attempts, max_tries, backoff_secs, timeout_ms, err, created_at, retry_of
+		                               backoff_secs, timeout_ms, error, created_at, retry_of, limit_key, limit_n)
+		SELECT id, queue, name, payload, attempts, max_tries, backoff_secs, timeout_ms, err, created_at, retry_of,
+		       limit_key, limit_n
 		FROM failed
 	), changed AS (
-		SELECT id, lease FROM completed
-		UNION ALL SELECT id, lease FROM retried
-		UNION ALL SELECT id, lease FROM failed
-	), written AS (
+		SELECT id, lease, limit_key FROM completed
+		UNION ALL SELECT id, lease, limit_key FROM retried
+		UNION ALL SELECT id, lease, limit_key FROM failed
+	), freed AS (
+		SELECT limit_key AS key, count(*)::integer AS n FROM changed
+		WHERE limit_key IS NOT NULL GROUP BY limit_key
+	), ` + limitHandoffCTEs + `, written AS (
 		SELECT d.* FROM d JOIN changed c ON c.id = d.id AND c.lease = d.lease
 	), history AS (
 		INSERT INTO fleet_jobs (job_id, queue, name, attempt, status, reserved_at, started_at, finished_at,
@@ -325,7 +361,7 @@ const jobFinishSQL = `
 		SELECT queue, ` + counterShard + `, count(*), count(*) FILTER (WHERE status <> 'completed')
 		FROM written GROUP BY queue ORDER BY queue` + counterConflict + `
 	)
-	SELECT id, lease FROM changed`
+	SELECT id, lease, ` + limitHandedQueues + ` FROM changed`
 
 // JobFinishMany writes a batch of finished attempts in one round trip (see
 // jobFinishSQL). Only attempts whose lease the worker still holds count.
@@ -336,10 +372,11 @@ func (s *Store) JobFinishMany(ctx context.Context, p JobFinishParams) (JobFinish
 	if err := s.inject(ctx, "JobFinishMany"); err != nil {
 		return JobFinishResult{}, fmt.Errorf("write %d finished jobs: %w", len(p.Outcomes), err)
 	}
-	res, err := finishOn(ctx, s.pool, jobFinishSQL, p)
+	res, handed, err := finishOn(ctx, s.pool, jobFinishSQL, p)
 	if err != nil {
 		return res, err
 	}
+	s.wakeHanded(ctx, handed)
 	if err := s.injectAfter(ctx, "JobFinishMany"); err != nil {
 		return JobFinishResult{}, fmt.Errorf("write %d finished jobs: %w", len(p.Outcomes), err)
 	}
@@ -359,12 +396,14 @@ var jobCompleteTxSQL = strings.Replace(jobFinishSQL, counterShard, "16 + "+count
 // caller's writes cannot commit either, and returns ErrLeaseLost.
 func (s *Store) JobCompleteTx(ctx context.Context, tx pgx.Tx, worker, master string, o JobOutcome) error {
 	o.Kind, o.Status, o.Error = OutcomeCompleted, "completed", ""
-	res, err := finishOn(ctx, tx, jobCompleteTxSQL, JobFinishParams{Worker: worker, Master: master, Outcomes: []JobOutcome{o}})
+	res, handed, err := finishOn(ctx, tx, jobCompleteTxSQL, JobFinishParams{Worker: worker, Master: master, Outcomes: []JobOutcome{o}})
 	if err != nil {
 		return err
 	}
 	if res.Written == 1 {
-		return nil
+		// A parked job given this job's slot becomes ready at the commit;
+		// its workers are woken then too.
+		return QueueNotifyTx(ctx, tx, handed)
 	}
 	// Abort the transaction: a commit after this rolls back.
 	_, err = tx.Exec(ctx, `DO $$ BEGIN RAISE EXCEPTION 'fleet: lease of the job lost; this transaction cannot commit'; END $$`)
@@ -375,8 +414,10 @@ func (s *Store) JobCompleteTx(ctx context.Context, tx pgx.Tx, worker, master str
 // released (its holder was presumed gone) and may run elsewhere.
 var ErrLeaseLost = errors.New("the lease of the job was lost: it was released and may run elsewhere")
 
-// finishOn runs a finish statement (jobFinishSQL or jobCompleteTxSQL) on db.
-func finishOn(ctx context.Context, db DBTX, sql string, p JobFinishParams) (JobFinishResult, error) {
+// finishOn runs a finish statement (jobFinishSQL or jobCompleteTxSQL) on
+// db. It also returns the queues of parked jobs the statement handed a
+// concurrency slot to (see limitHandoff), for the caller to wake.
+func finishOn(ctx context.Context, db DBTX, sql string, p JobFinishParams) (JobFinishResult, []string, error) {
 	var res JobFinishResult
 	n := len(p.Outcomes)
 	ids, leases, attempts, tries := make([]int64, n), make([]int64, n), make([]int32, n), make([]int32, n)
@@ -397,11 +438,20 @@ func finishOn(ctx context.Context, db DBTX, sql string, p JobFinishParams) (JobF
 	rows, err := db.Query(ctx, sql, ids, leases, kinds, statuses, delays, errs, tries,
 		queues, names, attempts, reserved, started, finished, runtimes, p.Master, p.Worker)
 	if err != nil {
-		return res, fmt.Errorf("write %d finished jobs: %w", n, err)
+		return res, nil, fmt.Errorf("write %d finished jobs: %w", n, err)
 	}
-	written, err := pgx.CollectRows(rows, pgx.RowToStructByPos[Lease])
+	var handed []string
+	written, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Lease, error) {
+		var l Lease
+		var queues []string
+		err := row.Scan(&l.ID, &l.Token, &queues)
+		if queues != nil {
+			handed = queues
+		}
+		return l, err
+	})
 	if err != nil {
-		return res, fmt.Errorf("write %d finished jobs: %w", n, err)
+		return res, nil, fmt.Errorf("write %d finished jobs: %w", n, err)
 	}
 	seen := make(map[Lease]bool, len(written))
 	for _, l := range written {
@@ -414,7 +464,7 @@ func finishOn(ctx context.Context, db DBTX, sql string, p JobFinishParams) (JobF
 			res.Lost = append(res.Lost, o.Lease)
 		}
 	}
-	return res, nil
+	return res, handed, nil
 }
 
 // MaxStorableText is the most bytes of an error message fleet stores.
@@ -516,7 +566,9 @@ type NextJob struct {
 }
 
 // JobNext finds, in one statement, how long until the next job of queues
-// is available and whether master's member row is live.
+// is available and whether master's member row is live. Parked jobs
+// (waiting on a concurrency limit) are not counted: a handoff or the sweep
+// makes them available, and notifies.
 func (s *Store) JobNext(ctx context.Context, queues []string, master string) (NextJob, error) {
 	var ms *float64
 	var out NextJob
@@ -524,7 +576,7 @@ func (s *Store) JobNext(ctx context.Context, queues []string, master string) (Ne
 		SELECT (SELECT EXTRACT(EPOCH FROM (min(x.available_at) - now()))::float8 * 1000
 		        FROM unnest($1::text[]) AS q(name), LATERAL (
 		            SELECT available_at FROM queue_jobs
-		            WHERE queue = q.name AND reserved_by IS NULL
+		            WHERE queue = q.name AND reserved_by IS NULL AND available_at < 'infinity'
 		            ORDER BY available_at LIMIT 1
 		        ) x),
 		       $2 = '' OR EXISTS (SELECT 1 FROM fleet_masters m WHERE m.instance = $2 AND m.expires_at >= now())`,

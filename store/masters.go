@@ -222,7 +222,10 @@ type LostJobs struct {
 // releaseLost releases every job matched by cond (a fixed SQL condition on
 // queue_jobs j, never user input). The attempt the lost worker made counts:
 // a job whose tries are spent moves to failed jobs with errMsg, so a job
-// that kills its worker every time ends there instead of looping.
+// that kills its worker every time ends there instead of looping. A
+// released limited job keeps its slot (it is ready again, still one of its
+// key's unparked jobs); one moved to failed jobs frees it, and the slot is
+// handed over in the same statement (limitHandoffCTEs).
 func (s *Store) releaseLost(ctx context.Context, cond string, defaultTries int, errMsg string, args ...any) (LostJobs, error) {
 	n := len(args)
 	sql := fmt.Sprintf(`
@@ -244,9 +247,9 @@ func (s *Store) releaseLost(ctx context.Context, cond string, defaultTries int, 
 			RETURNING j.*
 		), moved AS (
 			INSERT INTO queue_failed_jobs (job_id, queue, name, payload, attempts, max_tries,
-			                               backoff_secs, timeout_ms, error, created_at, retry_of)
+			                               backoff_secs, timeout_ms, error, created_at, retry_of, limit_key, limit_n)
 			SELECT id, queue, name, payload, attempts, COALESCE(max_tries, $%d), backoff_secs, timeout_ms,
-			       $%d, created_at, retry_of
+			       $%d, created_at, retry_of, limit_key, limit_n
 			FROM failed
 			RETURNING job_id
 		), released AS (
@@ -256,17 +259,22 @@ func (s *Store) releaseLost(ctx context.Context, cond string, defaultTries int, 
 			FROM lost
 			WHERE j.id = lost.id AND j.attempts < COALESCE(j.max_tries, $%d)
 			RETURNING j.id
-		)
-		SELECT (SELECT count(*) FROM released), (SELECT count(*) FROM moved)`,
+		), freed AS (
+			SELECT limit_key AS key, count(*)::integer AS n FROM failed
+			WHERE limit_key IS NOT NULL GROUP BY limit_key
+		), `+limitHandoffCTEs+`
+		SELECT (SELECT count(*) FROM released), (SELECT count(*) FROM moved), `+limitHandedQueues,
 		cond, n+2, n+1, n+1, n+2, n+2, n+1)
 	args = append(args, defaultTries, errMsg)
 	var out LostJobs
 	if err := s.inject(ctx, "releaseLost"); err != nil {
 		return out, fmt.Errorf("release lost jobs: %w", err)
 	}
-	if err := s.pool.QueryRow(ctx, sql, args...).Scan(&out.Released, &out.Failed); err != nil {
+	var handed []string
+	if err := s.pool.QueryRow(ctx, sql, args...).Scan(&out.Released, &out.Failed, &handed); err != nil {
 		return out, fmt.Errorf("release lost jobs: %w", err)
 	}
+	s.wakeHanded(ctx, handed)
 	return out, nil
 }
 

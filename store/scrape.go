@@ -42,6 +42,7 @@ type ScrapeQueue struct {
 	Pending        int64   `json:"pending"`
 	Delayed        int64   `json:"delayed"`
 	Reserved       int64   `json:"reserved"`
+	Limited        int64   `json:"limited"` // parked on a concurrency limit
 	OldestWaitSecs float64 `json:"oldest_wait_secs"`
 }
 
@@ -80,7 +81,7 @@ type ScrapeRuntime struct {
 // than failing the scrape.
 const scrapeSQL = `
 	WITH ` + queueCountsCTE + `, ready AS (
-		SELECT queue, pending, delayed, oldest FROM qcounts
+		SELECT queue, pending, delayed, limited, oldest FROM qcounts
 	), reserved AS (
 		SELECT queue, reserved FROM qcounts
 	), counters AS (
@@ -100,6 +101,7 @@ const scrapeSQL = `
 				'pending', COALESCE(r.pending, 0),
 				'delayed', COALESCE(r.delayed, 0),
 				'reserved', COALESCE(x.reserved, 0),
+				'limited', COALESCE(r.limited, 0),
 				'oldest_wait_secs', COALESCE(EXTRACT(EPOCH FROM now() - r.oldest)::float8, 0)
 			) ORDER BY n.queue), '[]')
 			FROM (SELECT queue FROM ready UNION SELECT queue FROM reserved

@@ -14,7 +14,8 @@ func JobInsertManySQL(ctx context.Context, tx *sql.Tx, jobs []JobInsertParams) (
 	if len(jobs) == 0 {
 		return nil, nil
 	}
-	rows, err := tx.QueryContext(ctx, jobInsertSQL, jobInsertArgs(jobs)...)
+	sql, args := jobInsertStatement(jobs)
+	rows, err := tx.QueryContext(ctx, sql, args...)
 	if err != nil {
 		return nil, fmt.Errorf("insert %d jobs: %w", len(jobs), err)
 	}

@@ -20,7 +20,7 @@ type StoryQueued struct {
 	Queue          string          `json:"queue"`
 	Name           string          `json:"name"`
 	Payload        json.RawMessage `json:"payload"`
-	State          string          `json:"state"` // pending, delayed or reserved
+	State          string          `json:"state"` // pending, delayed, limited or reserved
 	Attempts       int             `json:"attempts"`
 	MaxTries       *int            `json:"max_tries"`
 	AvailableAt    time.Time       `json:"available_at"`
@@ -33,6 +33,12 @@ type StoryQueued struct {
 	LastError      *string         `json:"last_error"`
 	RetryOf        *int64          `json:"retry_of"`
 	UniqueKey      *string         `json:"unique_key"`
+	// LimitKey and Limit are the job's concurrency limit (nil: none).
+	LimitKey *string `json:"limit_key"`
+	Limit    *int    `json:"limit_n"`
+	// LimitActive is how many jobs of the key are ready or running now
+	// (queue_limits.active), when the key has a row.
+	LimitActive *int `json:"limit_active"`
 }
 
 // StoryAttempt is one row of fleet_jobs, with the name of the member its
@@ -60,7 +66,7 @@ type StoryAttempt struct {
 type StoryLink struct {
 	JobID    int64  `json:"job_id"`
 	FailedID *int64 `json:"failed_id"`
-	State    string `json:"state"` // pending, delayed, reserved or failed
+	State    string `json:"state"` // pending, delayed, limited, reserved or failed
 	RetryOf  *int64 `json:"retry_of"`
 }
 
@@ -98,12 +104,17 @@ type JobStoryParams struct {
 const jobStorySQL = `
 	, q AS (
 		SELECT j.id, j.queue, j.name, j.payload,
-		       CASE WHEN j.reserved_by IS NOT NULL THEN 'reserved'
+		       CASE WHEN j.reserved_by IS NOT NULL THEN 'reserved' WHEN j.available_at = 'infinity' THEN 'limited'
 		            WHEN j.available_at > now() THEN 'delayed' ELSE 'pending' END AS state,
-		       j.attempts, j.max_tries, j.available_at, j.created_at, j.reserved_at, j.reserved_by,
+		       j.attempts, j.max_tries,
+		       CASE WHEN j.available_at = 'infinity' THEN COALESCE(j.limit_due, now()) ELSE j.available_at END
+		           AS available_at,
+		       j.created_at, j.reserved_at, j.reserved_by,
 		       j.reserved_master, m.name AS master_name, m.kind AS master_kind, j.last_error, j.retry_of,
+		       j.limit_key, j.limit_n, l.active AS limit_active,
 		       j.unique_key
 		FROM queue_jobs j LEFT JOIN fleet_masters m ON m.instance = j.reserved_master
+		LEFT JOIN queue_limits l ON l.key = j.limit_key
 		WHERE j.id = (SELECT id FROM target)
 	), f AS (
 		SELECT ` + failedColumns + ` FROM queue_failed_jobs
@@ -117,7 +128,7 @@ const jobStorySQL = `
 		SELECT COALESCE((SELECT retry_of FROM q), (SELECT retry_of FROM f), (SELECT id FROM target)) AS id
 	), chain AS (
 		SELECT j.id AS job_id, NULL::bigint AS failed_id,
-		       CASE WHEN j.reserved_by IS NOT NULL THEN 'reserved'
+		       CASE WHEN j.reserved_by IS NOT NULL THEN 'reserved' WHEN j.available_at = 'infinity' THEN 'limited'
 		            WHEN j.available_at > now() THEN 'delayed' ELSE 'pending' END AS state, j.retry_of
 		FROM queue_jobs j WHERE j.retry_of = (SELECT id FROM root) OR j.id = (SELECT id FROM root)
 		UNION ALL

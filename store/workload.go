@@ -15,6 +15,10 @@ type QueueLoad struct {
 	Pending  int64
 	Delayed  int64
 	Reserved int64
+	// Limited counts the jobs waiting on a concurrency limit: parked
+	// until a slot of their key is free (they are neither pending nor
+	// delayed).
+	Limited int64
 	// OldestWaitSecs is the age of the oldest ready job (since it became
 	// available), 0 with none.
 	OldestWaitSecs float64
@@ -56,7 +60,7 @@ func (s *Store) Workload(ctx context.Context) ([]QueueLoad, error) {
 			SELECT queue FROM counts UNION SELECT queue FROM hist UNION SELECT queue FROM procs
 		)
 		SELECT n.queue,
-		       COALESCE(c.pending, 0), COALESCE(c.delayed, 0), COALESCE(c.reserved, 0),
+		       COALESCE(c.pending, 0), COALESCE(c.delayed, 0), COALESCE(c.reserved, 0), COALESCE(c.limited, 0),
 		       COALESCE(EXTRACT(EPOCH FROM now() - c.oldest)::float8, 0),
 		       COALESCE(h.avg_ms, 0)::float8, COALESCE(h.last_minute, 0), COALESCE(p.n, 0)::bigint
 		FROM names n
@@ -74,18 +78,21 @@ func (s *Store) Workload(ctx context.Context) ([]QueueLoad, error) {
 	return out, nil
 }
 
-// QueuedJob is a job still in queue_jobs: pending, delayed or reserved.
+// QueuedJob is a job still in queue_jobs: pending, delayed, limited
+// (parked until a slot of its concurrency limit is free) or reserved.
 type QueuedJob struct {
-	ID          int64           `json:"id"`
-	Queue       string          `json:"queue"`
-	Name        string          `json:"name"`
-	Payload     json.RawMessage `json:"payload"`
-	State       string          `json:"state"`
-	Attempts    int             `json:"attempts"`
-	AvailableAt time.Time       `json:"available_at"`
-	CreatedAt   time.Time       `json:"created_at"`
-	ReservedBy  *string         `json:"reserved_by,omitempty"`
-	LastError   *string         `json:"last_error,omitempty"`
+	ID       int64           `json:"id"`
+	Queue    string          `json:"queue"`
+	Name     string          `json:"name"`
+	Payload  json.RawMessage `json:"payload"`
+	State    string          `json:"state"`
+	Attempts int             `json:"attempts"`
+	// AvailableAt is when the job is (or was) available; for a limited
+	// job, when it may run once a slot is free.
+	AvailableAt time.Time `json:"available_at"`
+	CreatedAt   time.Time `json:"created_at"`
+	ReservedBy  *string   `json:"reserved_by,omitempty"`
+	LastError   *string   `json:"last_error,omitempty"`
 }
 
 // JobListParams pages through jobs of one queue (empty: every queue).
@@ -108,9 +115,10 @@ func (s *Store) JobList(ctx context.Context, p JobListParams) ([]QueuedJob, erro
 	}
 	sql := `
 		SELECT id, queue, name, payload,
-		       CASE WHEN reserved_by IS NOT NULL THEN 'reserved'
+		       CASE WHEN reserved_by IS NOT NULL THEN 'reserved' WHEN available_at = 'infinity' THEN 'limited'
 		            WHEN available_at > now() THEN 'delayed' ELSE 'pending' END,
-		       attempts, available_at, created_at, reserved_by, last_error
+		       attempts, CASE WHEN available_at = 'infinity' THEN COALESCE(limit_due, now()) ELSE available_at END,
+		       created_at, reserved_by, last_error
 		FROM queue_jobs` + f.where() + `
 		ORDER BY id` + f.page(p.Limit, p.Offset)
 	rows, err := s.pool.Query(ctx, sql, f.args...)
