@@ -306,6 +306,10 @@ func TestUniqueRejectsBadOptions(t *testing.T) {
 			t.Errorf("%+v: %v, want an invalid-job error naming %s", u, err, want)
 		}
 	}
+	_, err := c.Dispatch(context.Background(), queue.NewJob("x", nil).Unique(queue.Unique{Key: "k"}).Limit("tenant:1", 2))
+	if !errors.Is(err, queue.ErrInvalidJob) || !strings.Contains(err.Error(), "Job.Limit") {
+		t.Errorf("a unique job with a limit: %v, want an invalid-job error naming Job.Limit", err)
+	}
 	if k := countRows(t, pool, `SELECT count(*) FROM queue_jobs`); k != 0 {
 		t.Errorf("%d rows inserted by rejected batches", k)
 	}
