@@ -660,9 +660,11 @@
             h('div', { class: 'legend' }, h('span', null, h('span', { class: 'swatch sw1' }), 'jobs per minute')),
             lineChart([{ cls: 1, points: through, area: true }], from, to, period, (v) => round(v, v < 10 ? 1 : 0)),
             h('div', { class: 'legend' }, h('span', null, h('span', { class: 'swatch sw1' }), 'runtime p50'), h('span', null, h('span', { class: 'swatch sw2' }), 'runtime p95')),
+            // Runtimes exist only for buckets that ran jobs: a line is broken
+            // across the buckets between, rather than drawn through them.
             lineChart([
-              { cls: 1, points: ran.map(([t, r]) => [t, r.runtime_p50_ms]) },
-              { cls: 2, points: ran.map(([t, r]) => [t, r.runtime_p95_ms]) },
+              { cls: 1, gap: step, points: ran.map(([t, r]) => [t, r.runtime_p50_ms]) },
+              { cls: 2, gap: step, points: ran.map(([t, r]) => [t, r.runtime_p95_ms]) },
             ], from, to, period, ms));
         }));
       },
@@ -691,12 +693,18 @@
     for (const s of series) {
       const pts = s.points.filter((p) => p[0] >= from && p[0] <= to).sort((a, b) => a[0] - b[0]);
       if (!pts.length) continue;
-      const d = pts.map((p, i) => (i ? 'L' : 'M') + x(p[0]).toFixed(1) + ' ' + y(p[1]).toFixed(1)).join(' ');
+      // A series with a gap starts a new stretch of line after a jump of
+      // more than one bucket; a point alone in its stretch gets a dot.
+      const broken = (i) => i === 0 || (s.gap && pts[i][0] - pts[i - 1][0] > 1.5 * s.gap);
+      const alone = (i) => broken(i) && (i === pts.length - 1 || broken(i + 1));
+      const d = pts.map((p, i) => (broken(i) ? 'M' : 'L') + x(p[0]).toFixed(1) + ' ' + y(p[1]).toFixed(1)).join(' ');
       if (s.area) {
         kids.push(svg('path', { class: 'a' + s.cls, d: d + ' L' + x(pts[pts.length - 1][0]).toFixed(1) + ' ' + y(0) + ' L' + x(pts[0][0]).toFixed(1) + ' ' + y(0) + ' Z' }));
       }
       kids.push(svg('path', { class: 'l' + s.cls, d }));
-      if (pts.length === 1) kids.push(svg('circle', { class: 'l' + s.cls, cx: x(pts[0][0]), cy: y(pts[0][1]), r: 2.5 }));
+      pts.forEach((p, i) => {
+        if (alone(i)) kids.push(svg('circle', { class: 'l' + s.cls, cx: x(p[0]), cy: y(p[1]), r: 2.5 }));
+      });
     }
     return svg('svg', { viewBox: '0 0 ' + W + ' ' + H, role: 'img', 'aria-label': 'chart' }, kids);
   }
