@@ -259,13 +259,6 @@ func (c *Client) planUnique(jobs []*Job, params []store.JobInsertParams) (unique
 		if err != nil {
 			return p, fmt.Errorf("%w: job %q: %w", ErrInvalidJob, j.Name, err)
 		}
-		if params[i].LimitKey != "" {
-			from := "Job.Limit"
-			if !j.limitSet {
-				from = "the limit Defaults.Limits ([queue.limits]) gives its name"
-			}
-			return p, fmt.Errorf("%w: job %q: Unique and a concurrency limit (%s) cannot be combined yet", ErrInvalidJob, j.Name, from)
-		}
 		if f, ok := first[u]; ok {
 			p.copyOf[i] = f
 			continue

@@ -117,3 +117,41 @@ func TestDispatchSQLTxRefusesInvalidJobs(t *testing.T) {
 		t.Fatalf("jobs = %d, %v; want none", n, err)
 	}
 }
+
+// Unique jobs through database/sql: the second dispatch of a key, in a
+// later transaction, is a duplicate naming the first job.
+func TestDispatchSQLTxUnique(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	ctx := t.Context()
+	db, err := sql.Open("pgx", url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	c := queue.NewClient(pool, queue.Defaults{})
+	var ids [2]int64
+	var dup [2]bool
+	for i := range ids {
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		j := queue.NewJob("sql.unique", nil).Unique(queue.Unique{Key: "k"})
+		if ids[i], err = c.DispatchSQLTx(ctx, tx, j); err != nil {
+			t.Fatal(err)
+		}
+		dup[i] = j.Duplicate
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if dup[0] || !dup[1] || ids[0] != ids[1] {
+		t.Fatalf("ids %v, duplicates %v: want the second a duplicate of the first", ids, dup)
+	}
+}

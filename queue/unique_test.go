@@ -306,11 +306,39 @@ func TestUniqueRejectsBadOptions(t *testing.T) {
 			t.Errorf("%+v: %v, want an invalid-job error naming %s", u, err, want)
 		}
 	}
-	_, err := c.Dispatch(context.Background(), queue.NewJob("x", nil).Unique(queue.Unique{Key: "k"}).Limit("tenant:1", 2))
-	if !errors.Is(err, queue.ErrInvalidJob) || !strings.Contains(err.Error(), "Job.Limit") {
-		t.Errorf("a unique job with a limit: %v, want an invalid-job error naming Job.Limit", err)
-	}
 	if k := countRows(t, pool, `SELECT count(*) FROM queue_jobs`); k != 0 {
 		t.Errorf("%d rows inserted by rejected batches", k)
+	}
+}
+
+// A unique job under a concurrency limit keeps both promises: a duplicate
+// takes no slot, and the others are parked until the masters' sweep gives
+// them one, never more than the limit.
+func TestUniqueJobUnderALimit(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	c := queue.NewClient(pool, queue.Defaults{})
+	ctx := context.Background()
+	for _, k := range []string{"a", "b", "c", "a"} {
+		if _, err := c.Dispatch(ctx, queue.NewJob("export", nil).Unique(queue.Unique{Key: k}).Limit("tenant:7", 1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := countRows(t, pool, `SELECT count(*) FROM queue_jobs`); n != 3 {
+		t.Fatalf("%d jobs, want 3 (the second \"a\" is a duplicate)", n)
+	}
+	if n := countRows(t, pool, `SELECT count(*) FROM queue_jobs WHERE available_at = 'infinity' AND limit_key = 'tenant:7'`); n != 3 {
+		t.Fatalf("%d parked, want all 3 until a sweep", n)
+	}
+	res, err := store.New(pool).LimitSweep(ctx, store.LimitSweepParams{Keys: 100, PerKey: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ready := countRows(t, pool, `SELECT count(*) FROM queue_jobs WHERE available_at <> 'infinity'`)
+	if res.Unparked != 1 || ready != 1 {
+		t.Fatalf("the sweep unparked %d (%d ready), want 1: the limit is 1", res.Unparked, ready)
+	}
+	if n := countRows(t, pool, `SELECT active FROM queue_limits WHERE key = 'tenant:7'`); n != 1 {
+		t.Fatalf("the key counts %d active, want 1", n)
 	}
 }

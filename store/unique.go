@@ -31,7 +31,8 @@ type UniqueInsert struct {
 	Duplicate bool
 }
 
-// JobInsertUnique inserts unique jobs (each JobInsertParams with its
+// JobInsertUnique inserts unique jobs (those with a concurrency limit
+// parked, for the masters' sweep to give a slot) (each JobInsertParams with its
 // UniqueParams at the same index) in one statement on db, and reports for
 // each whether it was inserted or is a duplicate of the job holding its
 // key. The keys' primary key decides, so concurrent dispatchers of one key
@@ -164,8 +165,15 @@ const jobInsertUniqueSQL = `
 		            THEN to_timestamp(((floor(extract(epoch FROM now()) * 1000 / u.period)::bigint + 1) * u.period) / 1000.0)
 		       END AS kept_until
 		FROM unnest($1::text[], $2::text[], $3::text[], $4::integer[], $5::text[], $6::bigint[], $7::bigint[], $8::bigint[],
-		            $9::text[], $10::bigint[], $11::boolean[])
-		     WITH ORDINALITY AS u(q, n, p, t, b, tm, d, r, base, period, keep, ord)
+		            $9::text[], $10::bigint[], $11::boolean[], $12::text[], $13::integer[])
+		     WITH ORDINALITY AS u(q, n, p, t, b, tm, d, r, base, period, keep, lk, ln, ord)
+	), limits AS (
+		-- A unique job under a concurrency limit is inserted parked; the
+		-- masters' sweep gives it a slot (see LimitSweep). Its key's row
+		-- says the key's limit, as any limited dispatch does.
+		INSERT INTO queue_limits AS l (key, limit_n, active)
+		SELECT lk, (array_agg(ln ORDER BY ord DESC))[1], 0 FROM want WHERE lk <> '' GROUP BY lk ORDER BY lk
+		ON CONFLICT (key) DO UPDATE SET limit_n = EXCLUDED.limit_n
 	), kept AS (
 		INSERT INTO queue_unique_keys AS k (key, job_id, kept_until)
 		SELECT key, nextval(pg_get_serial_sequence('queue_jobs', 'id')), kept_until
@@ -174,10 +182,14 @@ const jobInsertUniqueSQL = `
 		WHERE k.kept_until <= now() OR EXISTS (SELECT 1 FROM queue_failed_jobs f WHERE f.job_id = k.job_id)
 		RETURNING key, job_id
 	), inserted AS (
-		INSERT INTO queue_jobs (id, queue, name, payload, max_tries, backoff_secs, timeout_ms, available_at, retry_of, unique_key)
+		INSERT INTO queue_jobs (id, queue, name, payload, max_tries, backoff_secs, timeout_ms, available_at, retry_of, unique_key,
+		                        limit_key, limit_n, limit_due)
 		OVERRIDING SYSTEM VALUE
 		SELECT COALESCE(kp.job_id, nextval(pg_get_serial_sequence('queue_jobs', 'id'))), w.q, w.n, w.p::jsonb,
-		       NULLIF(w.t, 0), w.b::integer[], NULLIF(w.tm, 0), now() + w.d * interval '1 millisecond', NULLIF(w.r, 0), w.key
+		       NULLIF(w.t, 0), w.b::integer[], NULLIF(w.tm, 0),
+		       CASE WHEN w.lk <> '' THEN 'infinity' ELSE now() + w.d * interval '1 millisecond' END, NULLIF(w.r, 0), w.key,
+		       NULLIF(w.lk, ''), CASE WHEN w.lk <> '' THEN w.ln END,
+		       CASE WHEN w.lk <> '' THEN now() + w.d * interval '1 millisecond' END
 		FROM want w LEFT JOIN kept kp ON kp.key = w.key
 		WHERE w.kept_until IS NULL OR kp.key IS NOT NULL
 		ORDER BY w.ord
@@ -201,7 +213,11 @@ func uniqueArgs(jobs []JobInsertParams, uniq []UniqueParams) []any {
 	for i, u := range uniq {
 		bases[i], periods[i], keeps[i] = u.Base, u.Period.Milliseconds(), u.KeepCompleted
 	}
-	return append(args, bases, periods, keeps)
+	keys, limits := make([]string, n), make([]int32, n)
+	for i, j := range jobs {
+		keys[i], limits[i] = j.LimitKey, int32(j.Limit)
+	}
+	return append(args, bases, periods, keeps, keys, limits)
 }
 
 // UniqueKeyTrim deletes the kept keys whose period is over (the next
