@@ -46,6 +46,9 @@ const (
 	// partitions are created.
 	partitionsHoursAhead = 48
 	partitionsDaysAhead  = 8
+	// limitKeysTrimmed bounds how many unused limit keys one upkeep
+	// deletes.
+	limitKeysTrimmed = 10000
 	// dutyKeep is how long fleet_duties rows are kept; far longer than any
 	// period a master checks.
 	dutyKeep = 24 * time.Hour
@@ -192,11 +195,13 @@ func (m *Master) upkeep(ctx context.Context, _ time.Time) error {
 	errs = append(errs, err)
 	keys, err := m.st.UniqueKeyTrim(ctx)
 	errs = append(errs, err)
+	limits, err := m.st.LimitKeyTrim(ctx, limitKeysTrimmed)
+	errs = append(errs, err)
 	ticks, err := m.st.PeriodicTickTrim(ctx, time.Duration(m.set.Trim.CompletedHours)*time.Hour)
 	errs = append(errs, err)
-	if created+dropped+keys > 0 || failed+duties+ticks > 0 {
+	if created+dropped+keys+limits > 0 || failed+duties+ticks > 0 {
 		m.log.Info("history upkeep", "partitions_created", created, "partitions_dropped", dropped,
-			"failed_jobs_trimmed", failed, "duties_trimmed", duties, "periodic_ticks_trimmed", ticks, "unique_keys_trimmed", keys)
+			"failed_jobs_trimmed", failed, "duties_trimmed", duties, "periodic_ticks_trimmed", ticks, "unique_keys_trimmed", keys, "limit_keys_trimmed", limits)
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("history upkeep: %w", err)

@@ -279,3 +279,25 @@ func (s *Store) LimitSweep(ctx context.Context, p LimitSweepParams) (LimitSweepR
 	s.wakeHanded(ctx, res.Queues)
 	return res, nil
 }
+
+// LimitKeyTrim deletes the rows of keys no job holds (none running, ready
+// or parked, active 0), at most max of them, and returns how many. A
+// dispatch of such a key racing the delete either keeps its row (it holds
+// the row's lock, and active or the limit changed) or makes a new one; a
+// parked job whose row went anyway gets one back from the sweep, which
+// also recounts its slots. Masters run it with the partition upkeep.
+func (s *Store) LimitKeyTrim(ctx context.Context, max int) (int, error) {
+	tag, err := s.pool.Exec(ctx, `
+		DELETE FROM queue_limits l
+		WHERE l.key = ANY (ARRAY(
+			SELECT k.key FROM queue_limits k
+			WHERE k.active = 0
+			  AND NOT EXISTS (SELECT 1 FROM queue_jobs j WHERE j.limit_key = k.key AND j.available_at = 'infinity')
+			  AND NOT EXISTS (SELECT 1 FROM queue_jobs j WHERE j.limit_key = k.key AND j.available_at <> 'infinity')
+			LIMIT $1))
+		  AND l.active = 0`, max)
+	if err != nil {
+		return 0, fmt.Errorf("trim the rows of unused limit keys: %w", err)
+	}
+	return int(tag.RowsAffected()), nil
+}

@@ -581,3 +581,32 @@ func firstWords(sql string) string {
 	}
 	return f[0] + " " + f[1]
 }
+
+// The rows of keys no job holds are trimmed; a key with a running, ready
+// or parked job keeps its row.
+func TestLimitKeyTrimKeepsKeysInUse(t *testing.T) {
+	t.Parallel()
+	b := newLimitBundle(t)
+	b.dispatch(t, "q", "done", 1, 1, 0)
+	b.finish(t, store.OutcomeCompleted, 0, b.claim(t, "q", 10)...)
+	b.dispatch(t, "q", "running", 1, 2, 0) // one takes the slot, one is parked
+	b.claim(t, "q", 10)
+	b.dispatch(t, "r", "ready", 1, 1, 0)
+	n, err := b.st.LimitKeyTrim(t.Context(), 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 1 || b.active(t, "done") != -1 {
+		t.Fatalf("trimmed %d, the unused key's row active %d; want 1 trimmed and no row", n, b.active(t, "done"))
+	}
+	for _, k := range []string{"running", "ready"} {
+		if b.active(t, k) != 1 {
+			t.Errorf("key %q in use: active %d, want its row kept with 1", k, b.active(t, k))
+		}
+	}
+	// A key dispatched again after its trim gets a new row.
+	b.dispatch(t, "q", "done", 1, 1, 0)
+	if b.active(t, "done") != 1 {
+		t.Errorf("after a new dispatch, active %d, want 1", b.active(t, "done"))
+	}
+}
