@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/fleet-go/fleet/queue"
 	"github.com/fleet-go/fleet/spawner"
 	"github.com/fleet-go/fleet/worker"
@@ -35,8 +37,8 @@ func runUntilEmpty(t *testing.T, b *bundle) {
 }
 
 // insertThenComplete is a handler's transaction: its own write, then the
-// completion, committed unless fail says otherwise for this attempt.
-func insertThenComplete(b *bundle, fail func(j *queue.Job) error) queue.HandlerFunc {
+// completion, then end, which commits or not (nil end: commit).
+func insertThenComplete(b *bundle, end func(ctx context.Context, tx pgx.Tx, j *queue.Job) error) queue.HandlerFunc {
 	return func(ctx context.Context, j *queue.Job) error {
 		tx, err := b.pool.Begin(ctx)
 		if err != nil {
@@ -49,8 +51,8 @@ func insertThenComplete(b *bundle, fail func(j *queue.Job) error) queue.HandlerF
 		if err := j.CompleteTx(ctx, tx); err != nil {
 			return err
 		}
-		if err := fail(j); err != nil {
-			return err // rolled back by the deferred Rollback
+		if end != nil {
+			return end(ctx, tx, j)
 		}
 		return tx.Commit(ctx)
 	}
@@ -63,7 +65,7 @@ func TestCompleteTxCommitsWithTheHandlersWrites(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	effects(t, b)
-	b.jobs.Handle("tx.job", insertThenComplete(b, func(*queue.Job) error { return nil }))
+	b.jobs.Handle("tx.job", insertThenComplete(b, nil))
 	const n = 20
 	jobs := make([]*queue.Job, n)
 	for i := range jobs {
@@ -101,18 +103,7 @@ func TestCompleteTxRolledBackIsRetried(t *testing.T) {
 			t.Parallel()
 			b := setup(t)
 			effects(t, b)
-			b.jobs.Handle("tx.job", func(ctx context.Context, j *queue.Job) error {
-				tx, err := b.pool.Begin(ctx)
-				if err != nil {
-					return err
-				}
-				defer func() { _ = tx.Rollback(ctx) }() // after a commit it does nothing
-				if _, err := tx.Exec(ctx, `INSERT INTO effects VALUES ($1, $2)`, j.ID, j.Attempt); err != nil {
-					return err
-				}
-				if err := j.CompleteTx(ctx, tx); err != nil {
-					return err
-				}
+			b.jobs.Handle("tx.job", insertThenComplete(b, func(ctx context.Context, tx pgx.Tx, j *queue.Job) error {
 				if j.Attempt == 1 {
 					if err := tx.Rollback(ctx); err != nil {
 						return err
@@ -120,7 +111,7 @@ func TestCompleteTxRolledBackIsRetried(t *testing.T) {
 					return fail
 				}
 				return tx.Commit(ctx)
-			})
+			}))
 			id := b.dispatch(t, queue.NewJob("tx.job", nil))[0]
 			runUntilEmpty(t, b)
 			if c := b.count(t, `SELECT count(*) FROM effects WHERE job_id = $1 AND attempt = 2`, id); c != 1 {
