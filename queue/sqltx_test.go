@@ -122,19 +122,11 @@ func TestDispatchSQLTxRefusesInvalidJobs(t *testing.T) {
 // later transaction, is a duplicate naming the first job.
 func TestDispatchSQLTxUnique(t *testing.T) {
 	t.Parallel()
-	url := pgtest.URL(t)
-	ctx := t.Context()
-	db, err := sql.Open("pgx", url)
-	if err != nil {
-		t.Fatal(err)
-	}
+	pool := pgtest.Pool(t)
+	db := stdlib.OpenDBFromPool(pool)
 	defer db.Close()
-	pool, err := pgxpool.New(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
 	c := queue.NewClient(pool, queue.Defaults{})
+	ctx := t.Context()
 	var ids [2]int64
 	var dup [2]bool
 	for i := range ids {
