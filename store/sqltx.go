@@ -48,3 +48,46 @@ func QueueNotifySQLTx(ctx context.Context, tx *sql.Tx, queues []string) error {
 	}
 	return nil
 }
+
+// JobInsertUniqueSQL is JobInsertUnique on a database/sql transaction of
+// the pgx stdlib driver (see JobInsertManySQL).
+func JobInsertUniqueSQL(ctx context.Context, tx *sql.Tx, jobs []JobInsertParams, uniq []UniqueParams) ([]UniqueInsert, error) {
+	if len(jobs) == 0 {
+		return nil, nil
+	}
+	rows, err := tx.QueryContext(ctx, jobInsertUniqueSQL, uniqueArgs(jobs, uniq)...)
+	if err != nil {
+		return nil, fmt.Errorf("insert %d unique jobs: %w", len(jobs), err)
+	}
+	var out []UniqueInsert
+	for rows.Next() {
+		var u UniqueInsert
+		var id sql.NullInt64
+		if err := rows.Scan(&u.Key, &id); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("insert %d unique jobs: %w", len(jobs), err)
+		}
+		u.ID = id.Int64
+		out = append(out, u)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("insert %d unique jobs: %w", len(jobs), err)
+	}
+	return out, resolveDuplicates(len(jobs), out, func(keys []string) (map[string]int64, error) {
+		rows, err := tx.QueryContext(ctx, uniqueHoldersSQL, keys)
+		if err != nil {
+			return nil, err
+		}
+		defer rows.Close()
+		holders := map[string]int64{}
+		for rows.Next() {
+			var key string
+			var id int64
+			if err := rows.Scan(&key, &id); err != nil {
+				return nil, err
+			}
+			holders[key] = id
+		}
+		return holders, rows.Err()
+	})
+}
