@@ -23,7 +23,9 @@ const dispatchBatch = 1000
 type dispatchFlags struct {
 	name, queue, payload, backoff string
 	limitKey                      string
-	count, tries, limit           int
+	count, tries, limit, priority int
+	tags                          []string
+	metadata                      string
 	delay, timeout                time.Duration
 	asJSON                        bool
 	uniqueKey                     string
@@ -72,6 +74,10 @@ func (r *runner) dispatchCommand() *cobra.Command {
 	fl.DurationVar(&f.timeout, "timeout", 0, "how long one attempt may run (default queue.timeout_secs)")
 	fl.StringVar(&f.limitKey, "limit-key", "", "concurrency limit key: at most --limit jobs with this key run at once, fleet-wide")
 	fl.IntVar(&f.limit, "limit", 0, "the concurrency limit of --limit-key (at least 1)")
+	fl.IntVar(&f.priority, "priority", queue.DefaultPriority,
+		fmt.Sprintf("priority within the queue: lower runs first (%d to %d)", queue.MinPriority, queue.MaxPriority))
+	fl.StringArrayVar(&f.tags, "tag", nil, "a tag such as tenant:42 (repeat for more)")
+	fl.StringVar(&f.metadata, "meta", "", "metadata: a JSON object handlers can read")
 	fl.BoolVar(&f.asJSON, "json", false, "print JSON")
 	fl.StringVar(&f.uniqueKey, "unique-key", "", "make the job unique by this key (with its name): a dispatch while such a job is queued or running inserts nothing")
 	fl.DurationVar(&f.uniqueFor, "unique-for", 0, "the key covers one period of this length (e.g. 1h), aligned to the clock")
@@ -113,6 +119,20 @@ func (r *runner) dispatch(c *cobra.Command, f dispatchFlags) error {
 		}
 		if f.limit < 1 {
 			return fmt.Errorf("--limit must be at least 1, got %d", f.limit)
+		}
+	}
+	if err := queue.CheckPriority("--priority", f.priority); err != nil {
+		return err
+	}
+	tags, err := queue.ParseTags("--tag", f.tags)
+	if err != nil {
+		return err
+	}
+	var meta json.RawMessage
+	if f.metadata != "" {
+		meta = json.RawMessage(f.metadata)
+		if !json.Valid(meta) || !strings.HasPrefix(strings.TrimSpace(f.metadata), "{") {
+			return errors.New(`--meta must be a JSON object, e.g. --meta '{"source":"shell"}'`)
 		}
 	}
 	backoff, err := parseBackoff(f.backoff)
@@ -161,6 +181,10 @@ func (r *runner) dispatch(c *cobra.Command, f dispatchFlags) error {
 		}
 		if limited {
 			j.Limit(f.limitKey, f.limit)
+		}
+		j.Priority(f.priority).Tags(tags...)
+		if meta != nil {
+			j.Metadata(meta)
 		}
 		return j
 	}

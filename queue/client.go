@@ -358,6 +358,20 @@ func (c *Client) params(j *Job) (store.JobInsertParams, error) {
 			return p, fmt.Errorf("%w: job %q: backoff must not be negative, got %d", ErrInvalidJob, j.Name, b)
 		}
 	}
+	if err := CheckPriority("Job.Priority", j.priority); err != nil {
+		return p, fmt.Errorf("%w: job %q: %w", ErrInvalidJob, j.Name, err)
+	}
+	if err := CheckTags("Job.Tags", j.tags); err != nil {
+		return p, fmt.Errorf("%w: job %q: %w", ErrInvalidJob, j.Name, err)
+	}
+	if j.metaErr != nil {
+		return p, fmt.Errorf("%w: job %q: Job.Metadata: %w", ErrInvalidJob, j.Name, j.metaErr)
+	}
+	if len(j.metadata) > MaxMetadataBytes {
+		return p, fmt.Errorf("%w: job %q: Job.Metadata is %d bytes, more than the %d allowed",
+			ErrInvalidJob, j.Name, len(j.metadata), MaxMetadataBytes)
+	}
+	p.Priority, p.Tags, p.Metadata = j.priority, j.tags, j.metadata
 	if len(p.Payload) == 0 {
 		p.Payload = []byte(`{}`)
 	}

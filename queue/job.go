@@ -47,6 +47,10 @@ type Job struct {
 	limitKey   string
 	limit      int
 	limitSet   bool
+	priority   int
+	tags       []string
+	metadata   json.RawMessage
+	metaErr    error
 }
 
 func init() {

@@ -137,13 +137,13 @@ const retrySQL = `
 	, moved AS (
 		DELETE FROM queue_failed_jobs f USING picked WHERE f.id = picked.id
 		RETURNING f.job_id, f.queue, f.name, f.payload, f.max_tries, f.backoff_secs, f.timeout_ms, f.retry_of,
-		          f.limit_key, f.limit_n
+		          f.limit_key, f.limit_n, f.priority, f.tags, f.metadata
 	)
 	INSERT INTO queue_jobs (queue, name, payload, max_tries, backoff_secs, timeout_ms, retry_of,
-	                        limit_key, limit_n, available_at, limit_due)
+	                        limit_key, limit_n, available_at, limit_due, priority, tags, metadata)
 	SELECT queue, name, payload, max_tries, backoff_secs, timeout_ms, COALESCE(retry_of, job_id),
 	       limit_key, limit_n, CASE WHEN limit_key IS NULL THEN now() ELSE 'infinity' END,
-	       CASE WHEN limit_key IS NOT NULL THEN now() END
+	       CASE WHEN limit_key IS NOT NULL THEN now() END, priority, tags, metadata
 	FROM moved
 	RETURNING id, queue`
 

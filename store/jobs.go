@@ -28,6 +28,14 @@ type JobInsertParams struct {
 	// Empty: no limit.
 	LimitKey string
 	Limit    int
+	// Priority orders the ready jobs of a queue: lower runs first (then
+	// the oldest). 0 is the default.
+	Priority int
+	// Tags are the job's labels (checked by the caller), nil for none.
+	Tags []string
+	// Metadata is free-form JSON (valid, checked by the caller), nil for
+	// none.
+	Metadata []byte
 }
 
 // JobInsertMany inserts jobs in one statement and returns their ids in
@@ -75,11 +83,13 @@ func (s *Store) JobInsertManyNotify(ctx context.Context, jobs []JobInsertParams,
 }
 
 const jobInsertSQL = `
-	INSERT INTO queue_jobs (queue, name, payload, max_tries, backoff_secs, timeout_ms, available_at, retry_of)
+	INSERT INTO queue_jobs (queue, name, payload, max_tries, backoff_secs, timeout_ms, available_at, retry_of,
+	                        priority, tags, metadata)
 	SELECT u.q, u.n, u.p::jsonb, NULLIF(u.t, 0), u.b::integer[], NULLIF(u.tm, 0),
-	       now() + u.d * interval '1 millisecond', NULLIF(u.r, 0)
-	FROM unnest($1::text[], $2::text[], $3::text[], $4::integer[], $5::text[], $6::bigint[], $7::bigint[], $8::bigint[])
-	     WITH ORDINALITY AS u(q, n, p, t, b, tm, d, r, ord)
+	       now() + u.d * interval '1 millisecond', NULLIF(u.r, 0), u.pr, u.tg::text[], u.md::jsonb
+	FROM unnest($1::text[], $2::text[], $3::text[], $4::integer[], $5::text[], $6::bigint[], $7::bigint[], $8::bigint[],
+	            $9::smallint[], $10::text[], $11::text[])
+	     WITH ORDINALITY AS u(q, n, p, t, b, tm, d, r, pr, tg, md, ord)
 	ORDER BY u.ord
 	RETURNING id`
 
@@ -103,7 +113,17 @@ func jobInsertArgs(jobs []JobInsertParams) []any {
 	n := len(jobs)
 	queues, names, payloads, backoffs := make([]string, n), make([]string, n), make([]string, n), make([]*string, n)
 	tries, timeouts, delays, retryOf := make([]int32, n), make([]int64, n), make([]int64, n), make([]int64, n)
+	priorities, tags, metadata := make([]int16, n), make([]*string, n), make([]*string, n)
 	for i, j := range jobs {
+		priorities[i] = int16(j.Priority)
+		if j.Tags != nil {
+			lit := TextArrayLiteral(j.Tags)
+			tags[i] = &lit
+		}
+		if j.Metadata != nil {
+			md := string(j.Metadata)
+			metadata[i] = &md
+		}
 		queues[i], names[i], payloads[i] = j.Queue, j.Name, string(j.Payload)
 		tries[i] = int32(j.MaxTries)
 		if j.BackoffSecs != nil {
@@ -114,7 +134,29 @@ func jobInsertArgs(jobs []JobInsertParams) []any {
 		delays[i] = j.Delay.Milliseconds()
 		retryOf[i] = j.RetryOf
 	}
-	return []any{queues, names, payloads, tries, backoffs, timeouts, delays, retryOf}
+	return []any{queues, names, payloads, tries, backoffs, timeouts, delays, retryOf, priorities, tags, metadata}
+}
+
+// TextArrayLiteral is v as a PostgreSQL text[] literal, every element
+// quoted.
+func TextArrayLiteral(v []string) string {
+	var b strings.Builder
+	b.WriteByte('{')
+	for i, x := range v {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteByte('"')
+		for _, r := range x {
+			if r == '"' || r == '\\' {
+				b.WriteByte('\\')
+			}
+			b.WriteRune(r)
+		}
+		b.WriteByte('"')
+	}
+	b.WriteByte('}')
+	return b.String()
 }
 
 func intArrayLiteral(v []int) string {
@@ -139,6 +181,11 @@ type ClaimedJob struct {
 	Timeout     time.Duration // 0: not set by the job
 	CreatedAt   time.Time
 	ReservedAt  time.Time
+	Priority    int
+	Tags        []string // nil: none
+	Metadata    []byte   // nil: none
+	// Snoozes counts the attempts that ended with a snooze.
+	Snoozes int
 }
 
 // Lease is the lease of the claimed job.
@@ -183,8 +230,11 @@ func (s *Store) JobClaim(ctx context.Context, p JobClaimParams) ([]ClaimedJob, e
 		var backoff []int32
 		var maxTries *int32
 		var timeoutMs *int64
+		var priority int16
+		var snoozes int32
 		err := row.Scan(&j.ID, &j.Token, &j.Queue, &j.Name, &j.Payload, &j.Attempt, &maxTries,
-			&backoff, &timeoutMs, &j.CreatedAt, &j.ReservedAt)
+			&backoff, &timeoutMs, &j.CreatedAt, &j.ReservedAt, &priority, &j.Tags, &j.Metadata, &snoozes)
+		j.Priority, j.Snoozes = int(priority), int(snoozes)
 		if backoff != nil {
 			j.BackoffSecs = make([]int, len(backoff))
 			for i, b := range backoff {
@@ -217,7 +267,7 @@ const jobClaimSQL = `
 		LIMIT $2
 		FOR UPDATE SKIP LOCKED))
 	RETURNING j.id, j.lease, j.queue, j.name, j.payload, j.attempts, j.max_tries,
-	          j.backoff_secs, j.timeout_ms, j.created_at, j.reserved_at`
+	          j.backoff_secs, j.timeout_ms, j.created_at, j.reserved_at, j.priority, j.tags, j.metadata, j.snoozes`
 
 // jobClaimUnfencedSQL claims for a holder with no member row (the bench's
 // reference loop and tests of the claim itself).
@@ -232,7 +282,7 @@ const jobClaimUnfencedSQL = `
 		LIMIT $2
 		FOR UPDATE SKIP LOCKED))
 	RETURNING j.id, j.lease, j.queue, j.name, j.payload, j.attempts, j.max_tries,
-	          j.backoff_secs, j.timeout_ms, j.created_at, j.reserved_at`
+	          j.backoff_secs, j.timeout_ms, j.created_at, j.reserved_at, j.priority, j.tags, j.metadata, j.snoozes`
 
 // Lease identifies one claim of one job: a worker holds the job while the
 // row's token is still Token.
@@ -319,7 +369,7 @@ const jobFinishSQL = `
 	), completed AS (
 		DELETE FROM queue_jobs j USING d
 		WHERE d.kind = 'completed' AND j.id = d.id AND j.lease = d.lease
-		RETURNING j.id, d.lease, j.limit_key
+		RETURNING j.id, d.lease, j.limit_key, j.tags
 	), retried AS (
 		UPDATE queue_jobs j
 		SET reserved_by = NULL, reserved_master = NULL, reserved_at = NULL, lease = NULL,
@@ -329,32 +379,34 @@ const jobFinishSQL = `
 		    last_error = d.err
 		FROM d
 		WHERE d.kind = 'retried' AND j.id = d.id AND j.lease = d.lease
-		RETURNING j.id, d.lease, j.limit_key
+		RETURNING j.id, d.lease, j.limit_key, j.tags
 	), failed AS (
 		DELETE FROM queue_jobs j USING d
 		WHERE d.kind = 'failed' AND j.id = d.id AND j.lease = d.lease
 		RETURNING j.id, d.lease, j.queue, j.name, j.payload, j.attempts, COALESCE(j.max_tries, d.tries) AS max_tries,
-		          j.backoff_secs, j.timeout_ms, d.err, j.created_at, j.retry_of, j.limit_key, j.limit_n
+		          j.backoff_secs, j.timeout_ms, d.err, j.created_at, j.retry_of, j.limit_key, j.limit_n,
+		          j.priority, j.tags, j.metadata
 	), moved AS (
 		INSERT INTO queue_failed_jobs (job_id, queue, name, payload, attempts, max_tries,
-		                               backoff_secs, timeout_ms, error, created_at, retry_of, limit_key, limit_n)
+		                               backoff_secs, timeout_ms, error, created_at, retry_of, limit_key, limit_n,
+		                               priority, tags, metadata)
 		SELECT id, queue, name, payload, attempts, max_tries, backoff_secs, timeout_ms, err, created_at, retry_of,
-		       limit_key, limit_n
+		       limit_key, limit_n, priority, tags, metadata
 		FROM failed
 	), changed AS (
-		SELECT id, lease, limit_key FROM completed
-		UNION ALL SELECT id, lease, limit_key FROM retried
-		UNION ALL SELECT id, lease, limit_key FROM failed
+		SELECT id, lease, limit_key, tags FROM completed
+		UNION ALL SELECT id, lease, limit_key, tags FROM retried
+		UNION ALL SELECT id, lease, limit_key, tags FROM failed
 	), freed AS (
 		SELECT limit_key AS key, count(*)::integer AS n FROM changed
 		WHERE limit_key IS NOT NULL GROUP BY limit_key
 	), ` + limitHandoffCTEs + `, written AS (
-		SELECT d.* FROM d JOIN changed c ON c.id = d.id AND c.lease = d.lease
+		SELECT d.*, c.tags FROM d JOIN changed c ON c.id = d.id AND c.lease = d.lease
 	), history AS (
 		INSERT INTO fleet_jobs (job_id, queue, name, attempt, status, reserved_at, started_at, finished_at,
-		                        runtime_ms, error, master, worker)
+		                        runtime_ms, error, master, worker, tags)
 		SELECT id, queue, name, attempt, status, reserved, started, finished, runtime,
-		       NULLIF(err, ''), NULLIF($15, ''), NULLIF($16, '')
+		       NULLIF(err, ''), NULLIF($15, ''), NULLIF($16, ''), tags
 		FROM written
 	), counted AS (
 		` + counterUpsert + `

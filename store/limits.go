@@ -49,8 +49,8 @@ const MaxLimitKeyBytes = 200
 const jobInsertLimitedSQL = `
 	WITH u AS MATERIALIZED (
 		SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::integer[], $5::text[], $6::bigint[],
-		                     $7::bigint[], $8::bigint[], $9::text[], $10::integer[])
-		     WITH ORDINALITY AS u(q, n, p, t, b, tm, d, r, lk, ln, ord)
+		                     $7::bigint[], $8::bigint[], $9::smallint[], $10::text[], $11::text[], $12::text[], $13::integer[])
+		     WITH ORDINALITY AS u(q, n, p, t, b, tm, d, r, pr, tg, md, lk, ln, ord)
 	), want AS (
 		SELECT lk AS key, (array_agg(ln ORDER BY ord DESC))[1] AS limit_n, count(*) FILTER (WHERE d <= 0) AS n
 		FROM u WHERE lk <> '' GROUP BY lk
@@ -80,11 +80,11 @@ const jobInsertLimitedSQL = `
 		FROM u LEFT JOIN granted g ON g.key = u.lk
 	)
 	INSERT INTO queue_jobs (queue, name, payload, max_tries, backoff_secs, timeout_ms, available_at, retry_of,
-	                        limit_key, limit_n, limit_due)
+	                        limit_key, limit_n, limit_due, priority, tags, metadata)
 	SELECT q, n, p::jsonb, NULLIF(t, 0), b::integer[], NULLIF(tm, 0),
 	       CASE WHEN parked THEN 'infinity' ELSE now() + d * interval '1 millisecond' END, NULLIF(r, 0),
 	       NULLIF(lk, ''), CASE WHEN lk <> '' THEN ln END,
-	       CASE WHEN parked THEN now() + d * interval '1 millisecond' END
+	       CASE WHEN parked THEN now() + d * interval '1 millisecond' END, pr, tg::text[], md::jsonb
 	FROM placed
 	ORDER BY ord
 	RETURNING id`

@@ -230,13 +230,13 @@ func (s *Store) releaseLost(ctx context.Context, cond string, defaultTries int, 
 	n := len(args)
 	sql := fmt.Sprintf(`
 		WITH lost AS (
-			SELECT j.id, j.queue, j.name, j.attempts, j.reserved_at, j.reserved_by, j.reserved_master
+			SELECT j.id, j.queue, j.name, j.attempts, j.reserved_at, j.reserved_by, j.reserved_master, j.tags
 			FROM queue_jobs j WHERE %s FOR UPDATE
 		), history AS (
 			INSERT INTO fleet_jobs (job_id, queue, name, attempt, status, reserved_at, started_at,
-			                        finished_at, runtime_ms, error, master, worker)
+			                        finished_at, runtime_ms, error, master, worker, tags)
 			SELECT id, queue, name, attempts, 'lost', reserved_at, COALESCE(reserved_at, now()), now(),
-			       EXTRACT(EPOCH FROM now() - COALESCE(reserved_at, now())) * 1000, $%d, reserved_master, reserved_by
+			       EXTRACT(EPOCH FROM now() - COALESCE(reserved_at, now())) * 1000, $%d, reserved_master, reserved_by, tags
 			FROM lost
 		), counted AS (
 			`+counterUpsert+`
@@ -247,9 +247,10 @@ func (s *Store) releaseLost(ctx context.Context, cond string, defaultTries int, 
 			RETURNING j.*
 		), moved AS (
 			INSERT INTO queue_failed_jobs (job_id, queue, name, payload, attempts, max_tries,
-			                               backoff_secs, timeout_ms, error, created_at, retry_of, limit_key, limit_n)
+			                               backoff_secs, timeout_ms, error, created_at, retry_of, limit_key, limit_n,
+			                               priority, tags, metadata)
 			SELECT id, queue, name, payload, attempts, COALESCE(max_tries, $%d), backoff_secs, timeout_ms,
-			       $%d, created_at, retry_of, limit_key, limit_n
+			       $%d, created_at, retry_of, limit_key, limit_n, priority, tags, metadata
 			FROM failed
 			RETURNING job_id
 		), released AS (

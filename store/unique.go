@@ -121,8 +121,9 @@ const jobInsertUniqueSQL = `
 		            THEN to_timestamp(((floor(extract(epoch FROM now()) * 1000 / u.period)::bigint + 1) * u.period) / 1000.0)
 		       END AS kept_until
 		FROM unnest($1::text[], $2::text[], $3::text[], $4::integer[], $5::text[], $6::bigint[], $7::bigint[], $8::bigint[],
-		            $9::text[], $10::bigint[], $11::boolean[], $12::text[], $13::integer[])
-		     WITH ORDINALITY AS u(q, n, p, t, b, tm, d, r, base, period, keep, lk, ln, ord)
+		            $9::smallint[], $10::text[], $11::text[],
+		            $12::text[], $13::bigint[], $14::boolean[], $15::text[], $16::integer[])
+		     WITH ORDINALITY AS u(q, n, p, t, b, tm, d, r, pr, tg, md, base, period, keep, lk, ln, ord)
 	), limits AS (
 		-- A unique job under a concurrency limit is inserted parked; the
 		-- masters' sweep gives it a slot (see LimitSweep). Its key's row
@@ -139,13 +140,13 @@ const jobInsertUniqueSQL = `
 		RETURNING key, job_id
 	), inserted AS (
 		INSERT INTO queue_jobs (id, queue, name, payload, max_tries, backoff_secs, timeout_ms, available_at, retry_of, unique_key,
-		                        limit_key, limit_n, limit_due)
+		                        limit_key, limit_n, limit_due, priority, tags, metadata)
 		OVERRIDING SYSTEM VALUE
 		SELECT COALESCE(kp.job_id, nextval(pg_get_serial_sequence('queue_jobs', 'id'))), w.q, w.n, w.p::jsonb,
 		       NULLIF(w.t, 0), w.b::integer[], NULLIF(w.tm, 0),
 		       CASE WHEN w.lk <> '' THEN 'infinity' ELSE now() + w.d * interval '1 millisecond' END, NULLIF(w.r, 0), w.key,
 		       NULLIF(w.lk, ''), CASE WHEN w.lk <> '' THEN w.ln END,
-		       CASE WHEN w.lk <> '' THEN now() + w.d * interval '1 millisecond' END
+		       CASE WHEN w.lk <> '' THEN now() + w.d * interval '1 millisecond' END, w.pr, w.tg::text[], w.md::jsonb
 		FROM want w LEFT JOIN kept kp ON kp.key = w.key
 		WHERE w.kept_until IS NULL OR kp.key IS NOT NULL
 		ORDER BY w.ord

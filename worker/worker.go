@@ -7,6 +7,7 @@ package worker
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -690,6 +691,10 @@ func (w *Worker) execute(ctx context.Context, j store.ClaimedJob, started time.T
 	job := &queue.Job{
 		ID: j.ID, Name: j.Name, Queue: j.Queue, Payload: j.Payload,
 		Attempt: j.Attempt, MaxTries: j.MaxTries, CreatedAt: j.CreatedAt,
+	}
+	job.Priority(j.Priority).Tags(j.Tags...)
+	if j.Metadata != nil {
+		job.Metadata(json.RawMessage(j.Metadata))
 	}
 	jobhook.Attach(job, func(ctx context.Context, tx pgx.Tx) error {
 		if inTx.Load() {
