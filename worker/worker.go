@@ -7,9 +7,9 @@ package worker
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
