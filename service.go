@@ -458,17 +458,22 @@ func (s *Service) ForgetAll(ctx context.Context, f FailedFilter) (int, error) {
 
 // Page selects a page of a list; Limit 0 means 50.
 type Page struct {
-	Queue  string
+	Queue string
+	// Tag keeps only jobs carrying this tag (pending jobs only).
+	Tag    string
 	Limit  int
 	Offset int
 }
 
 func (p Page) params() store.JobListParams {
-	return store.JobListParams{Queue: p.Queue, Limit: cmp.Or(p.Limit, 50), Offset: max(p.Offset, 0)}
+	return store.JobListParams{Queue: p.Queue, Tag: p.Tag, Limit: cmp.Or(p.Limit, 50), Offset: max(p.Offset, 0)}
 }
 
-// PendingJobs lists jobs not finished yet (pending, delayed or reserved),
-// oldest first, payloads redacted.
+// PendingJobs lists jobs not finished yet (pending, delayed, limited or
+// reserved), payloads and tags redacted. Jobs of one queue come in the
+// order they run: the reserved ones first, then the others as a claim
+// takes them, lowest priority first, then the oldest; jobs of every queue
+// come by id.
 func (s *Service) PendingJobs(ctx context.Context, p Page) ([]QueuedJob, error) {
 	jobs, err := s.st.JobList(ctx, p.params())
 	if err != nil {
@@ -476,6 +481,7 @@ func (s *Service) PendingJobs(ctx context.Context, p Page) ([]QueuedJob, error) 
 	}
 	for i := range jobs {
 		jobs[i].Payload = s.redactor.JSON(jobs[i].Payload)
+		jobs[i].Tags = s.redactor.Tags(jobs[i].Tags)
 		if jobs[i].LastError != nil {
 			e := s.redactor.Text(*jobs[i].LastError)
 			jobs[i].LastError = &e

@@ -82,6 +82,10 @@ type QueuedJob struct {
 	CreatedAt   time.Time       `json:"created_at"`
 	ReservedBy  *string         `json:"reserved_by,omitempty"`
 	LastError   *string         `json:"last_error,omitempty"`
+	// Priority orders the job in its queue: lower runs first.
+	Priority int `json:"priority"`
+	// Tags are the job's tags, redacted like payloads.
+	Tags []string `json:"tags,omitempty"`
 }
 
 // FinishedJob is one recorded attempt of a job (a row of fleet_jobs).

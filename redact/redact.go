@@ -5,6 +5,7 @@ package redact
 import (
 	"bytes"
 	"encoding/json"
+	"slices"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -205,4 +206,26 @@ func skipValue(s string, k int) int {
 		k++
 	}
 	return k
+}
+
+// Tags returns tags with the value of every "name:value" tag whose name
+// the redactor hides replaced by [redacted], as JSON fields are; other
+// tags are returned as they are. The slice is a copy when anything
+// changed.
+func (r *Redactor) Tags(tags []string) []string {
+	var out []string
+	for i, t := range tags {
+		name, _, ok := strings.Cut(t, ":")
+		if !ok || !r.Hides(name) {
+			continue
+		}
+		if out == nil {
+			out = slices.Clone(tags)
+		}
+		out[i] = name + ":" + Mask
+	}
+	if out == nil {
+		return tags
+	}
+	return out
 }

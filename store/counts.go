@@ -25,23 +25,29 @@ type QueueCount struct {
 // limited (parked: available_at 'infinity') jobs counted by index range
 // scans (cheap unless millions are delayed or parked), and the oldest ready
 // job found by one index lookup per queue.
-const queueCountsCTE = `
+var queueCountsCTE = `
 	qc AS (
 		SELECT queue, sum(unreserved) AS unreserved, sum(reserved) AS reserved
 		FROM queue_counts GROUP BY queue
 		HAVING sum(unreserved) <> 0 OR sum(reserved) <> 0
 	), qcounts AS (
-		SELECT qc.queue, qc.unreserved - d.delayed - p.limited AS pending, d.delayed, qc.reserved, o.oldest, p.limited
+		SELECT qc.queue, qc.unreserved - dpo.delayed - dpo.limited AS pending, dpo.delayed, qc.reserved, dpo.oldest, dpo.limited
 		FROM qc,
-		LATERAL (SELECT count(*) AS delayed FROM queue_jobs j
-		         WHERE j.queue = qc.queue AND j.reserved_by IS NULL
-		           AND j.available_at > now() AND j.available_at < 'infinity') d,
-		LATERAL (SELECT count(*) AS limited FROM queue_jobs j
-		         WHERE j.queue = qc.queue AND j.reserved_by IS NULL AND j.available_at = 'infinity') p,
-		LATERAL (SELECT min(x.available_at) AS oldest FROM (
-		             SELECT available_at FROM queue_jobs j
-		             WHERE j.queue = qc.queue AND j.reserved_by IS NULL AND j.available_at <= now()
-		             ORDER BY available_at LIMIT 1) x) o
+		LATERAL (WITH ` + priorityLevels("qc.queue") + `
+		         SELECT COALESCE(sum(y.delayed), 0)::bigint AS delayed, COALESCE(sum(y.limited), 0)::bigint AS limited,
+		                min(y.oldest) AS oldest
+		         FROM lv, LATERAL (
+		             SELECT (SELECT count(*) FROM queue_jobs j
+		                     WHERE j.queue = qc.queue AND j.priority = lv.p AND j.reserved_by IS NULL
+		                       AND j.available_at > now() AND j.available_at < 'infinity') AS delayed,
+		                    (SELECT count(*) FROM queue_jobs j
+		                     WHERE j.queue = qc.queue AND j.priority = lv.p AND j.reserved_by IS NULL
+		                       AND j.available_at = 'infinity') AS limited,
+		                    (SELECT available_at FROM queue_jobs j
+		                     WHERE j.queue = qc.queue AND j.priority = lv.p AND j.reserved_by IS NULL
+		                       AND j.available_at <= now()
+		                     ORDER BY available_at LIMIT 1) AS oldest) y
+		        ) dpo
 	)`
 
 // QueueCounts counts the jobs of every queue that has any, in one statement.
@@ -89,10 +95,14 @@ func (s *Store) QueueOldestWait(ctx context.Context, queues []string) (map[strin
 	rows, err := s.pool.Query(ctx, `
 		SELECT q.name, EXTRACT(EPOCH FROM now() - x.available_at)::float8
 		FROM unnest($1::text[]) AS q(name), LATERAL (
-			SELECT available_at FROM queue_jobs
-			WHERE queue = q.name AND reserved_by IS NULL AND available_at <= now()
-			ORDER BY available_at LIMIT 1
-		) x`, queues)
+			WITH `+priorityLevels("q.name")+`
+			SELECT min(y.available_at) AS available_at FROM lv, LATERAL (
+				SELECT available_at FROM queue_jobs
+				WHERE queue = q.name AND priority = lv.p AND reserved_by IS NULL AND available_at <= now()
+				ORDER BY available_at LIMIT 1) y
+			
+		) x
+		WHERE x.available_at IS NOT NULL`, queues)
 	if err != nil {
 		return nil, fmt.Errorf("read oldest waits: %w", err)
 	}

@@ -223,3 +223,124 @@ func TestQueueNotifyWakesListeners(t *testing.T) {
 	cancel()
 	<-done
 }
+
+// TestPriorityClaimReadsOnlyWhatItTakes fills a queue so that a naive
+// (priority, available_at) scan would wade through the backlog: 50,000
+// delayed and 5,000 parked jobs of the most urgent priority sit in the
+// ready index before 20,000 ready jobs of priority 0 and 20,000 of
+// priority 5. Under a generic plan the claim still reads in proportion to
+// its batch, takes priority 0 before 5 and the oldest first, and the
+// statements the master and idle workers run stay bounded too.
+func TestPriorityClaimReadsOnlyWhatItTakes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := pgtest.URL(t)
+	setup, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(setup.Close)
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = 1
+	cfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
+	generic, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(generic.Close)
+	st := store.New(generic)
+	// "other" has only delayed jobs of -5 before its ready ones of 5.
+	if _, err := setup.Exec(ctx, `
+		INSERT INTO queue_jobs (queue, name, priority, available_at)
+		SELECT q, 'delayed', -5, now() + interval '1 day' + g * interval '1 ms'
+		FROM generate_series(1, 50000) g, unnest(ARRAY['default', 'other']) q;
+		INSERT INTO queue_jobs (queue, name, priority, available_at, limit_key, limit_n, limit_due)
+		SELECT 'default', 'parked', -5, 'infinity', 'k', 1, now() FROM generate_series(1, 5000) g;
+		INSERT INTO queue_jobs (queue, name, priority, available_at)
+		SELECT q, 'late', 5, now() - interval '2 hours' + g * interval '1 ms'
+		FROM generate_series(1, 20000) g, unnest(ARRAY['default', 'other']) q;
+		INSERT INTO queue_jobs (queue, name, priority, available_at)
+		SELECT 'default', 'first', 0, now() - interval '1 hour' + g * interval '1 ms' FROM generate_series(1, 20000) g`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := setup.Exec(ctx, `VACUUM ANALYZE queue_jobs`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.MemberBeat(ctx, store.MemberBeatParams{Instance: "m", Name: "m", Host: "h", PID: 1, State: "running", TTL: time.Hour}, false); err != nil {
+		t.Fatal(err)
+	}
+	measure := func(what string, limit int64, fn func() error) {
+		t.Helper()
+		before := rowsRead(t, generic)
+		if err := fn(); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if read := rowsRead(t, generic) - before; read > limit {
+			t.Errorf("%s read %d rows of queue_jobs, want at most %d", what, read, limit)
+		}
+	}
+	// Before any claim leaves dead entries: one or two per priority.
+	measure("next available", 20, func() error {
+		next, err := st.JobNext(ctx, []string{"default", "other", "mail"}, "m")
+		if err == nil && (!next.Any || next.In != 0) {
+			t.Errorf("next available: %+v, want a job ready now", next)
+		}
+		return err
+	})
+	measure("ready exists", 20, func() error {
+		ok, err := st.JobReadyExists(ctx, []string{"other", "mail"})
+		if err == nil && !ok {
+			t.Error("no ready job found")
+		}
+		return err
+	})
+	measure("oldest wait", 20, func() error {
+		w, err := st.QueueOldestWait(ctx, []string{"default", "other", "mail"})
+		if err == nil && (w["default"] < 7200 || w["other"] < 7200 || len(w) != 2) {
+			t.Errorf("oldest waits %v, want default's and other's at least two hours (priority 5's oldest) and no other", w)
+		}
+		return err
+	})
+	// Counting reads the delayed and parked entries it counts (105,000),
+	// never the 60,000 ready ones.
+	measure("queue counts", 105100, func() error {
+		counts, err := st.QueueCounts(ctx)
+		for _, c := range counts {
+			if c.Queue == "default" && (c.Pending != 40000 || c.Delayed != 50000 || c.Limited != 5000) {
+				t.Errorf("default counts %+v, want 40000 pending, 50000 delayed, 5000 limited", c)
+			}
+		}
+		return err
+	})
+	measure("claim of 100 at priority 5", 300, func() error {
+		jobs, err := st.JobClaim(ctx, store.JobClaimParams{Queue: "other", Limit: 100, Worker: "w", Master: "m"})
+		if err == nil && (len(jobs) != 100 || jobs[0].Name != "late") {
+			t.Errorf("claimed %d jobs; want 100 of priority 5", len(jobs))
+		}
+		return err
+	})
+	// Each claim steps over the dead entries the claims before it left at
+	// the head of priority 0 (a worker's vacuum clears them): 100 each.
+	var claimed []store.ClaimedJob
+	for i := range 6 {
+		measure("claim of 100", int64(300+100*i), func() error {
+			jobs, err := st.JobClaim(ctx, store.JobClaimParams{Queue: "default", Limit: 100, Worker: "w", Master: "m"})
+			claimed = append(claimed, jobs...)
+			return err
+		})
+	}
+	if len(claimed) != 600 {
+		t.Fatalf("claimed %d jobs, want 600", len(claimed))
+	}
+	for i, j := range claimed {
+		if j.Name != "first" || j.Priority != 0 {
+			t.Fatalf("claim %d took %s of priority %d, want the ready jobs of priority 0 first", i, j.Name, j.Priority)
+		}
+		if i > 0 && j.ID < claimed[i-1].ID {
+			t.Fatalf("claim %d took job %d after job %d: not the oldest first", i, j.ID, claimed[i-1].ID)
+		}
+	}
+}

@@ -255,32 +255,39 @@ func (s *Store) JobClaim(ctx context.Context, p JobClaimParams) ([]ClaimedJob, e
 	return jobs, nil
 }
 
-const jobClaimSQL = `
+var jobClaimSQL = `
 	UPDATE queue_jobs j
 	SET reserved_by = $3, reserved_master = $4, lease = (SELECT nextval('queue_jobs_lease_seq')),
 	    reserved_at = clock_timestamp(), attempts = j.attempts + 1
 	WHERE j.id = ANY (ARRAY(
-		SELECT id FROM queue_jobs
-		WHERE queue = $1 AND reserved_by IS NULL AND available_at <= now()
-		  AND EXISTS (SELECT 1 FROM fleet_masters m WHERE m.instance = $4 AND m.expires_at >= now())
-		ORDER BY available_at, id
-		LIMIT $2
-		FOR UPDATE SKIP LOCKED))
+		WITH ` + priorityLevels("$1") + `
+		SELECT x.id FROM lv, LATERAL (
+			SELECT id FROM queue_jobs
+			WHERE queue = $1 AND priority = lv.p AND reserved_by IS NULL AND available_at <= now()
+			ORDER BY available_at, id
+			LIMIT $2
+			FOR UPDATE SKIP LOCKED) x
+		WHERE EXISTS (SELECT 1 FROM fleet_masters m WHERE m.instance = $4 AND m.expires_at >= now())
+		LIMIT $2))
 	RETURNING j.id, j.lease, j.queue, j.name, j.payload, j.attempts, j.max_tries,
 	          j.backoff_secs, j.timeout_ms, j.created_at, j.reserved_at, j.priority, j.tags, j.metadata, j.snoozes`
 
 // jobClaimUnfencedSQL claims for a holder with no member row (the bench's
 // reference loop and tests of the claim itself).
-const jobClaimUnfencedSQL = `
+var jobClaimUnfencedSQL = `
 	UPDATE queue_jobs j
 	SET reserved_by = $3, reserved_master = NULL, lease = (SELECT nextval('queue_jobs_lease_seq')),
 	    reserved_at = clock_timestamp(), attempts = j.attempts + 1
 	WHERE j.id = ANY (ARRAY(
-		SELECT id FROM queue_jobs
-		WHERE queue = $1 AND reserved_by IS NULL AND available_at <= now()
-		ORDER BY available_at, id
-		LIMIT $2
-		FOR UPDATE SKIP LOCKED))
+		WITH ` + priorityLevels("$1") + `
+		SELECT x.id FROM lv, LATERAL (
+			SELECT id FROM queue_jobs
+			WHERE queue = $1 AND priority = lv.p AND reserved_by IS NULL AND available_at <= now()
+			ORDER BY available_at, id
+			LIMIT $2
+			FOR UPDATE SKIP LOCKED) x
+		
+		LIMIT $2))
 	RETURNING j.id, j.lease, j.queue, j.name, j.payload, j.attempts, j.max_tries,
 	          j.backoff_secs, j.timeout_ms, j.created_at, j.reserved_at, j.priority, j.tags, j.metadata, j.snoozes`
 
@@ -594,8 +601,12 @@ func (s *Store) JobReadyExists(ctx context.Context, queues []string) (bool, erro
 	err := s.pool.QueryRow(ctx, `
 		SELECT EXISTS (
 			SELECT 1 FROM unnest($1::text[]) AS q(name), LATERAL (
-				SELECT 1 FROM queue_jobs
-				WHERE queue = q.name AND reserved_by IS NULL AND available_at <= now()
+				WITH `+priorityLevels("q.name")+`
+				SELECT 1 FROM lv, LATERAL (
+					SELECT 1 FROM queue_jobs
+					WHERE queue = q.name AND priority = lv.p AND reserved_by IS NULL AND available_at <= now()
+					ORDER BY available_at LIMIT 1) y
+				
 				LIMIT 1
 			) x
 		)`, queues).Scan(&ok)
@@ -627,9 +638,12 @@ func (s *Store) JobNext(ctx context.Context, queues []string, master string) (Ne
 	err := s.pool.QueryRow(ctx, `
 		SELECT (SELECT EXTRACT(EPOCH FROM (min(x.available_at) - now()))::float8 * 1000
 		        FROM unnest($1::text[]) AS q(name), LATERAL (
-		            SELECT available_at FROM queue_jobs
-		            WHERE queue = q.name AND reserved_by IS NULL AND available_at < 'infinity'
-		            ORDER BY available_at LIMIT 1
+		            WITH `+priorityLevels("q.name")+`
+		            SELECT y.available_at FROM lv, LATERAL (
+		                SELECT available_at FROM queue_jobs
+		                WHERE queue = q.name AND priority = lv.p AND reserved_by IS NULL AND available_at < 'infinity'
+		                ORDER BY available_at LIMIT 1) y
+		            
 		        ) x),
 		       $2 = '' OR EXISTS (SELECT 1 FROM fleet_masters m WHERE m.instance = $2 AND m.expires_at >= now())`,
 		queues, master).Scan(&ms, &out.Live)

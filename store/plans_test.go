@@ -380,3 +380,41 @@ func TestFailedJobListPlansPerFilter(t *testing.T) {
 		}
 	})
 }
+
+// Jobs of one queue are listed in the order they run: reserved ones first,
+// then by priority and availability; a tag filter keeps the tagged ones.
+func TestJobListInRunOrder(t *testing.T) {
+	t.Parallel()
+	db := newGenericDB(t)
+	exec(t, db.pool, `
+		INSERT INTO queue_jobs (queue, name, priority, available_at, tags) VALUES
+		('q', 'late-low', 5, now() - interval '1 hour', NULL),
+		('q', 'due-high', -1, now() - interval '1 minute', ARRAY['t:1']),
+		('q', 'delayed-high', -1, now() + interval '1 hour', ARRAY['t:1', 'x']),
+		('q', 'due-normal', 0, now() - interval '2 hours', NULL),
+		('other', 'elsewhere', -9, now(), ARRAY['t:1'])`)
+	exec(t, db.pool, `UPDATE queue_jobs SET reserved_by = 'w', lease = 1 WHERE name = 'late-low'`)
+	names := func(p store.JobListParams) []string {
+		jobs, err := db.st.JobList(t.Context(), p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, j := range jobs {
+			out = append(out, j.Name)
+		}
+		return out
+	}
+	if got, want := names(store.JobListParams{Queue: "q", Limit: 10}), []string{"late-low", "due-high", "delayed-high", "due-normal"}; !slices.Equal(got, want) {
+		t.Errorf("run order %v, want %v", got, want)
+	}
+	if got, want := names(store.JobListParams{Queue: "q", Limit: 2, Offset: 1}), []string{"due-high", "delayed-high"}; !slices.Equal(got, want) {
+		t.Errorf("second page %v, want %v", got, want)
+	}
+	if got, want := names(store.JobListParams{Queue: "q", Tag: "t:1", Limit: 10}), []string{"due-high", "delayed-high"}; !slices.Equal(got, want) {
+		t.Errorf("tagged t:1 in q %v, want %v", got, want)
+	}
+	if got, want := names(store.JobListParams{Tag: "t:1", Limit: 10}), []string{"due-high", "delayed-high", "elsewhere"}; !slices.Equal(got, want) {
+		t.Errorf("tagged t:1 anywhere %v, want %v", got, want)
+	}
+}

@@ -79,7 +79,7 @@ type ScrapeRuntime struct {
 // outside the window are pruned. A malformed supervisors document (not an
 // array, processes not an object, a count not a number) is skipped rather
 // than failing the scrape.
-const scrapeSQL = `
+var scrapeSQL = `
 	WITH ` + queueCountsCTE + `, ready AS (
 		SELECT queue, pending, delayed, limited, oldest FROM qcounts
 	), reserved AS (

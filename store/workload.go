@@ -93,39 +93,72 @@ type QueuedJob struct {
 	CreatedAt   time.Time `json:"created_at"`
 	ReservedBy  *string   `json:"reserved_by,omitempty"`
 	LastError   *string   `json:"last_error,omitempty"`
+	Priority    int       `json:"priority"`
+	Tags        []string  `json:"tags,omitempty"`
 }
 
 // JobListParams pages through jobs of one queue (empty: every queue).
 type JobListParams struct {
 	Queue  string
+	Tag    string // only jobs carrying this tag; empty: any
 	Limit  int
 	Offset int
 }
 
-// JobList returns queued jobs oldest first. With and without a queue it
-// runs a statement of its own (see filter); every job or a common queue
-// reads about a page of rows along the primary key, while a queue holding a
-// small share of the jobs reads past the others to fill its page (no index
-// leads with queue for every job: queue_jobs_ready_idx holds only the
-// unreserved ones).
-func (s *Store) JobList(ctx context.Context, p JobListParams) ([]QueuedJob, error) {
-	var f filter
-	if p.Queue != "" {
-		f.add(`queue = $?`, p.Queue)
-	}
-	sql := `
-		SELECT id, queue, name, payload,
+// queuedColumns are the columns of a QueuedJob.
+const queuedColumns = `id, queue, name, payload,
 		       CASE WHEN reserved_by IS NOT NULL THEN 'reserved' WHEN available_at = 'infinity' THEN 'limited'
 		            WHEN available_at > now() THEN 'delayed' ELSE 'pending' END,
 		       attempts, CASE WHEN available_at = 'infinity' THEN COALESCE(limit_due, now()) ELSE available_at END,
-		       created_at, reserved_by, last_error
-		FROM queue_jobs` + f.where() + `
-		ORDER BY id` + f.page(p.Limit, p.Offset)
+		       created_at, reserved_by, last_error, priority, tags`
+
+// JobList returns queued jobs. Jobs of one queue come in the order they
+// run: the reserved (running) ones first by id, then the others as a
+// claim takes them, lowest priority first, then by when they are (or
+// become) available, so delayed and limited jobs of a priority follow its
+// ready ones. The unreserved part reads queue_jobs_ready_idx in that
+// order, about a page of rows; the reserved part reads the jobs held
+// fleet-wide (queue_jobs_reserved_by_idx), a few per worker. Every queue
+// is listed by id, along the primary key. A tag filter uses the tag index
+// (only tagged jobs have entries). Each combination runs a statement of
+// its own (see filter).
+func (s *Store) JobList(ctx context.Context, p JobListParams) ([]QueuedJob, error) {
+	var f filter
+	var sql string
+	if p.Tag != "" {
+		f.add(`tags @> ARRAY[$?]::text[]`, p.Tag)
+	}
+	if p.Queue == "" {
+		sql = `SELECT ` + queuedColumns + ` FROM queue_jobs` + f.where() + ` ORDER BY id` + f.page(p.Limit, p.Offset)
+	} else {
+		f.add(`queue = $?`, p.Queue)
+		w := f.where()
+		// The page's ids are picked from the indexes alone, each part
+		// stopping at the end of the page (a generic plan, not knowing the
+		// page, would rather sort the whole queue than fetch rows along
+		// the index), then read through the primary key.
+		upTo := f.param(p.Limit + p.Offset)
+		sql = `
+		SELECT ` + queuedColumns + ` FROM queue_jobs WHERE id = ANY (ARRAY(
+			(SELECT id FROM queue_jobs` + w + ` AND reserved_by IS NOT NULL ORDER BY id LIMIT ` + upTo + `)
+			UNION ALL
+			(SELECT id FROM queue_jobs` + w + ` AND reserved_by IS NULL ORDER BY priority, available_at, id LIMIT ` + upTo + `)` +
+			f.page(p.Limit, p.Offset) + `))
+		ORDER BY reserved_by IS NULL, CASE WHEN reserved_by IS NULL THEN priority END,
+		         CASE WHEN reserved_by IS NULL THEN available_at END, id`
+	}
 	rows, err := s.pool.Query(ctx, sql, f.args...)
 	if err != nil {
 		return nil, fmt.Errorf("list jobs: %w", err)
 	}
-	jobs, err := pgx.CollectRows(rows, pgx.RowToStructByPos[QueuedJob])
+	jobs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (QueuedJob, error) {
+		var j QueuedJob
+		var prio int16
+		err := row.Scan(&j.ID, &j.Queue, &j.Name, &j.Payload, &j.State, &j.Attempts, &j.AvailableAt,
+			&j.CreatedAt, &j.ReservedBy, &j.LastError, &prio, &j.Tags)
+		j.Priority = int(prio)
+		return j, err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("list jobs: %w", err)
 	}
