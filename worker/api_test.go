@@ -209,7 +209,7 @@ func TestWorkerSendsEventsAfterWriting(t *testing.T) {
 		case queue.EventCompleted:
 			return history == 1 && queued == 0
 		case queue.EventRetried:
-			return history == 1 && failed == 0
+			return history == 1 // the job may have run again since
 		default:
 			return history == 1 && queued == 0 && failed == 1
 		}
