@@ -67,7 +67,10 @@ type ErrorHook func(ctx context.Context, job *Job, err error)
 // logged; the attempt's error stays as it was.
 //
 // A worker's job is retried or fails for good after the hook returned; the
-// job's Attempt and MaxTries say which it will be. Add hooks while setting
+// job's Attempt and MaxTries say which it will be. An attempt the worker
+// gave up on because its handler ignored its timeout (past the grace
+// period) is recorded as timed out without the hook: the handler has not
+// returned. Add hooks while setting
 // the registry up, before workers run; a nil hook panics.
 func (r *Registry) OnError(hook ErrorHook) {
 	if hook == nil {

@@ -79,6 +79,9 @@ func NewTypedJob[T JobArgs](args T) *Job {
 // decodeArgs decodes job's payload into v, a pointer to its args, with an
 // error naming the job and what in the payload did not fit.
 func decodeArgs(job *Job, v any) error {
+	if len(job.Payload) == 0 {
+		return nil // no payload: the zero args, as NewJob's nil payload is {}
+	}
 	err := json.Unmarshal(job.Payload, v)
 	if err == nil {
 		return nil

@@ -51,6 +51,10 @@ func TestTypedJobDecodesItsArgs(t *testing.T) {
 	if got != args {
 		t.Fatalf("handler got %+v, want %+v", got, args)
 	}
+	// A job without a payload (one built by hand in a test) has zero args.
+	if err := r.Run(context.Background(), &queue.Job{Name: "image.resize"}); err != nil || got != (resize{}) {
+		t.Fatalf("empty payload: %v, args %+v", err, got)
+	}
 }
 
 func TestTypedJobDecodeFailureNamesJobFieldAndType(t *testing.T) {
