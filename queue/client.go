@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -54,6 +56,9 @@ type Client struct {
 	defaults Defaults
 	limits   []nameLimit // Defaults.Limits in matching order
 	inserter *inserter
+	// dispatchMW is the dispatch middleware (see Use); nil: none.
+	dispatchMW atomic.Pointer[[]DispatchMiddleware]
+	mwMu       sync.Mutex // serializes Use
 }
 
 // NewClient returns a client dispatching on pool.
@@ -131,7 +136,7 @@ func (c *Client) DispatchManySQLTx(ctx context.Context, tx *sql.Tx, jobs []*Job)
 	if tx == nil {
 		return nil, errors.New("dispatch: nil *sql.Tx")
 	}
-	params, err := c.paramsOf(jobs)
+	params, err := c.paramsOf(ctx, jobs)
 	if err != nil {
 		return nil, err
 	}
@@ -154,8 +159,12 @@ func (c *Client) DispatchManySQLTx(ctx context.Context, tx *sql.Tx, jobs []*Job)
 	return ids, nil
 }
 
-// paramsOf checks jobs and turns them into insert parameters.
-func (c *Client) paramsOf(jobs []*Job) ([]store.JobInsertParams, error) {
+// paramsOf passes jobs through the dispatch middleware, checks them and
+// turns them into insert parameters.
+func (c *Client) paramsOf(ctx context.Context, jobs []*Job) ([]store.JobInsertParams, error) {
+	if err := c.intercept(ctx, jobs); err != nil {
+		return nil, err
+	}
 	params := make([]store.JobInsertParams, len(jobs))
 	for i, j := range jobs {
 		p, err := c.params(j)
@@ -172,7 +181,7 @@ func (c *Client) paramsOf(jobs []*Job) ([]store.JobInsertParams, error) {
 // Unique jobs take another statement (see insertWithUnique); a call
 // without any pays nothing for them.
 func (c *Client) insert(ctx context.Context, tx pgx.Tx, jobs []*Job) ([]int64, []string, error) {
-	params, err := c.paramsOf(jobs)
+	params, err := c.paramsOf(ctx, jobs)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -13,15 +13,22 @@ import (
 // idempotent: delivery is at least once.
 type HandlerFunc func(ctx context.Context, job *Job) error
 
-// Registry maps job names to handlers. It is safe for concurrent use.
+// Registry maps job names to handlers, and holds what runs around them:
+// work middleware (Use), error hooks (OnError) and event subscriptions
+// (Subscribe). It is safe for concurrent use.
 type Registry struct {
 	mu       sync.RWMutex
 	handlers map[string]HandlerFunc
+	// wrapped holds the handlers inside the work middleware (see Use).
+	wrapped    map[string]HandlerFunc
+	middleware []WorkMiddleware
+	onError    []ErrorHook
+	events     eventHub
 }
 
 // NewRegistry returns an empty registry.
 func NewRegistry() *Registry {
-	return &Registry{handlers: map[string]HandlerFunc{}}
+	return &Registry{handlers: map[string]HandlerFunc{}, wrapped: map[string]HandlerFunc{}}
 }
 
 // Handle registers h for jobs named name. Registering a name twice, an
@@ -37,9 +44,11 @@ func (r *Registry) Handle(name string, h HandlerFunc) {
 		panic(fmt.Sprintf("queue: handler for %q registered twice", name))
 	}
 	r.handlers[name] = h
+	r.wrapped[name] = wrap(h, r.middleware)
 }
 
-// Lookup returns the handler for name.
+// Lookup returns the handler registered for name, without the work
+// middleware; Run runs a job through both.
 func (r *Registry) Lookup(name string) (HandlerFunc, bool) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()

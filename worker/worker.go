@@ -214,6 +214,7 @@ func New(st *store.Store, jobs *queue.Registry, cfg Config) (*Worker, error) {
 		stop:     make(chan struct{}),
 	}
 	w.writer = newWriter(st, cfg.Name, cfg.Master, log, w.poke)
+	w.writer.events = jobs
 	w.paused.Store(cfg.Paused)
 	w.PauseQueues(cfg.PausedQueues)
 	return w, nil
@@ -675,14 +676,11 @@ func (w *Worker) start(jobBase context.Context, s *loopState, j store.ClaimedJob
 	}()
 }
 
-// execute runs one attempt; a panic is a failed attempt carrying the panic
-// value and stack. inTx is set once the handler has completed the job in
-// its own transaction.
+// execute runs one attempt through the registry (queue.Registry.Run: the
+// handler in its work middleware, then the error hooks); a panic is a
+// failed attempt carrying the panic value and stack. inTx is set once the
+// handler has completed the job in its own transaction.
 func (w *Worker) execute(ctx context.Context, j store.ClaimedJob, started time.Time, inTx *atomic.Bool) (err error) {
-	h, ok := w.jobs.Lookup(j.Name)
-	if !ok {
-		return fmt.Errorf("no handler registered for %q", j.Name)
-	}
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("panic: %v\n%s", r, debug.Stack())
@@ -707,7 +705,7 @@ func (w *Worker) execute(ctx context.Context, j store.ClaimedJob, started time.T
 		inTx.Store(true)
 		return nil
 	})
-	return h(ctx, job)
+	return w.jobs.Run(ctx, job)
 }
 
 func (w *Worker) finish(s *loopState, f finished) {

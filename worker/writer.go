@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/fleet-go/fleet/internal/ratelog"
+	"github.com/fleet-go/fleet/queue"
 	"github.com/fleet-go/fleet/store"
 )
 
@@ -49,6 +50,9 @@ type writer struct {
 	log       *slog.Logger
 	logs      ratelog.Log // failing writes: once per streak, then once a minute
 	onWritten func()      // called after every written batch
+	// events receives the events of written outcomes (see publish); nil:
+	// none.
+	events *queue.Registry
 
 	mu      sync.Mutex
 	pending []store.JobOutcome
@@ -216,6 +220,7 @@ func (w *writer) finish(ctx context.Context, batch []store.JobOutcome, retry boo
 	if err != nil {
 		return err
 	}
+	w.publish(batch, res.Lost)
 	lost := res.Lost
 	if slices.ContainsFunc(batch, func(o store.JobOutcome) bool { return o.InTx }) {
 		lost = w.sortInTx(batch, lost)
