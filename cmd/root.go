@@ -198,6 +198,7 @@ func (r *runner) rootCommand() *cobra.Command {
 		r.failedCommand(),
 		r.retryCommand(),
 		r.forgetCommand(),
+		r.clearCommand(),
 		r.jobsCommand(),
 		r.jobCommand(),
 		r.metricsCommand(),
