@@ -220,10 +220,10 @@ func (b *browser) confirm(t *testing.T) {
 // TestDashboardInBrowser drives the page in headless Chromium: a deep link
 // to a hostile failed job survives signing in and shows its markup as
 // text; a view token sees the workload and no button; an operate token
-// pauses and continues a supervisor and retries a failed job; the page
-// says when the API is unreachable and when its token is revoked; no
-// secret reaches the page, no dialog opens, no policy is violated. It
-// saves desktop and phone screenshots.
+// pauses and continues a supervisor, retries a failed job and clears a
+// queue; the page says when the API is unreachable and when its token is
+// revoked; no secret reaches the page, no dialog opens, no policy is
+// violated. It saves desktop and phone screenshots.
 func TestDashboardInBrowser(t *testing.T) {
 	t.Parallel()
 	shots := os.Getenv(EnvScreenshots)
@@ -318,6 +318,17 @@ func TestDashboardInBrowser(t *testing.T) {
 	br.wait(t, "the retried job gone from the list", `!document.querySelector('`+retrySel+`')`)
 	if _, err := b.svc.FailedJob(ctx, ann); err == nil {
 		t.Fatal("the failed job is still there after its retry")
+	}
+
+	// Clear a queue from the workload table: mail's two pending jobs.
+	br.do(t, "open the overview to clear", chromedp.Navigate(b.base+"#/"))
+	clearSel := `button[data-action="clear"][data-queue="mail"]`
+	br.wait(t, "the queue's clear button", `!!document.querySelector('`+clearSel+`')`)
+	br.do(t, "clear", chromedp.Click(chromedp.CSS(clearSel)))
+	br.confirm(t)
+	br.wait(t, "the clear said", `document.querySelector('#banner').textContent.includes('Cleared queue mail: deleted 2 job(s).')`)
+	if n, err := b.svc.ClearCount(ctx, "mail"); err != nil || n != 0 {
+		t.Fatalf("mail holds %d jobs after its clear, %v", n, err)
 	}
 
 	// Metrics, drawn as SVG.
