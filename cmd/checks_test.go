@@ -36,6 +36,7 @@ func TestArgumentsAreCheckedAlikeEverywhere(t *testing.T) {
 		{[]string{"fleet:forget", "--all", "--queue", "\n"}, "--queue must not be empty"},
 		{[]string{"fleet:pause", "--queue", ""}, "--queue must not be empty"},
 		{[]string{"fleet:continue", "--queue", "a\nb"}, "--queue"},
+		{[]string{"fleet:clear", "--queue", "a\nb", "--yes"}, `--queue "a\nb" must not contain control characters`},
 	}
 	for _, c := range cases {
 		r := run(t, dir, env, c.args...)

@@ -11,10 +11,13 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"reflect"
+	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/pelletier/go-toml/v2"
 	"github.com/spf13/cobra"
 
 	"github.com/fleet-go/fleet/config"
@@ -28,9 +31,14 @@ import (
 )
 
 // demoDir is where the demo keeps its private PostgreSQL (pgdata, its log
-// pgdata.log) and, while a kept server runs, its state file demo.json,
-// relative to the working directory.
+// pgdata.log), while a kept server runs its state file demo.json, and the
+// configuration it ran with, demo.toml (see demoConfigFile), relative to
+// the working directory.
 const demoDir = ".fleet"
+
+// demoConfigFile is the configuration file the demo writes for the
+// commands it prints, as they name it: relative to the working directory.
+const demoConfigFile = demoDir + "/demo.toml"
 
 // ExitInterrupted is the exit status of a demo stopped by SIGINT or SIGTERM
 // (or its context) before its jobs were done: 128 + SIGINT, as shells do.
@@ -47,14 +55,17 @@ func (r *runner) demoCommand() *cobra.Command {
 		Short: "Run a demo: dispatch demo jobs and work them (starts a private PostgreSQL when none is configured)",
 		Long: "With no database configured the demo starts a private PostgreSQL under .fleet/ in the " +
 			"working directory (kept between runs, stopped on exit unless --keep). It migrates, dispatches a mix of " +
-			"demo jobs and runs the real fleet master (two supervisors with their fleet:work processes) " +
-			"until they are done, printing progress and what happened. Ctrl-C stops the master and its " +
-			"workers (running jobs finish) before the server, and exits 130. --keep leaves the private " +
-			"server running and prints the APP_DATABASE__URL to explore it with; --stop stops a kept one.",
+			"demo jobs and runs the real fleet master (two supervisors with their fleet:work processes, unless " +
+			"fleet.supervisors are configured) until they are done, printing progress and what happened. Ctrl-C " +
+			"stops the master and its workers (running jobs finish) before the server, and exits 130.\n\n" +
+			"When what it did stays to be explored (the private server kept with --keep, or a configured " +
+			"database.url, whose data stays whatever --keep says), it writes " + demoConfigFile + " (its " +
+			"database and supervisors) and prints the commands to run next, such as " +
+			"`APP_CONFIG=" + demoConfigFile + " go run ./cmd/app fleet`. --stop stops a kept private server.",
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error { return r.demo(c, f) },
 	}
-	c.Flags().BoolVar(&f.keep, "keep", false, "leave the private PostgreSQL running at the end and print its APP_DATABASE__URL")
+	c.Flags().BoolVar(&f.keep, "keep", false, "leave the private PostgreSQL running at the end and print the commands to explore it (a configured database.url keeps its data anyway)")
 	c.Flags().BoolVar(&f.stop, "stop", false, "stop the private PostgreSQL a demo --keep left running, and exit")
 	c.MarkFlagsMutuallyExclusive("keep", "stop")
 	return c
@@ -82,6 +93,13 @@ func (r *runner) demo(c *cobra.Command, f demoFlags) error {
 	if f.stop {
 		return r.demoStop(c.Context(), out, log)
 	}
+	prefix := demoCommandPrefix()
+	if len(cfg.Fleet.Supervisors) == 0 {
+		cfg.Fleet.Supervisors = demoSupervisors()
+	}
+	// saved is what demo.toml holds: the configuration the demo runs with,
+	// before the demo's own tweaks below.
+	saved := *cfg
 	// The demo runs no jobs of its own and leaves no row behind.
 	cfg.Fleet.OnStop = master.OnStopLeave
 	ctx, stop := signal.NotifyContext(c.Context(), syscall.SIGTERM, syscall.SIGINT)
@@ -114,27 +132,37 @@ func (r *runner) demo(c *cobra.Command, f demoFlags) error {
 				if err := r.writeDemoState(st); err != nil {
 					log.Error("write the demo's state file", "err", err)
 				}
-				fmt.Fprintf(out, "kept the private PostgreSQL running at APP_DATABASE__URL='%s'; stop it with `%s demo --stop`\n", url, c.Root().Name())
+				fmt.Fprintf(out, "kept the private PostgreSQL running at APP_DATABASE__URL='%s'; stop it with `%s demo --stop`\n", url, prefix)
 				return
 			}
 			if err := cluster.Stop(context.WithoutCancel(ctx)); err != nil {
 				log.Error("stop the demo's PostgreSQL", "err", err)
 			} else {
-				fmt.Fprintln(out, "stopped the private PostgreSQL (data kept in "+cluster.DataDir()+"; `demo --keep` leaves it running)")
+				fmt.Fprintf(out, "stopped the private PostgreSQL (data kept in %s; `%s demo --keep` leaves it running)\n", cluster.DataDir(), prefix)
 			}
 			_ = os.Remove(r.demoStatePath())
+			_ = os.Remove(r.demoConfigPath()) // it would name a stopped server
 		}()
 		fmt.Fprintf(out, "private PostgreSQL ready: APP_DATABASE__URL='%s'\n", url)
 	} else {
-		if f.keep {
-			return errors.New("--keep applies to the demo's private PostgreSQL, and database.url is configured: there is nothing to keep")
-		}
 		fmt.Fprintf(out, "using database %s\n", config.RedactURL(url))
+		if f.keep {
+			fmt.Fprintln(out, "database.url is configured: the demo's jobs and history stay in that database; --keep, which keeps a private server running, changes nothing")
+		}
 	}
 
 	lastID, err := r.demoMain(ctx, out, cfg, url, log)
 	if lastID > 0 {
-		r.demoExplore(out, cfg, c.Root().Name(), url, private, f.keep, lastID)
+		if private && !f.keep {
+			fmt.Fprintf(out, "the private PostgreSQL stops now; run `%s demo --keep` to keep it running, and it prints the commands to explore what happened\n", prefix)
+		} else {
+			saved.Database.URL = url
+			if werr := r.writeDemoConfig(&saved); werr != nil {
+				err = errors.Join(err, werr)
+			} else {
+				r.demoExplore(out, cfg, prefix, lastID)
+			}
+		}
 	}
 	if ctx.Err() != nil {
 		// An interrupt: whatever failed failed because of it, and the
@@ -166,11 +194,9 @@ func (r *runner) demoMain(ctx context.Context, out io.Writer, cfg *config.Config
 	fmt.Fprintf(out, "dispatched %d demo jobs to queues default, mail and slow: noop, sleep, flaky (fails once, then succeeds) and fail (fails every try)\n", len(ids))
 	lastID := ids[len(ids)-1]
 
-	sups := demoSupervisors()
-	if len(cfg.Fleet.Supervisors) > 0 {
-		if sups, err = supervisor.Resolve(supervisorOptions(cfg, true)); err != nil {
-			return lastID, err
-		}
+	sups, err := supervisor.Resolve(supervisorOptions(cfg, true))
+	if err != nil {
+		return lastID, err
 	}
 	sp, err := spawner.NewProcessSpawner(spawner.ProcessOptions{Dir: r.app.Dir, Output: r.app.Stderr, Logger: log})
 	if err != nil {
@@ -284,17 +310,12 @@ func (r *runner) demoProgress(ctx context.Context, out io.Writer, st *store.Stor
 	return left, nil
 }
 
-// demoExplore prints the commands that show what the demo did.
-func (r *runner) demoExplore(out io.Writer, cfg *config.Config, app, url string, private, kept bool, jobID int64) {
-	switch {
-	case private && !kept:
-		fmt.Fprintf(out, "the private PostgreSQL stops now; run `%s demo --keep` to keep it and explore what happened with:\n", app)
-	default:
-		fmt.Fprintln(out, "explore what happened:")
-	}
-	if private {
-		fmt.Fprintf(out, "  export APP_DATABASE__URL='%s'\n", url)
-	}
+// demoExplore prints the commands that show what the demo did, each as it
+// runs in the working directory: after `export APP_CONFIG=` the file
+// writeDemoConfig wrote, prefix and a command of the CLI.
+func (r *runner) demoExplore(out io.Writer, cfg *config.Config, prefix string, jobID int64) {
+	fmt.Fprintln(out, "explore what happened, in this directory:")
+	fmt.Fprintf(out, "  export APP_CONFIG=%s  # the demo's database and supervisors, for the commands below\n", demoConfigFile)
 	for _, c := range []string{
 		"fleet:failed                # the jobs that failed for good, with their errors",
 		fmt.Sprintf("fleet:job %-17d # one job's whole story (the last demo job, a demo.fail)", jobID),
@@ -302,13 +323,61 @@ func (r *runner) demoExplore(out io.Writer, cfg *config.Config, app, url string,
 		"fleet:metrics               # per queue and job name: attempts, failures, runtimes",
 		"fleet:workload              # per queue: pending, running, paused",
 	} {
-		fmt.Fprintf(out, "  %s %s\n", app, c)
+		fmt.Fprintf(out, "  %s %s\n", prefix, c)
 	}
 	if cfg.Fleet.Dashboard && cfg.Fleet.HTTP.Addr != "" {
 		fmt.Fprintln(out, "and in a browser, the dashboard of a running master:")
-		fmt.Fprintf(out, "  %s fleet:token create --name me --ability view,operate   # prints a token, once\n", app)
-		fmt.Fprintf(out, "  %s fleet                     # then open http://%s%s and paste it\n", app, cfg.Fleet.HTTP.Addr, cfg.Fleet.Path)
+		fmt.Fprintf(out, "  %s fleet:token create --name me --ability view,operate   # prints a token, once\n", prefix)
+		fmt.Fprintf(out, "  %s fleet                     # a master working the demo's queues (Ctrl-C stops it); open http://%s%s and paste the token\n", prefix, cfg.Fleet.HTTP.Addr, cfg.Fleet.Path)
+	} else {
+		fmt.Fprintln(out, "and a master working the demo's queues (Ctrl-C stops it):")
+		fmt.Fprintf(out, "  %s fleet\n", prefix)
 	}
+}
+
+// demoCommandPrefix is how the commands the demo prints start: `go run`
+// of the app's main package, relative to its module's root (the working
+// directory the demo expects), so they run as printed after `go run
+// ./cmd/app demo` as well as after a `go build`. When the build information
+// does not name a main package of its module (a test binary), it is fleet's
+// example app, ./cmd/app.
+func demoCommandPrefix() string {
+	if bi, ok := debug.ReadBuildInfo(); ok && !strings.HasSuffix(bi.Path, ".test") {
+		switch {
+		case bi.Path == bi.Main.Path && bi.Path != "":
+			return "go run ."
+		case bi.Main.Path != "" && strings.HasPrefix(bi.Path, bi.Main.Path+"/"):
+			return "go run ./" + strings.TrimPrefix(bi.Path, bi.Main.Path+"/")
+		}
+	}
+	return "go run ./cmd/app"
+}
+
+func (r *runner) demoConfigPath() string {
+	return filepath.Join(r.app.Dir, filepath.FromSlash(demoConfigFile))
+}
+
+// writeDemoConfig writes the configuration the demo ran with, its database
+// URL included (hence mode 0600), to demoConfigFile, so that the commands
+// it prints, a following `fleet` above all, see the demo's database and
+// supervisors.
+//
+// Only the keys whose value differs from config.Default() are written: the
+// file stays short, and a later release's defaults still apply to the rest.
+func (r *runner) writeDemoConfig(cfg *config.Config) error {
+	b, err := marshalChanges(cfg)
+	if err != nil {
+		return fmt.Errorf("write %s: %w", demoConfigFile, err)
+	}
+	head := "# Written by `demo`: the configuration the demo ran with, its database and\n" +
+		"# supervisors included. Use it with APP_CONFIG=" + demoConfigFile + " or --config " + demoConfigFile + ".\n\n"
+	if err := os.MkdirAll(filepath.Dir(r.demoConfigPath()), 0o755); err != nil {
+		return fmt.Errorf("write %s: %w", demoConfigFile, err)
+	}
+	if err := os.WriteFile(r.demoConfigPath(), append([]byte(head), b...), 0o600); err != nil {
+		return fmt.Errorf("write %s: %w", demoConfigFile, err)
+	}
+	return nil
 }
 
 // demoStop stops the private PostgreSQL that demo --keep left running.
@@ -332,6 +401,12 @@ func (r *runner) demoStop(ctx context.Context, out io.Writer, log *slog.Logger) 
 	}
 	if err := os.Remove(r.demoStatePath()); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("remove the demo's state file: %w", err)
+	}
+	if st != nil {
+		// The configuration the kept demo wrote names the stopped server.
+		if err := os.Remove(r.demoConfigPath()); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("remove %s: %w", demoConfigFile, err)
+		}
 	}
 	if stopped {
 		fmt.Fprintf(out, "stopped the demo's private PostgreSQL in %s (data kept)\n", dataDir)
@@ -364,13 +439,56 @@ func (r *runner) writeDemoState(st demoState) error {
 	return nil
 }
 
+// marshalChanges is cfg as TOML, keeping only what differs from the
+// defaults.
+func marshalChanges(cfg *config.Config) ([]byte, error) {
+	tables := func(c *config.Config) (map[string]any, error) {
+		b, err := toml.Marshal(c)
+		if err != nil {
+			return nil, err
+		}
+		m := map[string]any{}
+		return m, toml.Unmarshal(b, &m)
+	}
+	def := config.Default()
+	want, err := tables(cfg)
+	if err != nil {
+		return nil, err
+	}
+	base, err := tables(&def)
+	if err != nil {
+		return nil, err
+	}
+	pruneDefaults(want, base)
+	return toml.Marshal(want)
+}
+
+// pruneDefaults deletes from m every value that base holds too, and every
+// table left empty.
+func pruneDefaults(m, base map[string]any) {
+	for k, v := range m {
+		if sub, ok := v.(map[string]any); ok {
+			if bsub, ok := base[k].(map[string]any); ok {
+				pruneDefaults(sub, bsub)
+			}
+			if len(sub) == 0 {
+				delete(m, k)
+			}
+			continue
+		}
+		if bv, ok := base[k]; ok && reflect.DeepEqual(v, bv) {
+			delete(m, k)
+		}
+	}
+}
+
 // demoSupervisors are the demo's supervisors when the configuration has
 // none.
-func demoSupervisors() []supervisor.Supervisor {
-	return []supervisor.Supervisor{
-		{Name: "default", Queues: []string{"default", "mail"}, Balance: supervisor.BalanceAuto,
-			MinProcesses: 1, MaxProcesses: 3, Concurrency: 4, MaxJobs: 100},
-		{Name: "slow", Queues: []string{"slow"}, Balance: supervisor.BalanceOff, MinProcesses: 1, MaxProcesses: 1, Concurrency: 4},
+func demoSupervisors() map[string]config.SupervisorConfig {
+	n := func(v int) *int { return &v }
+	return map[string]config.SupervisorConfig{
+		"default": {Queues: []string{"default", "mail"}, Balance: "auto", MinProcesses: n(1), MaxProcesses: n(3), Concurrency: n(4), MaxJobs: 100},
+		"slow":    {Queues: []string{"slow"}, Balance: "off", MinProcesses: n(1), MaxProcesses: n(1), Concurrency: n(4)},
 	}
 }
 

@@ -14,9 +14,11 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/fleet-go/fleet/cmd"
+	"github.com/fleet-go/fleet/config"
 	"github.com/fleet-go/fleet/internal/apptest"
 	"github.com/fleet-go/fleet/internal/syncbuf"
 	"github.com/fleet-go/fleet/pgcluster"
+	"github.com/fleet-go/fleet/pgtest"
 )
 
 // syncBuffer is a log or output sink safe for concurrent writes.
@@ -112,12 +114,13 @@ func TestDemoInterruptStopsTheMasterBeforeThePrivateServer(t *testing.T) {
 	for _, want := range []string{
 		"interrupted: stopping the fleet master",
 		"stopped in ",
-		"explore what happened:",
-		"  export APP_DATABASE__URL='" + url + "'\n",
-		"  app fleet:failed ",
-		"app fleet:metrics",
-		"app fleet:job ",
+		"explore what happened, in this directory:",
+		"  export APP_CONFIG=.fleet/demo.toml ",
+		"  go run ./cmd/app fleet:failed ",
+		"go run ./cmd/app fleet:metrics",
+		"go run ./cmd/app fleet:job ",
 		"kept the private PostgreSQL running",
+		"stop it with `go run ./cmd/app demo --stop`",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("stdout lacks %q:\n%s", want, out)
@@ -137,14 +140,19 @@ func TestDemoInterruptStopsTheMasterBeforeThePrivateServer(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, ".fleet", "demo.json")); err != nil {
 		t.Errorf("no state file for the kept server: %v", err)
 	}
+	if cfg, err := config.Load(config.Options{Dir: dir, Environ: []string{"APP_CONFIG=.fleet/demo.toml"}}); err != nil || cfg.Database.URL != url {
+		t.Errorf("the demo's configuration does not name the kept server: %v %+v", err, cfg)
+	}
 
 	var stopOut, stopErr syncBuffer
 	if code := runContext(context.Background(), dir, env, &stopOut, &stopErr, "demo", "--stop"); code != 0 ||
 		!strings.Contains(stopOut.String(), "stopped the demo's private PostgreSQL") {
 		t.Fatalf("demo --stop: exit %d\n%s\n%s", code, stopOut.String(), stopErr.String())
 	}
-	if _, err := os.Stat(filepath.Join(dir, ".fleet", "demo.json")); !errors.Is(err, fs.ErrNotExist) {
-		t.Errorf("state file left after --stop: %v", err)
+	for _, f := range []string{"demo.json", "demo.toml"} {
+		if _, err := os.Stat(filepath.Join(dir, ".fleet", f)); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s left after --stop: %v", f, err)
+		}
 	}
 	conn, err := pgx.Connect(context.Background(), url)
 	if err == nil {
@@ -155,5 +163,91 @@ func TestDemoInterruptStopsTheMasterBeforeThePrivateServer(t *testing.T) {
 	if code := runContext(context.Background(), dir, env, &stopOut, &stopErr, "demo", "--stop"); code != 0 ||
 		!strings.Contains(stopOut.String(), "no demo PostgreSQL is running") {
 		t.Fatalf("demo --stop again: exit %d\n%s\n%s", code, stopOut.String(), stopErr.String())
+	}
+}
+
+// TestDemoPrintsCommandsThatRunAsPrinted runs the demo on a configured
+// database (interrupted once its master runs, which still prints the
+// commands) and runs every command it printed as printed: after the
+// printed export, each `go run ./cmd/app ARGS` but the long-running
+// `fleet` must exit 0, and the configuration file it names must hold the
+// demo's database and supervisors, so that `fleet` works the demo's queues.
+func TestDemoPrintsCommandsThatRunAsPrinted(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	dir := t.TempDir()
+	env := []string{apptest.EnvAppMode + "=1", "PATH=" + os.Getenv("PATH"), "APP_DATABASE__URL=" + url}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var stdout, stderr syncBuffer
+	codec := make(chan int, 1)
+	go func() { codec <- runContext(ctx, dir, env, &stdout, &stderr, "demo", "--keep") }()
+	eventually(t, 2*time.Minute, "a master row", func() bool {
+		select {
+		case code := <-codec:
+			t.Fatalf("demo exited %d before its master ran:\n%s\n%s", code, stdout.String(), stderr.String())
+		default:
+		}
+		return strings.Contains(stdout.String(), "starting a fleet master") &&
+			query(t, url, "SELECT count(*) FROM fleet_masters WHERE kind = 'master'") > 0
+	})
+	cancel()
+	if code := <-codec; code != cmd.ExitInterrupted {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout.String(), stderr.String())
+	}
+	out := stdout.String()
+	if !strings.Contains(out, "--keep, which keeps a private server running, changes nothing") {
+		t.Errorf("the demo does not say what --keep does on a configured database:\n%s", out)
+	}
+
+	var exports []string
+	var commands [][]string
+	for _, line := range strings.Split(out, "\n") {
+		line, _, _ = strings.Cut(line, "#")
+		if rest, ok := strings.CutPrefix(line, "  export "); ok {
+			exports = append(exports, strings.Fields(rest)...)
+		}
+		if rest, ok := strings.CutPrefix(line, "  go run ./cmd/app "); ok {
+			commands = append(commands, strings.Fields(rest))
+		}
+	}
+	if len(exports) != 1 || exports[0] != "APP_CONFIG=.fleet/demo.toml" {
+		t.Fatalf("exports %q, want APP_CONFIG=.fleet/demo.toml:\n%s", exports, out)
+	}
+	if len(commands) < 5 {
+		t.Fatalf("%d commands printed:\n%s", len(commands), out)
+	}
+	sawFleet := false
+	for _, args := range commands {
+		if args[0] == "fleet" {
+			sawFleet = true // runs until stopped
+			continue
+		}
+		// Only the printed environment: the file must supply the database.
+		if r := run(t, dir, exports, args...); r.code != 0 {
+			t.Errorf("printed command %q: %+v", args, r)
+		}
+	}
+	if !sawFleet {
+		t.Errorf("no `fleet` printed:\n%s", out)
+	}
+
+	cfg, err := config.Load(config.Options{Dir: dir, Environ: exports})
+	if err != nil {
+		t.Fatalf("load the printed configuration: %v", err)
+	}
+	if cfg.Database.URL != url {
+		t.Errorf("database.url %q, want the demo's %q", cfg.Database.URL, url)
+	}
+	var queues []string
+	for _, name := range []string{"default", "slow"} {
+		queues = append(queues, cfg.Fleet.Supervisors[name].Queues...)
+	}
+	if strings.Join(queues, ",") != "default,mail,slow" || len(cfg.Fleet.Supervisors) != 2 {
+		t.Errorf("supervisors %+v, want the demo's default (default, mail) and slow (slow)", cfg.Fleet.Supervisors)
+	}
+	if fi, err := os.Stat(filepath.Join(dir, ".fleet", "demo.toml")); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("demo.toml, which holds the database URL, is not private: %v %v", fi, err)
 	}
 }

@@ -1,10 +1,16 @@
 package cmd_test
 
 import (
+	"bytes"
+	"context"
 	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/spf13/cobra"
+
+	"github.com/fleet-go/fleet/cmd"
 	"github.com/fleet-go/fleet/migrations"
 	"github.com/fleet-go/fleet/pgtest"
 )
@@ -48,5 +54,37 @@ func TestUnmigratedDatabaseSaysRunMigrate(t *testing.T) {
 	}
 	if r := run(t, dir, env, "fleet:workload"); r.code != 0 {
 		t.Fatalf("after migrate: %+v", r)
+	}
+}
+
+// TestAppsOwnMissingTableIsNotNotMigrated: an app command whose own SQL
+// names a missing table of the app's gets PostgreSQL's error, not "run app
+// migrate"; one naming a missing table of fleet's gets the advice.
+func TestAppsOwnMissingTableIsNotNotMigrated(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t) // migrated: every fleet table is there
+	query := func() []*cobra.Command {
+		return []*cobra.Command{{Use: "report", Args: cobra.ExactArgs(1), RunE: func(c *cobra.Command, args []string) error {
+			conn, err := pgx.Connect(c.Context(), url)
+			if err != nil {
+				return err
+			}
+			defer conn.Close(context.Background())
+			_, err = conn.Exec(c.Context(), "SELECT * FROM "+args[0])
+			return err
+		}}}
+	}
+	exec := func(table string) (int, string) {
+		var out, errb bytes.Buffer
+		code := cmd.ExecuteContext(t.Context(), cmd.App{Commands: query, Args: []string{"report", table}, Stdout: &out, Stderr: &errb, Environ: []string{}})
+		return code, errb.String()
+	}
+	code, stderr := exec("orders")
+	if code != 1 || strings.Contains(stderr, "not migrated") || !strings.Contains(stderr, `relation "orders" does not exist (SQLSTATE 42P01)`) {
+		t.Errorf("the app's own table: %d %q", code, stderr)
+	}
+	code, stderr = exec("fleet_nosuch")
+	if code != 1 || !strings.Contains(stderr, "the database is not migrated (or only partly): run `app migrate`") {
+		t.Errorf("a table of fleet's: %d %q", code, stderr)
 	}
 }

@@ -92,14 +92,16 @@ func ExecuteContext(ctx context.Context, app App) int {
 	}
 	r := &runner{app: app, version: version}
 	root := r.rootCommand()
-	if err := addAppCommands(root, app.Commands); err != nil {
+	appCommands, err := addAppCommands(root, app.Commands)
+	if err != nil {
 		fmt.Fprintf(app.Stderr, "error: %s\n", oneLine(err.Error()))
 		return 1
 	}
 	root.SetArgs(app.Args)
 	root.SetOut(app.Stdout)
 	root.SetErr(app.Stderr)
-	err := explainDatabaseError(root.ExecuteContext(ctx))
+	ran, err := root.ExecuteContextC(ctx)
+	err = explainDatabaseError(err, !appCommands.ran(ran))
 	if err == nil {
 		return 0
 	}
@@ -114,11 +116,24 @@ func ExecuteContext(ctx context.Context, app App) int {
 	return 1
 }
 
+// appCommands are the commands an app added (cmd.App.Commands).
+type appCommands map[*cobra.Command]bool
+
+// ran reports whether c is one of the app's commands or below one.
+func (a appCommands) ran(c *cobra.Command) bool {
+	for ; c != nil; c = c.Parent() {
+		if a[c] {
+			return true
+		}
+	}
+	return false
+}
+
 // addAppCommands adds the app's own commands to root, refusing one that
 // would shadow a command of fleet's (or of another of the app's).
-func addAppCommands(root *cobra.Command, commands func() []*cobra.Command) error {
+func addAppCommands(root *cobra.Command, commands func() []*cobra.Command) (appCommands, error) {
 	if commands == nil {
-		return nil
+		return nil, nil
 	}
 	taken := map[string]bool{"help": true, "completion": true}
 	for _, c := range root.Commands() {
@@ -127,19 +142,21 @@ func addAppCommands(root *cobra.Command, commands func() []*cobra.Command) error
 			taken[a] = true
 		}
 	}
+	added := appCommands{}
 	for _, c := range commands() {
 		if c == nil {
 			continue
 		}
 		for _, name := range append([]string{c.Name()}, c.Aliases...) {
 			if taken[name] {
-				return fmt.Errorf("cmd.App.Commands: command %q is already taken by fleet or another app command", name)
+				return nil, fmt.Errorf("cmd.App.Commands: command %q is already taken by fleet or another app command", name)
 			}
 			taken[name] = true
 		}
 		root.AddCommand(c)
+		added[c] = true
 	}
-	return nil
+	return added, nil
 }
 
 func oneLine(s string) string {
@@ -181,6 +198,7 @@ func (r *runner) rootCommand() *cobra.Command {
 		r.failedCommand(),
 		r.retryCommand(),
 		r.forgetCommand(),
+		r.clearCommand(),
 		r.jobsCommand(),
 		r.jobCommand(),
 		r.metricsCommand(),

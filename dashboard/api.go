@@ -82,6 +82,7 @@ func (h *Handler) apiRoutes() []route {
 		{method: "GET", path: seg("metrics"), ability: view, params: []string{"period", "queue", "job"}, serve: h.metrics},
 		{method: "POST", path: seg("pause"), ability: operate, serve: h.pause},
 		{method: "POST", path: seg("continue"), ability: operate, serve: h.resume},
+		{method: "POST", path: seg("queues/{queue}/clear"), ability: operate, serve: h.clearQueue},
 	}
 }
 
@@ -113,7 +114,11 @@ func matchPath(pattern, parts []string) (map[string]string, bool) {
 	vars := map[string]string{}
 	for i, p := range pattern {
 		if name, ok := strings.CutPrefix(p, "{"); ok {
-			vars[strings.TrimSuffix(name, "}")] = parts[i]
+			v, err := url.PathUnescape(parts[i])
+			if err != nil {
+				return nil, false
+			}
+			vars[strings.TrimSuffix(name, "}")] = v
 		} else if p != parts[i] {
 			return nil, false
 		}
@@ -136,7 +141,7 @@ func (h *Handler) serveAPI(w http.ResponseWriter, r *http.Request, path string) 
 		h.writeJSON(w, http.StatusInternalServerError, errorBody("the request could not be authenticated (see the server's log)", ""))
 		return
 	}
-	rt, vars, allowed := h.match(r.Method, path)
+	rt, vars, allowed := h.match(r.Method, h.rawAPIPath(r, path))
 	if rt == nil {
 		if len(allowed) > 0 {
 			w.Header().Set("Allow", strings.Join(allowed, ", "))
@@ -172,6 +177,22 @@ func (h *Handler) serveAPI(w http.ResponseWriter, r *http.Request, path string) 
 		return
 	}
 	h.writeJSON(w, code, body)
+}
+
+// rawAPIPath is path (the API path, decoded) as the request spelled it,
+// its segments still escaped, so that a hole such as {queue} may hold a
+// "/" (as %2F) without splitting; match unescapes each hole. It is path
+// itself when the two do not line up.
+func (h *Handler) rawAPIPath(r *http.Request, path string) string {
+	rest, ok := strings.CutPrefix(r.URL.EscapedPath(), (&url.URL{Path: h.path}).EscapedPath()+"/api")
+	if !ok {
+		return path
+	}
+	rest = strings.TrimPrefix(rest, "/")
+	if p, err := url.PathUnescape(rest); err != nil || p != path {
+		return path
+	}
+	return rest
 }
 
 // checkParams refuses parameters the route does not take, and repeated
@@ -439,6 +460,21 @@ func (h *Handler) forget(ctx context.Context, c *call) (int, any, error) {
 		return 0, nil, err
 	}
 	return http.StatusOK, map[string]int64{"forgotten": id}, nil
+}
+
+// clearQueue deletes the jobs of the path's {queue} that no worker holds
+// (see fleet.Service.Clear) and answers how many. It runs within the API's
+// timeout; a queue too large for it is cleared with fleet:clear.
+func (h *Handler) clearQueue(ctx context.Context, c *call) (int, any, error) {
+	q := c.vars["queue"]
+	if err := queue.CheckQueue("queue", q); err != nil {
+		return 0, nil, badParam("queue", "%v", strings.TrimPrefix(err.Error(), "queue "))
+	}
+	n, err := h.svc.Clear(ctx, q)
+	if err != nil {
+		return 0, nil, fmt.Errorf("clear queue %q (deleted %d job(s) before the error): %w", q, n, err)
+	}
+	return http.StatusOK, map[string]int{"deleted": n}, nil
 }
 
 // metricsSpan mirrors the service's periods: how far back, and the bucket.

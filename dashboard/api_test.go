@@ -119,6 +119,11 @@ func TestDashboardAPIAccess(t *testing.T) {
 		{method: "POST", path: "continue", body: `{"queue": "mail"}`, operate: true, check: has("continued")},
 		{method: "POST", path: "pause", operate: true, check: has("paused")},
 		{method: "POST", path: "continue", operate: true, check: has("continued")},
+		{method: "POST", path: "queues/mail/clear", operate: true, check: func(t *testing.T, a answer) {
+			if a.body["deleted"] != 2.0 || len(a.body) != 1 {
+				t.Errorf("clear mail (dan's and eve's jobs): %s", a.raw)
+			}
+		}},
 	}
 	for _, c := range calls {
 		name := c.method + " " + c.path

@@ -213,7 +213,7 @@
       h('h1', null, 'Sign in to fleet'),
       h('p', { class: 'hint' }, 'Paste a dashboard token. Create one on a host with ',
         h('code', null, 'app fleet:token create --name NAME --ability view'),
-        ' (add ', h('code', null, 'operate'), ' to retry, forget and pause). It is kept in this tab only.'),
+        ' (add ', h('code', null, 'operate'), ' to retry, forget, pause and clear). It is kept in this tab only.'),
       input, error, h('div', { class: 'actions' }, submit)));
     input.focus();
   }
@@ -386,6 +386,22 @@
     }, kind === 'all' ? 'Pause all' : 'Pause');
   }
 
+  // clearButton deletes a queue's jobs that are not running, after the
+  // page's own confirmation; none when the queue has no such job.
+  function clearButton(q) {
+    const n = q.pending + q.delayed + (q.limited || 0);
+    if (!can('operate') || n === 0) return null;
+    return h('button', {
+      type: 'button', class: 'small danger', 'data-action': 'clear', 'data-queue': q.queue,
+      onclick: async () => {
+        if (!(await confirmAction('Clear queue ' + q.queue + '? Its ' + num(n) + ' job(s) that are not running (pending, delayed, limited) ' +
+          'are deleted for good; running jobs finish.', 'Clear'))) return;
+        act('POST', 'queues/' + encodeURIComponent(q.queue) + '/clear', undefined,
+          (x) => 'Cleared queue ' + q.queue + ': deleted ' + num(x.deleted) + ' job(s).');
+      },
+    }, 'Clear');
+  }
+
   function overviewView() {
     return {
       title: 'Overview',
@@ -424,7 +440,7 @@
           { title: 'Workload', cls: 'num', cell: (q) => secs(q.workload_secs) },
           { title: 'Processes', cls: 'num', cell: (q) => num(q.processes) },
           { title: 'Jobs/min', cls: 'num', cell: (q) => num(q.jobs_per_minute) },
-          ...(can('operate') ? [{ title: '', cell: (q) => pauseButton('queue', q.queue, q.paused) }] : []),
+          ...(can('operate') ? [{ title: '', cell: (q) => h('span', { class: 'row-actions' }, pauseButton('queue', q.queue, q.paused), clearButton(q)) }] : []),
         ], w.queues, 'No queue has jobs, recent history or processes.');
         queues.id = 'workload';
         const masters = m.masters.length
