@@ -4,7 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"time"
+	"math"
 
 	"github.com/jackc/pgx/v5/pgtype"
 )
@@ -16,7 +16,7 @@ import (
 // A clear is a loop of batches, each one statement and so one short
 // transaction of its own: a million-job queue is never one giant delete.
 // Each batch walks the queue's ready index (queue_jobs_ready_idx: queue,
-// available_at, id, unreserved jobs only) from where the previous batch
+// priority, available_at, id, unreserved jobs only) from where the previous batch
 // stopped, so it costs its batch, never the jobs already deleted (whose
 // dead index entries stay until vacuum) or the rest of the backlog.
 //
@@ -37,19 +37,19 @@ import (
 const QueueClearBatchDefault = 10_000
 
 // ClearCursor is a position in a queue's ready index: its jobs after
-// (AvailableAt, ID). The zero ClearCursor is the index's start.
+// (Priority, AvailableAt, ID). The zero ClearCursor (ID 0, no time) is the
+// index's start.
 type ClearCursor struct {
+	Priority    int
 	AvailableAt pgtype.Timestamptz
 	ID          int64
 }
 
 // QueueClearBatchParams say which jobs one batch deletes: at most Limit
-// unreserved jobs of Queue after After, available at Until at the latest
-// (invalid: no bound, parked jobs included), whose id is at most MaxID.
+// unreserved jobs of Queue after After whose id is at most MaxID.
 type QueueClearBatchParams struct {
 	Queue string
 	After ClearCursor
-	Until pgtype.Timestamptz
 	MaxID int64
 	Limit int
 }
@@ -69,10 +69,10 @@ type QueueClearBatchResult struct {
 // last job deleted.
 const queueClearBatchSQL = `
 	WITH doomed AS MATERIALIZED (
-		SELECT id, available_at FROM queue_jobs
+		SELECT id, priority, available_at FROM queue_jobs
 		WHERE queue = $1 AND reserved_by IS NULL
-		  AND (available_at, id) > ($2::timestamptz, $3::bigint) AND available_at <= $4 AND id <= $5
-		ORDER BY available_at, id
+		  AND (priority, available_at, id) > ($2::smallint, $3::timestamptz, $4::bigint) AND id <= $5
+		ORDER BY priority, available_at, id
 		LIMIT $6
 		FOR UPDATE SKIP LOCKED
 	), deleted AS (
@@ -99,24 +99,21 @@ const queueClearBatchSQL = `
 		WHERE k.key = d.unique_key AND k.job_id = d.id
 		  AND k.key = ANY (ARRAY(SELECT unique_key FROM deleted WHERE unique_key IS NOT NULL))
 	), last AS (
-		SELECT available_at, id FROM doomed ORDER BY available_at DESC, id DESC LIMIT 1
+		SELECT priority, available_at, id FROM doomed ORDER BY priority DESC, available_at DESC, id DESC LIMIT 1
 	)
-	SELECT (SELECT count(*) FROM deleted)::integer,
+	SELECT (SELECT count(*) FROM deleted)::integer, COALESCE((SELECT priority FROM last), 0)::integer,
 	       COALESCE((SELECT available_at FROM last), '-infinity'), COALESCE((SELECT id FROM last), 0)`
 
 // QueueClearBatch deletes one batch of a queue's unreserved jobs (see
 // QueueClear, which loops over batches).
 func (s *Store) QueueClearBatch(ctx context.Context, p QueueClearBatchParams) (QueueClearBatchResult, error) {
-	after, until := p.After, p.Until
-	if !after.AvailableAt.Valid {
-		after.AvailableAt = pgtype.Timestamptz{InfinityModifier: pgtype.NegativeInfinity, Valid: true}
-	}
-	if !until.Valid {
-		until = pgtype.Timestamptz{InfinityModifier: pgtype.Infinity, Valid: true}
+	after := p.After
+	if after.ID == 0 && !after.AvailableAt.Valid {
+		after = ClearCursor{Priority: math.MinInt16, AvailableAt: pgtype.Timestamptz{InfinityModifier: pgtype.NegativeInfinity, Valid: true}}
 	}
 	var res QueueClearBatchResult
-	err := s.pool.QueryRow(ctx, queueClearBatchSQL, p.Queue, after.AvailableAt, after.ID, until, p.MaxID, p.Limit).
-		Scan(&res.Deleted, &res.Next.AvailableAt, &res.Next.ID)
+	err := s.pool.QueryRow(ctx, queueClearBatchSQL, p.Queue, int16(after.Priority), after.AvailableAt, after.ID, p.MaxID, p.Limit).
+		Scan(&res.Deleted, &res.Next.Priority, &res.Next.AvailableAt, &res.Next.ID)
 	if err != nil {
 		return QueueClearBatchResult{}, fmt.Errorf("clear queue %q: delete a batch of %d jobs: %w", p.Queue, p.Limit, err)
 	}
@@ -130,12 +127,6 @@ type QueueClearParams struct {
 	Batch int
 }
 
-// clearStragglerSlack is how far before the clear's start its second walk
-// begins: a job unparked or released while the first walk was past it
-// gets available_at = now() of the transaction that moved it, which began
-// at most this long before the clear read its start.
-const clearStragglerSlack = time.Minute
-
 // QueueClear deletes the jobs of a queue that no worker holds and returns
 // how many it deleted. Jobs dispatched after it starts (a larger id) are
 // left alone, so a busy dispatcher cannot keep it running; jobs that become
@@ -143,45 +134,36 @@ const clearStragglerSlack = time.Minute
 // holder died) may or may not be deleted. Each batch is a statement of its
 // own: an error returns the count deleted so far with it.
 //
-// The walk follows the ready index in (available_at, id) order. A job
-// moved behind the walk while it ran (a parked job unparked, whose
-// available_at becomes now()) lies between the clear's start (less
-// clearStragglerSlack) and the walk's end: a second walk over that window
-// alone picks such jobs up, when the first went past its start (into the
-// delayed and parked jobs). The window holds only jobs due during the
-// clear, so its dead entries are few.
+// The walk follows the ready index in (priority, available_at, id) order,
+// so each batch reads past none of the jobs the batches before it deleted.
+// A job moved behind the walk while it ran (a parked job unparked, whose
+// available_at becomes now()) is picked up by a second walk from the
+// start, which reads the first walk's dead entries once.
 func (s *Store) QueueClear(ctx context.Context, p QueueClearParams) (int, error) {
 	limit := cmp.Or(p.Batch, QueueClearBatchDefault)
 	var maxID int64
-	var started time.Time
-	if err := s.pool.QueryRow(ctx, `SELECT COALESCE(max(id), 0), now() FROM queue_jobs`).Scan(&maxID, &started); err != nil {
+	if err := s.pool.QueryRow(ctx, `SELECT COALESCE(max(id), 0) FROM queue_jobs`).Scan(&maxID); err != nil {
 		return 0, fmt.Errorf("clear queue %q: read the last job id: %w", p.Queue, err)
 	}
 	total := 0
-	walk := func(from ClearCursor, until pgtype.Timestamptz) (ClearCursor, error) {
-		cur := from
+	walk := func() (int, error) {
+		var cur ClearCursor
+		deleted := 0
 		for {
-			res, err := s.QueueClearBatch(ctx, QueueClearBatchParams{Queue: p.Queue, After: cur, Until: until, MaxID: maxID, Limit: limit})
+			res, err := s.QueueClearBatch(ctx, QueueClearBatchParams{Queue: p.Queue, After: cur, MaxID: maxID, Limit: limit})
+			deleted += res.Deleted
 			total += res.Deleted
 			if err != nil || res.Next.ID == 0 {
-				return cur, err
+				return deleted, err
 			}
 			cur = res.Next
 		}
 	}
-	last, err := walk(ClearCursor{}, pgtype.Timestamptz{})
-	if err != nil {
+	first, err := walk()
+	if err != nil || first == 0 {
 		return total, err
 	}
-	from := started.Add(-clearStragglerSlack)
-	if last.ID == 0 || (last.AvailableAt.InfinityModifier == pgtype.Finite && !last.AvailableAt.Time.After(from)) {
-		return total, nil
-	}
-	var ended time.Time
-	if err := s.pool.QueryRow(ctx, `SELECT now()`).Scan(&ended); err != nil {
-		return total, fmt.Errorf("clear queue %q: read the clock: %w", p.Queue, err)
-	}
-	_, err = walk(ClearCursor{AvailableAt: pgtype.Timestamptz{Time: from, Valid: true}}, pgtype.Timestamptz{Time: ended, Valid: true})
+	_, err = walk()
 	return total, err
 }
 
