@@ -181,6 +181,7 @@ func (r *runner) rootCommand() *cobra.Command {
 		r.failedCommand(),
 		r.retryCommand(),
 		r.forgetCommand(),
+		r.cancelCommand(),
 		r.jobsCommand(),
 		r.jobCommand(),
 		r.metricsCommand(),
