@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -177,4 +178,81 @@ func TestCancelQueueCancelsPendingAndRequestsRunning(t *testing.T) {
 	if n := scalar[int64](t, b.pool, `SELECT count(*) FROM queue_jobs WHERE queue = 'other'`); n != 2 {
 		t.Fatal("another queue's jobs were cancelled")
 	}
+}
+
+// find returns the last recorded statement whose text starts as prefix
+// does (after its leading space).
+func (r *recorder) find(t testing.TB, prefix string) statement {
+	t.Helper()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i := len(r.sent) - 1; i >= 0; i-- {
+		if strings.HasPrefix(strings.TrimSpace(r.sent[i].sql), prefix) {
+			return r.sent[i]
+		}
+	}
+	t.Fatalf("no statement starting %q was run", prefix)
+	return statement{}
+}
+
+func TestCancelAndSnoozeStatementsReadTheirBatchUnderAGenericPlan(t *testing.T) {
+	t.Parallel()
+	db := newGenericDB(t)
+	ctx := t.Context()
+	exec(t, db.pool, `INSERT INTO queue_jobs (queue, name) SELECT 'q', 'n' FROM generate_series(1, 20000)`)
+	exec(t, db.pool, `ANALYZE queue_jobs`)
+	outcomes := func(jobs []store.ClaimedJob, kind store.OutcomeKind) []store.JobOutcome {
+		out := make([]store.JobOutcome, len(jobs))
+		for i, j := range jobs {
+			out[i] = store.JobOutcome{Lease: j.Lease(), Kind: kind, Status: string(kind), MaxTries: 3,
+				Queue: j.Queue, Name: j.Name, Attempt: j.Attempt, StartedAt: time.Now(), FinishedAt: time.Now()}
+		}
+		return out
+	}
+	claim := func() []store.ClaimedJob {
+		t.Helper()
+		jobs, err := db.st.JobClaim(ctx, store.JobClaimParams{Queue: "q", Limit: 10, Worker: "w"})
+		if err != nil || len(jobs) != 10 {
+			t.Fatalf("claim %d, %v", len(jobs), err)
+		}
+		return jobs
+	}
+	check := func(what string, st statement) {
+		t.Helper()
+		read, plan := explainGeneric(t, db, st)
+		if n := read.of("queue_jobs"); n > 100 {
+			t.Errorf("%s of 10 read %d rows of queue_jobs (%s)\n%s", what, n, read, plan)
+		}
+	}
+	for range 6 { // as a cached statement would have been by now
+		jobs := claim()
+		if _, err := db.st.JobFinishMany(ctx, store.JobFinishParams{Worker: "w", Outcomes: outcomes(jobs, store.OutcomeSnoozed)}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := db.st.JobCancelPoll(ctx, ids(jobs)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := db.st.JobCancel(ctx, ids(jobs[:5]), "x"); err != nil {
+			t.Fatal(err)
+		}
+		running := claim()
+		if _, err := db.st.JobCancel(ctx, ids(running), "x"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := db.st.JobRelease(ctx, store.JobReleaseParams{Leases: []store.Lease{running[0].Lease()}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fin, poll, cancel, release := db.rec.find(t, "WITH d AS MATERIALIZED (\n\t\tSELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[]"),
+		db.rec.find(t, "SELECT id, COALESCE(lease, 0)"), db.rec.find(t, "WITH gone AS"),
+		db.rec.find(t, "WITH d AS MATERIALIZED (\n\t\tSELECT * FROM unnest($1::bigint[], $2::bigint[]) AS d(id, lease)")
+	jobs := claim()
+	fin.args[0], fin.args[1] = leaseIDs(jobs)
+	check("a finish of snoozed jobs", fin)
+	poll.args[0] = ids(jobs)
+	check("a poll for cancel requests", poll)
+	cancel.args[0] = ids(jobs)
+	check("a cancel", cancel)
+	release.args[0], release.args[1] = leaseIDs(jobs)
+	check("a release", release)
 }
