@@ -309,7 +309,8 @@ const (
 type JobOutcome struct {
 	Lease
 	Kind OutcomeKind
-	// Status is the attempt's history status: completed, failed or timed_out.
+	// Status is the attempt's history status: completed, failed, timed_out,
+	// snoozed or cancelled.
 	Status string
 	// Error is the attempt's error (retried and failed outcomes); it is
 	// stored as StorableText makes it.
