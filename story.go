@@ -18,6 +18,7 @@ const (
 	JobCompleted = "completed" // its last attempt completed
 	JobFailed    = "failed"    // in queue_failed_jobs
 	JobRetried   = "retried"   // it failed and a retry of it is queued or failed now
+	JobCancelled = "cancelled" // its last attempt was cancelled (by an operator, or by its handler with queue.Cancel)
 	JobGone      = "gone"      // its last attempt did not complete and it is neither queued nor failed any more (retried, forgotten or trimmed)
 )
 
@@ -49,6 +50,9 @@ type JobStory struct {
 	UniqueKey string `json:"unique_key,omitempty"`
 	// Failed is its row in queue_failed_jobs.
 	Failed *FailedRecord `json:"failed,omitempty"`
+	// Cancel says who cancelled the job and when: a request its worker has
+	// not acted on yet, or the cancelled attempt.
+	Cancel *JobCancellation `json:"cancel,omitempty"`
 	// RetryOf is the first job of the retry chain this job belongs to,
 	// when it is a retry (queue_jobs.retry_of / queue_failed_jobs.retry_of).
 	RetryOf *int64 `json:"retry_of,omitempty"`
@@ -106,10 +110,22 @@ type JobLink struct {
 	State    string `json:"state"`
 }
 
+// JobCancellation is a job's cancel.
+type JobCancellation struct {
+	// Requested says the job still runs: its worker was asked to stop it
+	// (at At, by By) and records the attempt as cancelled when it does.
+	Requested bool      `json:"requested"`
+	At        time.Time `json:"at"`
+	By        string    `json:"by,omitempty"`
+	// Reason is the cancelled attempt's error, once the job has ended: who
+	// cancelled it ("cancelled by …") and how the handler stopped.
+	Reason string `json:"reason,omitempty"`
+}
+
 // JobAttempt is one recorded attempt (a row of the history, fleet_jobs).
 type JobAttempt struct {
 	Attempt int `json:"attempt"`
-	// Status is completed, failed, timed_out or lost.
+	// Status is completed, failed, timed_out, lost, cancelled or snoozed.
 	Status         string     `json:"status"`
 	Worker         string     `json:"worker,omitempty"`
 	MasterInstance string     `json:"master_instance,omitempty"`
@@ -168,6 +184,9 @@ func (s *Service) story(ctx context.Context, p store.JobStoryParams) (JobStory, 
 		if q.LimitKey != nil && q.Limit != nil {
 			out.Limit = &JobLimit{Key: *q.LimitKey, Limit: *q.Limit, Active: q.LimitActive, Waiting: q.State == JobLimited}
 		}
+		if q.CancelRequestedAt != nil {
+			out.Cancel = &JobCancellation{Requested: true, At: *q.CancelRequestedAt, By: deref(q.CancelledBy)}
+		}
 		if q.ReservedBy != nil {
 			out.Reserved = &JobReservation{
 				Worker: *q.ReservedBy, MasterInstance: deref(q.ReservedMaster),
@@ -189,8 +208,12 @@ func (s *Service) story(ctx context.Context, p store.JobStoryParams) (JobStory, 
 		last := st.Attempts[len(st.Attempts)-1]
 		out.Tries = last.Attempt
 		out.State = JobGone
-		if last.Status == "completed" {
+		switch last.Status {
+		case "completed":
 			out.State = JobCompleted
+		case "cancelled":
+			out.State = JobCancelled
+			out.Cancel = &JobCancellation{At: last.FinishedAt, Reason: s.redactor.Text(deref(last.Error))}
 		}
 	}
 	for _, l := range st.Chain {

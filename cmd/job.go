@@ -113,6 +113,9 @@ func printStory(w io.Writer, s fleet.JobStory) error {
 	if s.Failed != nil {
 		fmt.Fprintf(tw, "error\t%s\n", firstLine(s.Failed.Error, 200))
 	}
+	if c := s.Cancel; c != nil {
+		fmt.Fprintf(tw, "cancelled\t%s\n", describeCancel(c, at))
+	}
 	if s.Payload != nil {
 		fmt.Fprintf(tw, "payload\t%s\n", clip(string(s.Payload), 200))
 	} else {
@@ -182,6 +185,10 @@ func describeState(s fleet.JobStory, at func(time.Time) string) string {
 		}
 	case fleet.JobRetried:
 		return "failed, then retried (below)"
+	case fleet.JobCancelled:
+		if n := len(s.Attempts); n > 0 {
+			return "cancelled at " + at(s.Attempts[n-1].FinishedAt)
+		}
 	case fleet.JobGone:
 		return "ended without completing; no longer queued or failed (retried, forgotten or trimmed)"
 	}
@@ -214,4 +221,13 @@ func ago(now, t time.Time) string {
 		return "in " + (-d).String()
 	}
 	return d.String() + " ago"
+}
+
+// describeCancel is the cancelled line: who asked and when, for a request
+// the worker has not acted on yet, else the cancelled attempt's reason.
+func describeCancel(c *fleet.JobCancellation, at func(time.Time) string) string {
+	if c.Requested {
+		return fmt.Sprintf("requested by %s at %s; its worker is stopping it", c.By, at(c.At))
+	}
+	return fmt.Sprintf("at %s: %s", at(c.At), firstLine(c.Reason, 200))
 }

@@ -13,7 +13,7 @@ func TestEveryCommandSpeaksJSON(t *testing.T) {
 	for _, args := range [][]string{
 		{"migrate"}, {"migrate", "status"}, {"migrate", "down"}, {"dispatch"}, {"version"},
 		{"fleet:status"}, {"fleet:pause"}, {"fleet:continue"}, {"fleet:terminate"}, {"fleet:workload"}, {"fleet:masters"},
-		{"fleet:failed"}, {"fleet:retry"}, {"fleet:forget"}, {"fleet:jobs"}, {"fleet:job"}, {"fleet:metrics"}, {"fleet:periodic"},
+		{"fleet:failed"}, {"fleet:retry"}, {"fleet:forget"}, {"fleet:cancel"}, {"fleet:jobs"}, {"fleet:job"}, {"fleet:metrics"}, {"fleet:periodic"},
 		{"fleet:clear"},
 	} {
 		r := run(t, t.TempDir(), nil, append(args, "--help")...)

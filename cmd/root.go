@@ -199,6 +199,7 @@ func (r *runner) rootCommand() *cobra.Command {
 		r.retryCommand(),
 		r.forgetCommand(),
 		r.clearCommand(),
+		r.cancelCommand(),
 		r.jobsCommand(),
 		r.jobCommand(),
 		r.metricsCommand(),

@@ -74,6 +74,7 @@ func (h *Handler) apiRoutes() []route {
 		{method: "GET", path: seg("masters"), ability: view, serve: h.masters},
 		{method: "GET", path: seg("jobs"), ability: view, params: []string{"status", "queue", "page"}, serve: h.jobs},
 		{method: "GET", path: seg("jobs/{id}"), ability: view, serve: h.job},
+		{method: "POST", path: seg("jobs/{id}/cancel"), ability: operate, serve: h.cancel},
 		{method: "GET", path: seg("failed"), ability: view, params: []string{"search", "queue", "page"}, serve: h.failedList},
 		{method: "POST", path: seg("failed/retry"), ability: operate, params: []string{"search", "queue"}, serve: h.retryAll},
 		{method: "GET", path: seg("failed/{id}"), ability: view, serve: h.failedJob},
@@ -372,6 +373,23 @@ func (h *Handler) job(ctx context.Context, c *call) (int, any, error) {
 		return 0, nil, notFound("no job with id %d", id)
 	}
 	return http.StatusOK, s, err
+}
+
+// cancel cancels a queued job: at once when no worker holds it, else its
+// worker is asked to stop it (the answer's outcome says which).
+func (h *Handler) cancel(ctx context.Context, c *call) (int, any, error) {
+	id, err := c.id("a job's")
+	if err != nil {
+		return 0, nil, err
+	}
+	outcome, err := h.svc.CancelJob(fleet.WithActor(ctx, "the dashboard"), id)
+	if errors.Is(err, fleet.ErrJobNotFound) {
+		return 0, nil, notFound("no queued job with id %d (finished, failed or cancelled already?)", id)
+	}
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, map[string]any{"id": id, "outcome": outcome}, nil
 }
 
 // failedFilter reads search and queue.

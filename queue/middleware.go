@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"runtime/debug"
@@ -84,7 +85,8 @@ func (r *Registry) OnError(hook ErrorHook) {
 // Run runs one attempt of job as a worker does: the handler registered for
 // job.Name inside the work middleware, a panic turned into the attempt's
 // error (its value and stack), then the error hooks when the attempt
-// failed. It returns the attempt's error. Workers call it for every job;
+// failed (a snooze or a cancel is not a failure). It returns the
+// attempt's error. Workers call it for every job;
 // an app's tests may call it to run a handler with its middleware and
 // hooks without a database (job.CompleteTx then fails: only a worker's
 // jobs can complete in a transaction).
@@ -99,12 +101,20 @@ func (r *Registry) Run(ctx context.Context, job *Job) error {
 	} else {
 		err = fmt.Errorf("no handler registered for %q", job.Name)
 	}
-	if err != nil {
+	if err != nil && !notFailure(ctx, err) {
 		for _, hook := range hooks {
 			runHook(ctx, hook, job, err)
 		}
 	}
 	return err
+}
+
+// notFailure reports whether an attempt's error ends it without failing
+// it, so that no error hook hears of it: a snooze, a cancel returned by the
+// handler, or any error after the job was cancelled from outside.
+func notFailure(ctx context.Context, err error) bool {
+	var snooze *SnoozeError
+	return errors.As(err, &snooze) || errors.Is(err, ErrCancelled) || errors.Is(context.Cause(ctx), ErrCancelled)
 }
 
 // runHandler calls h, turning a panic into an error with its stack.

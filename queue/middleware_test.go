@@ -7,6 +7,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver
@@ -259,5 +260,26 @@ func TestDispatchMiddlewareMustLeaveValidJSON(t *testing.T) {
 	_, err := c.Dispatch(context.Background(), queue.NewJob("x", nil))
 	if !errors.Is(err, queue.ErrInvalidJob) || !strings.Contains(err.Error(), "as dispatch middleware set it, is not valid JSON") {
 		t.Fatalf("error %v, want an invalid job blaming the middleware's payload", err)
+	}
+}
+
+// A snooze or a cancel is not a failure: no error hook hears of it.
+func TestErrorHooksSkipSnoozeAndCancel(t *testing.T) {
+	t.Parallel()
+	r := queue.NewRegistry()
+	var heard []string
+	r.OnError(func(_ context.Context, _ *queue.Job, err error) { heard = append(heard, err.Error()) })
+	r.Handle("snooze", func(context.Context, *queue.Job) error { return queue.Snooze(time.Second) })
+	r.Handle("cancel", func(context.Context, *queue.Job) error { return queue.Cancel(nil) })
+	r.Handle("outside", func(ctx context.Context, _ *queue.Job) error { return ctx.Err() })
+	r.Handle("fail", func(context.Context, *queue.Job) error { return errors.New("boom") })
+	for _, name := range []string{"snooze", "cancel", "fail"} {
+		_ = r.Run(context.Background(), &queue.Job{Name: name})
+	}
+	ctx, cancel := context.WithCancelCause(context.Background())
+	cancel(queue.ErrCancelled)
+	_ = r.Run(ctx, &queue.Job{Name: "outside"})
+	if len(heard) != 1 || heard[0] != "boom" {
+		t.Errorf("hooks heard %q, want only boom", heard)
 	}
 }

@@ -20,6 +20,12 @@ const (
 	counterConflict = `
 		ON CONFLICT (queue, shard) DO UPDATE SET processed = c.processed + EXCLUDED.processed,
 		    failed = c.failed + EXCLUDED.failed, updated_at = now()`
+	// counterIncrements counts, over rows with a status column, the
+	// processed attempts (all but snoozed ones, which do not count as
+	// attempts) and the failed ones (failed, timed out or lost: a
+	// cancelled or snoozed attempt is no failure).
+	counterIncrements = `count(*) FILTER (WHERE status <> 'snoozed'),
+		count(*) FILTER (WHERE status IN ('failed', 'timed_out', 'lost'))`
 )
 
 // PartitionsEnsure creates the missing history partitions from the hour
@@ -82,10 +88,12 @@ func (s *Store) DutyClaim(ctx context.Context, name string, every time.Duration)
 // MetricsSnapshot writes the fleet_metrics rows of the given minute,
 // [minute, minute + 1 minute), per queue and per job name, from the
 // attempts' real finish times, in one statement; minute must be a whole
-// minute that is over by the database clock. Jobs and failed count every
-// attempt; the runtime figures leave lost attempts out (no worker timed
-// them; 0 when none is left). Queue rows also carry the backlog: pending
-// (ready) jobs, the age of the oldest, and the seconds to clear them at
+// minute that is over by the database clock. Jobs counts every attempt
+// but snoozed ones and jobs cancelled before they started; failed counts
+// the failed, timed out and lost ones (a cancelled attempt is no failure);
+// the runtime figures leave out, besides those, lost attempts (no worker
+// timed them; 0 when none is left). Queue rows also carry the backlog:
+// pending (ready) jobs, the age of the oldest, and the seconds to clear them at
 // that minute's rate (NULL when nothing finished, 0 with no backlog); a
 // queue with a backlog and no history gets a row too. The backlog is
 // measured when the snapshot is taken, not at the minute's end: a late or
@@ -102,22 +110,28 @@ func (s *Store) MetricsSnapshot(ctx context.Context, minute time.Time) (int, err
 		WITH w AS (
 			SELECT $1::timestamptz AS lo, $1::timestamptz + interval '1 minute' AS hi
 		), h AS (
-			SELECT j.queue, j.name, j.status, j.runtime_ms
+			SELECT j.queue, j.name, j.status, j.runtime_ms,
+			       -- ran: an attempt that counts (not snoozed, not a job
+			       -- cancelled before it started); timed: one a worker timed to
+			       -- its end (not lost either)
+			       j.status <> 'snoozed' AND (j.status <> 'cancelled' OR j.reserved_at IS NOT NULL) AS ran,
+			       j.status NOT IN ('lost', 'snoozed') AND (j.status <> 'cancelled' OR j.reserved_at IS NOT NULL) AS timed
 			FROM fleet_jobs j WHERE j.finished_at >= $1::timestamptz AND j.finished_at < $1::timestamptz + interval '1 minute'
 		), per AS (
-			SELECT 'queue' AS kind, queue AS subject, count(*) AS jobs,
-			       count(*) FILTER (WHERE status <> 'completed') AS failed,
-			       percentile_cont(0.5) WITHIN GROUP (ORDER BY runtime_ms) FILTER (WHERE status <> 'lost') AS p50,
-			       percentile_cont(0.95) WITHIN GROUP (ORDER BY runtime_ms) FILTER (WHERE status <> 'lost') AS p95,
-			       percentile_cont(0.99) WITHIN GROUP (ORDER BY runtime_ms) FILTER (WHERE status <> 'lost') AS p99,
-			       avg(runtime_ms) FILTER (WHERE status <> 'lost') AS mean
+			SELECT 'queue' AS kind, queue AS subject, count(*) FILTER (WHERE ran) AS jobs,
+			       count(*) FILTER (WHERE status IN ('failed', 'timed_out', 'lost')) AS failed,
+			       percentile_cont(0.5) WITHIN GROUP (ORDER BY runtime_ms) FILTER (WHERE timed) AS p50,
+			       percentile_cont(0.95) WITHIN GROUP (ORDER BY runtime_ms) FILTER (WHERE timed) AS p95,
+			       percentile_cont(0.99) WITHIN GROUP (ORDER BY runtime_ms) FILTER (WHERE timed) AS p99,
+			       avg(runtime_ms) FILTER (WHERE timed) AS mean
 			FROM h GROUP BY queue
 			UNION ALL
-			SELECT 'job', name, count(*), count(*) FILTER (WHERE status <> 'completed'),
-			       percentile_cont(0.5) WITHIN GROUP (ORDER BY runtime_ms) FILTER (WHERE status <> 'lost'),
-			       percentile_cont(0.95) WITHIN GROUP (ORDER BY runtime_ms) FILTER (WHERE status <> 'lost'),
-			       percentile_cont(0.99) WITHIN GROUP (ORDER BY runtime_ms) FILTER (WHERE status <> 'lost'),
-			       avg(runtime_ms) FILTER (WHERE status <> 'lost')
+			SELECT 'job', name, count(*) FILTER (WHERE ran),
+			       count(*) FILTER (WHERE status IN ('failed', 'timed_out', 'lost')),
+			       percentile_cont(0.5) WITHIN GROUP (ORDER BY runtime_ms) FILTER (WHERE timed),
+			       percentile_cont(0.95) WITHIN GROUP (ORDER BY runtime_ms) FILTER (WHERE timed),
+			       percentile_cont(0.99) WITHIN GROUP (ORDER BY runtime_ms) FILTER (WHERE timed),
+			       avg(runtime_ms) FILTER (WHERE timed)
 			FROM h GROUP BY name
 		), `+queueCountsCTE+`, backlog AS (
 			SELECT queue, pending, COALESCE(EXTRACT(EPOCH FROM now() - oldest)::float8, 0) AS wait FROM qcounts

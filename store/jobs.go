@@ -316,7 +316,8 @@ const (
 type JobOutcome struct {
 	Lease
 	Kind OutcomeKind
-	// Status is the attempt's history status: completed, failed or timed_out.
+	// Status is the attempt's history status: completed, failed, timed_out,
+	// snoozed or cancelled.
 	Status string
 	// Error is the attempt's error (retried and failed outcomes); it is
 	// stored as StorableText makes it.
@@ -357,9 +358,13 @@ type JobFinishResult struct {
 
 // jobFinishSQL writes a batch of outcomes in one statement: completed jobs
 // are deleted, retried ones released until their delay has passed, failed
-// ones moved to queue_failed_jobs. History rows and counters are made from
-// the rows the statement actually changed, so an attempt whose lease was
-// lost is recorded nowhere. Every job is found by its primary key and its
+// ones moved to queue_failed_jobs; snoozed ones are released like retried
+// ones with their attempt taken back and their snooze counted, cancelled
+// ones deleted like completed ones (see cancel.go); a job an operator asked
+// to cancel while it ran is deleted and recorded as cancelled rather than
+// retried or snoozed, so it never runs again. History rows and
+// counters are made from the rows the statement actually changed, so an
+// attempt whose lease was lost is recorded nowhere. Every job is found by its primary key and its
 // token checked on the row, so the statement reads rows in proportion to
 // its batch under a custom and a generic plan alike.
 //
@@ -373,20 +378,36 @@ const jobFinishSQL = `
 		                     $7::integer[], $8::text[], $9::text[], $10::integer[], $11::timestamptz[],
 		                     $12::timestamptz[], $13::timestamptz[], $14::float8[])
 		     AS d(id, lease, kind, status, delay_ms, err, tries, queue, name, attempt, reserved, started, finished, runtime)
+	), locked AS (
+		-- The jobs to retry or snooze, read under their row lock, so that a
+		-- cancel request committed while this statement runs is seen too.
+		SELECT j.id, j.cancel_requested_at IS NOT NULL AS cancel
+		FROM queue_jobs j JOIN d ON j.id = d.id AND j.lease = d.lease
+		WHERE d.kind IN ('retried', 'snoozed')
+		FOR UPDATE OF j
+	), stopped AS (
+		SELECT id FROM locked WHERE cancel
 	), completed AS (
 		DELETE FROM queue_jobs j USING d
-		WHERE d.kind = 'completed' AND j.id = d.id AND j.lease = d.lease
-		RETURNING j.id, d.lease, j.limit_key, j.tags
+		WHERE j.id = d.id AND j.lease = d.lease
+		  AND (d.kind IN ('completed', 'cancelled') OR d.id IN (SELECT id FROM stopped))
+		RETURNING j.id, d.lease, j.limit_key, j.tags,
+		          CASE WHEN d.kind IN ('retried', 'snoozed') THEN 'cancelled' END AS status,
+		          CASE WHEN d.kind IN ('retried', 'snoozed')
+		               THEN 'cancelled by ' || COALESCE(j.cancelled_by, 'an operator') || ': ' || d.err END AS err
 	), retried AS (
 		UPDATE queue_jobs j
 		SET reserved_by = NULL, reserved_master = NULL, reserved_at = NULL, lease = NULL,
 		    available_at = CASE WHEN j.limit_key IS NULL THEN now() + d.delay_ms * interval '1 millisecond'
 		                        ELSE 'infinity' END,
 		    limit_due = CASE WHEN j.limit_key IS NOT NULL THEN now() + d.delay_ms * interval '1 millisecond' END,
-		    last_error = d.err
+		    last_error = CASE WHEN d.kind = 'snoozed' THEN j.last_error ELSE d.err END,
+		    attempts = j.attempts - (d.kind = 'snoozed')::integer,
+		    snoozes = j.snoozes + (d.kind = 'snoozed')::integer
 		FROM d
-		WHERE d.kind = 'retried' AND j.id = d.id AND j.lease = d.lease
-		RETURNING j.id, d.lease, j.limit_key, j.tags
+		WHERE d.kind IN ('retried', 'snoozed') AND j.id = d.id AND j.lease = d.lease
+		  AND d.id NOT IN (SELECT id FROM stopped)
+		RETURNING j.id, d.lease, j.limit_key, j.tags, NULL::text AS status, NULL::text AS err
 	), failed AS (
 		DELETE FROM queue_jobs j USING d
 		WHERE d.kind = 'failed' AND j.id = d.id AND j.lease = d.lease
@@ -401,14 +422,16 @@ const jobFinishSQL = `
 		       limit_key, limit_n, priority, tags, metadata
 		FROM failed
 	), changed AS (
-		SELECT id, lease, limit_key, tags FROM completed
-		UNION ALL SELECT id, lease, limit_key, tags FROM retried
-		UNION ALL SELECT id, lease, limit_key, tags FROM failed
+		SELECT id, lease, limit_key, tags, status, err FROM completed
+		UNION ALL SELECT id, lease, limit_key, tags, status, err FROM retried
+		UNION ALL SELECT id, lease, limit_key, tags, NULL, NULL FROM failed
 	), freed AS (
 		SELECT limit_key AS key, count(*)::integer AS n FROM changed
 		WHERE limit_key IS NOT NULL GROUP BY limit_key
 	), ` + limitHandoffCTEs + `, written AS (
-		SELECT d.*, c.tags FROM d JOIN changed c ON c.id = d.id AND c.lease = d.lease
+		SELECT d.id, d.queue, d.name, d.attempt, COALESCE(c.status, d.status) AS status, d.reserved, d.started,
+		       d.finished, d.runtime, COALESCE(c.err, d.err) AS err, c.tags
+		FROM d JOIN changed c ON c.id = d.id AND c.lease = d.lease
 	), history AS (
 		INSERT INTO fleet_jobs (job_id, queue, name, attempt, status, reserved_at, started_at, finished_at,
 		                        runtime_ms, error, master, worker, tags)
@@ -417,7 +440,7 @@ const jobFinishSQL = `
 		FROM written
 	), counted AS (
 		` + counterUpsert + `
-		SELECT queue, ` + counterShard + `, count(*), count(*) FILTER (WHERE status <> 'completed')
+		SELECT queue, ` + counterShard + `, ` + counterIncrements + `
 		FROM written GROUP BY queue ORDER BY queue` + counterConflict + `
 	)
 	SELECT id, lease, ` + limitHandedQueues + ` FROM changed`
@@ -561,7 +584,9 @@ type JobReleaseParams struct {
 }
 
 // JobRelease makes held jobs available again at once. Jobs whose lease is
-// no longer the caller's are left alone. It returns how many it released.
+// no longer the caller's are left alone. A job with a cancel request is not
+// given back but ends as cancelled (see jobReleaseSQL). It returns how many
+// jobs left the caller's hands.
 func (s *Store) JobRelease(ctx context.Context, p JobReleaseParams) (int, error) {
 	if len(p.Leases) == 0 {
 		return 0, nil
@@ -570,22 +595,55 @@ func (s *Store) JobRelease(ctx context.Context, p JobReleaseParams) (int, error)
 		return 0, fmt.Errorf("release %d jobs: %w", len(p.Leases), err)
 	}
 	ids, tokens := leaseArrays(p.Leases)
-	tag, err := s.pool.Exec(ctx, `
+	var released, cancelled int
+	var handed []string
+	err := s.pool.QueryRow(ctx, jobReleaseSQL, ids, tokens, p.Uncount, StorableText(p.Error)).Scan(&released, &cancelled, &handed)
+	if err != nil {
+		return 0, fmt.Errorf("release %d jobs: %w", len(p.Leases), err)
+	}
+	s.wakeHanded(ctx, handed)
+	if err := s.injectAfter(ctx, "JobRelease"); err != nil {
+		return 0, fmt.Errorf("release %d jobs: %w", len(p.Leases), err)
+	}
+	return released + cancelled, nil
+}
+
+// jobReleaseSQL releases held jobs ($1 ids, $2 tokens; $3: take the
+// attempt back; $4: the error to keep, empty for the last one). A job an
+// operator asked to cancel while it was held (cancel_requested_at set) is
+// deleted instead, with a 'cancelled' history row, and its concurrency
+// slot handed over: it must not run again. Rows are found by primary key,
+// so the statement's cost grows with its batch.
+const jobReleaseSQL = `
+	WITH d AS MATERIALIZED (
+		SELECT * FROM unnest($1::bigint[], $2::bigint[]) AS d(id, lease)
+	), cancelled AS (
+		DELETE FROM queue_jobs j USING d
+		WHERE j.id = d.id AND j.lease = d.lease AND j.cancel_requested_at IS NOT NULL
+		RETURNING j.id, j.queue, j.name, j.attempts, j.reserved_at, j.reserved_by, j.reserved_master,
+		          j.limit_key, j.tags, j.cancelled_by
+	), released AS (
 		UPDATE queue_jobs j
 		SET reserved_by = NULL, reserved_master = NULL, reserved_at = NULL, lease = NULL, available_at = now(),
 		    attempts = CASE WHEN $3 THEN j.attempts - 1 ELSE j.attempts END,
 		    last_error = COALESCE(NULLIF($4, ''), j.last_error)
-		FROM unnest($1::bigint[], $2::bigint[]) AS d(id, lease)
-		WHERE j.id = d.id AND j.lease = d.lease`,
-		ids, tokens, p.Uncount, StorableText(p.Error))
-	if err != nil {
-		return 0, fmt.Errorf("release %d jobs: %w", len(p.Leases), err)
-	}
-	if err := s.injectAfter(ctx, "JobRelease"); err != nil {
-		return 0, fmt.Errorf("release %d jobs: %w", len(p.Leases), err)
-	}
-	return int(tag.RowsAffected()), nil
-}
+		FROM d
+		WHERE j.id = d.id AND j.lease = d.lease AND j.cancel_requested_at IS NULL
+		RETURNING j.id
+	), history AS (
+		INSERT INTO fleet_jobs (job_id, queue, name, attempt, status, reserved_at, started_at, finished_at,
+		                        runtime_ms, error, master, worker, tags)
+		SELECT id, queue, name, CASE WHEN $3 THEN greatest(attempts - 1, 0) ELSE attempts END, 'cancelled',
+		       reserved_at, COALESCE(reserved_at, now()), now(),
+		       EXTRACT(EPOCH FROM now() - COALESCE(reserved_at, now())) * 1000,
+		       'cancelled by ' || COALESCE(cancelled_by, 'an operator') || ' (its worker gave it back unfinished)',
+		       reserved_master, reserved_by, tags
+		FROM cancelled
+	), freed AS (
+		SELECT limit_key AS key, count(*)::integer AS n FROM cancelled
+		WHERE limit_key IS NOT NULL GROUP BY limit_key
+	), ` + limitHandoffCTEs + `
+	SELECT (SELECT count(*) FROM released)::integer, (SELECT count(*) FROM cancelled)::integer, ` + limitHandedQueues
 
 func leaseArrays(leases []Lease) ([]int64, []int64) {
 	ids, tokens := make([]int64, len(leases)), make([]int64, len(leases))

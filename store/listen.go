@@ -13,6 +13,14 @@ import (
 // ends or the connection fails. onListening runs once the LISTEN is in
 // place.
 func (s *Store) Listen(ctx context.Context, onListening func(), onNotify func(queue string)) error {
+	return s.ListenCancels(ctx, onListening, onNotify, nil)
+}
+
+// ListenCancels is Listen that, with onCancel, also listens on
+// CancelChannel, on the same connection, and calls onCancel with every
+// cancel request of a running job (a payload it cannot read is skipped:
+// the worker's poll finds that request).
+func (s *Store) ListenCancels(ctx context.Context, onListening func(), onNotify func(queue string), onCancel func(CancelNotice)) error {
 	conn, err := pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig.Copy())
 	if err != nil {
 		return fmt.Errorf("open listen connection: %w", err)
@@ -21,6 +29,11 @@ func (s *Store) Listen(ctx context.Context, onListening func(), onNotify func(qu
 	if _, err := conn.Exec(ctx, "LISTEN "+NotifyChannel); err != nil {
 		return fmt.Errorf("listen on %s: %w", NotifyChannel, err)
 	}
+	if onCancel != nil {
+		if _, err := conn.Exec(ctx, "LISTEN "+CancelChannel); err != nil {
+			return fmt.Errorf("listen on %s: %w", CancelChannel, err)
+		}
+	}
 	if onListening != nil {
 		onListening()
 	}
@@ -28,6 +41,12 @@ func (s *Store) Listen(ctx context.Context, onListening func(), onNotify func(qu
 		n, err := conn.WaitForNotification(ctx)
 		if err != nil {
 			return fmt.Errorf("wait for notification: %w", err)
+		}
+		if n.Channel == CancelChannel {
+			if c, err := parseCancelNotice(n.Payload); err == nil && onCancel != nil {
+				onCancel(c)
+			}
+			continue
 		}
 		onNotify(n.Payload)
 	}

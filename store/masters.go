@@ -217,6 +217,9 @@ func (s *Store) MemberDelete(ctx context.Context, instance string) error {
 type LostJobs struct {
 	Released int64
 	Failed   int64
+	// Cancelled counts the jobs with a cancel request, which end as
+	// cancelled instead of being released.
+	Cancelled int64
 }
 
 // releaseLost releases every job matched by cond (a fixed SQL condition on
@@ -225,25 +228,37 @@ type LostJobs struct {
 // that kills its worker every time ends there instead of looping. A
 // released limited job keeps its slot (it is ready again, still one of its
 // key's unparked jobs); one moved to failed jobs frees it, and the slot is
-// handed over in the same statement (limitHandoffCTEs).
+// handed over in the same statement (limitHandoffCTEs). A job an operator
+// asked to cancel while it was held is not released but deleted, recorded
+// as cancelled (not lost, and no failure), and its slot handed over: it
+// never runs again.
 func (s *Store) releaseLost(ctx context.Context, cond string, defaultTries int, errMsg string, args ...any) (LostJobs, error) {
 	n := len(args)
 	sql := fmt.Sprintf(`
 		WITH lost AS (
-			SELECT j.id, j.queue, j.name, j.attempts, j.reserved_at, j.reserved_by, j.reserved_master, j.tags
+			SELECT j.id, j.queue, j.name, j.attempts, j.reserved_at, j.reserved_by, j.reserved_master, j.tags,
+			       j.cancel_requested_at IS NOT NULL AS cancel, j.cancelled_by
 			FROM queue_jobs j WHERE %s FOR UPDATE
 		), history AS (
 			INSERT INTO fleet_jobs (job_id, queue, name, attempt, status, reserved_at, started_at,
 			                        finished_at, runtime_ms, error, master, worker, tags)
-			SELECT id, queue, name, attempts, 'lost', reserved_at, COALESCE(reserved_at, now()), now(),
-			       EXTRACT(EPOCH FROM now() - COALESCE(reserved_at, now())) * 1000, $%d, reserved_master, reserved_by, tags
+			SELECT id, queue, name, attempts, CASE WHEN cancel THEN 'cancelled' ELSE 'lost' END,
+			       reserved_at, COALESCE(reserved_at, now()), now(),
+			       EXTRACT(EPOCH FROM now() - COALESCE(reserved_at, now())) * 1000,
+			       CASE WHEN cancel THEN 'cancelled by ' || COALESCE(cancelled_by, 'an operator') || '; ' || $%d ELSE $%d END,
+			       reserved_master, reserved_by, tags
 			FROM lost
 		), counted AS (
 			`+counterUpsert+`
-			SELECT queue, `+counterShard+`, count(*), count(*) FROM lost GROUP BY queue ORDER BY queue`+counterConflict+`
+			SELECT queue, `+counterShard+`, count(*), count(*) FILTER (WHERE NOT cancel)
+			FROM lost GROUP BY queue ORDER BY queue`+counterConflict+`
+		), cancelled AS (
+			DELETE FROM queue_jobs j USING lost
+			WHERE j.id = lost.id AND lost.cancel
+			RETURNING j.id, j.limit_key
 		), failed AS (
 			DELETE FROM queue_jobs j USING lost
-			WHERE j.id = lost.id AND j.attempts >= COALESCE(j.max_tries, $%d)
+			WHERE j.id = lost.id AND NOT lost.cancel AND j.attempts >= COALESCE(j.max_tries, $%d)
 			RETURNING j.*
 		), moved AS (
 			INSERT INTO queue_failed_jobs (job_id, queue, name, payload, attempts, max_tries,
@@ -258,21 +273,23 @@ func (s *Store) releaseLost(ctx context.Context, cond string, defaultTries int, 
 			SET reserved_by = NULL, reserved_master = NULL, reserved_at = NULL, lease = NULL,
 			    available_at = now(), last_error = $%d
 			FROM lost
-			WHERE j.id = lost.id AND j.attempts < COALESCE(j.max_tries, $%d)
+			WHERE j.id = lost.id AND NOT lost.cancel AND j.attempts < COALESCE(j.max_tries, $%d)
 			RETURNING j.id
 		), freed AS (
-			SELECT limit_key AS key, count(*)::integer AS n FROM failed
+			SELECT limit_key AS key, count(*)::integer AS n
+			FROM (SELECT limit_key FROM failed UNION ALL SELECT limit_key FROM cancelled) x
 			WHERE limit_key IS NOT NULL GROUP BY limit_key
 		), `+limitHandoffCTEs+`
-		SELECT (SELECT count(*) FROM released), (SELECT count(*) FROM moved), `+limitHandedQueues,
-		cond, n+2, n+1, n+1, n+2, n+2, n+1)
+		SELECT (SELECT count(*) FROM released), (SELECT count(*) FROM moved), (SELECT count(*) FROM cancelled),
+		       `+limitHandedQueues,
+		cond, n+2, n+2, n+1, n+1, n+2, n+2, n+1)
 	args = append(args, defaultTries, errMsg)
 	var out LostJobs
 	if err := s.inject(ctx, "releaseLost"); err != nil {
 		return out, fmt.Errorf("release lost jobs: %w", err)
 	}
 	var handed []string
-	if err := s.pool.QueryRow(ctx, sql, args...).Scan(&out.Released, &out.Failed, &handed); err != nil {
+	if err := s.pool.QueryRow(ctx, sql, args...).Scan(&out.Released, &out.Failed, &out.Cancelled, &handed); err != nil {
 		return out, fmt.Errorf("release lost jobs: %w", err)
 	}
 	s.wakeHanded(ctx, handed)
@@ -315,12 +332,14 @@ func (s *Store) MemberSweep(ctx context.Context, defaultTries int, defaultTimeou
 }
 
 // WorkerOverdue returns the workers under master (an instance) holding a
-// job reserved longer than its timeout (or defaultTimeout) plus grace.
+// job reserved longer than its timeout (or defaultTimeout) plus grace, or
+// a job whose cancel was requested longer than grace ago.
 func (s *Store) WorkerOverdue(ctx context.Context, master string, defaultTimeout, grace time.Duration) ([]string, error) {
 	rows, err := s.pool.Query(ctx, `
 		SELECT DISTINCT reserved_by FROM queue_jobs
 		WHERE reserved_master = $1
-		  AND reserved_at + (COALESCE(timeout_ms, $2) + $3) * interval '1 millisecond' < now()`,
+		  AND (reserved_at + (COALESCE(timeout_ms, $2) + $3) * interval '1 millisecond' < now()
+		       OR cancel_requested_at + $3 * interval '1 millisecond' < now())`,
 		master, defaultTimeout.Milliseconds(), grace.Milliseconds())
 	if err != nil {
 		return nil, fmt.Errorf("find overdue workers: %w", err)

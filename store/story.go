@@ -39,6 +39,10 @@ type StoryQueued struct {
 	// LimitActive is how many jobs of the key are ready or running now
 	// (queue_limits.active), when the key has a row.
 	LimitActive *int `json:"limit_active"`
+	// CancelRequestedAt and CancelledBy are an operator's cancel of the
+	// running job, which its worker has not ended yet (nil: none).
+	CancelRequestedAt *time.Time `json:"cancel_requested_at"`
+	CancelledBy       *string    `json:"cancelled_by"`
 }
 
 // StoryAttempt is one row of fleet_jobs, with the name of the member its
@@ -112,7 +116,7 @@ const jobStorySQL = `
 		       j.created_at, j.reserved_at, j.reserved_by,
 		       j.reserved_master, m.name AS master_name, m.kind AS master_kind, j.last_error, j.retry_of,
 		       j.limit_key, j.limit_n, l.active AS limit_active,
-		       j.unique_key
+		       j.unique_key, j.cancel_requested_at, j.cancelled_by
 		FROM queue_jobs j LEFT JOIN fleet_masters m ON m.instance = j.reserved_master
 		LEFT JOIN queue_limits l ON l.key = j.limit_key
 		WHERE j.id = (SELECT id FROM target)

@@ -95,8 +95,13 @@ type Config struct {
 	// DefaultTimeout applies to jobs dispatched without a timeout.
 	DefaultTimeout time.Duration
 	// TimeoutGrace is how long a job may run after its context is cancelled
-	// for its timeout before the worker gives up on it.
+	// for its timeout, or for an operator's cancel, before the worker gives
+	// up on it.
 	TimeoutGrace time.Duration
+	// CancelPollInterval is how often a worker running jobs asks the
+	// database for cancel requests among them, in case a notification was
+	// lost. Default DefaultCancelPollInterval.
+	CancelPollInterval time.Duration
 	// HeartbeatInterval is how often Reports receives a heartbeat while the
 	// worker is busy; an idle one whose report has not changed sends one
 	// every IdleHeartbeats intervals.
@@ -156,6 +161,10 @@ type Worker struct {
 	stop         chan struct{}
 	// finished counts attempts finished; the vacuum check reads it too.
 	finished atomic.Int64
+	// cancels carries cancel requests from the listener and the poller to
+	// the loop; cancelPoll the running ids from the loop to the poller.
+	cancels    chan store.CancelNotice
+	cancelPoll chan []int64
 }
 
 // New returns a worker running jobs from st with the handlers in jobs.
@@ -188,6 +197,7 @@ func New(st *store.Store, jobs *queue.Registry, cfg Config) (*Worker, error) {
 	cfg.PollInterval = cmp.Or(cfg.PollInterval, DefaultPollInterval)
 	cfg.DefaultTimeout = cmp.Or(cfg.DefaultTimeout, DefaultTimeout)
 	cfg.TimeoutGrace = cmp.Or(cfg.TimeoutGrace, DefaultTimeoutGrace)
+	cfg.CancelPollInterval = cmp.Or(cfg.CancelPollInterval, DefaultCancelPollInterval)
 	cfg.HeartbeatInterval = cmp.Or(cfg.HeartbeatInterval, DefaultHeartbeatInterval)
 	cfg.VacuumEvery = cmp.Or(cfg.VacuumEvery, DefaultVacuumEvery)
 	if cfg.Name == "" {
@@ -212,6 +222,9 @@ func New(st *store.Store, jobs *queue.Registry, cfg Config) (*Worker, error) {
 		wake:     make(chan struct{}, 1),
 		done:     make(chan finished, cfg.Concurrency),
 		stop:     make(chan struct{}),
+
+		cancels:    make(chan store.CancelNotice, cancelBacklog),
+		cancelPoll: make(chan []int64, 1),
 	}
 	w.writer = newWriter(st, cfg.Name, cfg.Master, log, w.poke)
 	w.writer.events = jobs
@@ -285,6 +298,11 @@ type running struct {
 	started  time.Time
 	deadline time.Time
 	cancel   context.CancelFunc
+	// stop cancels the job's context with a cause (an operator's cancel);
+	// cancelAt is when, cancelBy who asked (zero: not cancelled).
+	stop     context.CancelCauseFunc
+	cancelAt time.Time
+	cancelBy string
 }
 
 type finished struct {
@@ -308,6 +326,7 @@ func (w *Worker) Run(ctx context.Context) (Result, error) {
 	var wg sync.WaitGroup
 	wg.Go(func() { w.writer.run(bg) })
 	wg.Go(func() { w.listen(bg) })
+	wg.Go(func() { w.pollCancels(bg) })
 	if w.cfg.VacuumEvery > 0 {
 		wg.Go(func() { w.vacuum(bg) })
 	}
@@ -354,6 +373,8 @@ func (w *Worker) loop(ctx, jobBase context.Context) (Result, error) {
 	defer watchdog.Stop()
 	poll := time.NewTimer(w.cfg.PollInterval)
 	defer poll.Stop()
+	cancelPoll := time.NewTicker(w.cfg.CancelPollInterval)
+	defer cancelPoll.Stop()
 	var maxTime <-chan time.Time
 	if w.cfg.MaxTime > 0 {
 		t := time.NewTimer(w.cfg.MaxTime)
@@ -380,9 +401,9 @@ func (w *Worker) loop(ctx, jobBase context.Context) (Result, error) {
 		// The watchdog only ticks while jobs run, and the heartbeat while
 		// there is news for the master: an idle worker wakes for its poll
 		// alone, and beats from there now and then.
-		var watchdogC, heartbeatC <-chan time.Time
+		var watchdogC, heartbeatC, cancelPollC <-chan time.Time
 		if len(s.running) > 0 {
-			watchdogC = watchdog.C
+			watchdogC, cancelPollC = watchdog.C, cancelPoll.C
 		}
 		if len(s.running) > 0 || w.finished.Load() != last.Jobs || w.paused.Load() != last.Paused {
 			heartbeatC = heartbeat.C
@@ -407,6 +428,10 @@ func (w *Worker) loop(ctx, jobBase context.Context) (Result, error) {
 			needClaim = true
 		case <-w.wake:
 			needClaim = true
+		case n := <-w.cancels:
+			w.cancelHeld(s, n)
+		case <-cancelPollC:
+			w.askCancels(s)
 		case <-poll.C:
 			poll.Reset(w.cfg.PollInterval)
 			if heartbeatC == nil && time.Since(lastBeat) >= IdleHeartbeats*w.cfg.HeartbeatInterval {
@@ -557,6 +582,8 @@ func (w *Worker) await(s *loopState, fn func()) {
 		case f := <-w.done:
 			w.finish(s, f)
 			s.freed = true
+		case n := <-w.cancels:
+			w.cancelHeld(s, n)
 		}
 	}
 }
@@ -665,14 +692,17 @@ func (w *Worker) start(jobBase context.Context, s *loopState, j store.ClaimedJob
 	}
 	j.Timeout = cmp.Or(j.Timeout, w.cfg.DefaultTimeout)
 	timeout := j.Timeout
-	jctx, cancel := context.WithTimeout(jobBase, timeout)
+	cctx, stop := context.WithCancelCause(jobBase)
+	jctx, cancelTimeout := context.WithTimeout(cctx, timeout)
+	cancel := func() { cancelTimeout(); stop(context.Canceled) }
 	now := time.Now()
-	s.running[j.ID] = &running{job: j, started: now, deadline: now.Add(timeout), cancel: cancel}
+	s.running[j.ID] = &running{job: j, started: now, deadline: now.Add(timeout), cancel: cancel, stop: stop}
 	s.started++
 	go func() {
 		var inTx atomic.Bool
 		err := w.execute(jctx, j, now, &inTx)
-		w.done <- finished{job: j, err: err, timeout: timeout, expired: jctx.Err() != nil, ended: time.Now(), inTx: inTx.Load()}
+		w.done <- finished{job: j, err: err, timeout: timeout, expired: errors.Is(jctx.Err(), context.DeadlineExceeded),
+			ended: time.Now(), inTx: inTx.Load()}
 	}()
 }
 
@@ -720,6 +750,9 @@ func (w *Worker) finish(s *loopState, f finished) {
 		s.runtime = took
 	} else {
 		s.runtime = (s.runtime*7 + took) / 8
+	}
+	if w.finishStopped(r, f) {
+		return
 	}
 	if f.inTx {
 		w.finishInTx(f, r.started)
@@ -796,10 +829,12 @@ func (w *Worker) recordFailure(j store.ClaimedJob, started, ended time.Time, sta
 	w.writer.add(o)
 }
 
-// overdue returns a job that outlived its timeout plus the grace period.
+// overdue returns a job that outlived its timeout, or its cancel, plus
+// the grace period.
 func (w *Worker) overdue(s *loopState, now time.Time) *running {
 	for _, r := range s.running {
-		if now.After(r.deadline.Add(w.cfg.TimeoutGrace)) {
+		if now.After(r.deadline.Add(w.cfg.TimeoutGrace)) ||
+			(!r.cancelAt.IsZero() && now.After(r.cancelAt.Add(w.cfg.TimeoutGrace))) {
 			return r
 		}
 	}
@@ -807,15 +842,23 @@ func (w *Worker) overdue(s *loopState, now time.Time) *running {
 }
 
 // abandon gives up on a job that ignores its cancellation: its attempt is
-// recorded as timed out, the worker's other jobs are released for another
-// worker (their attempt not counted), and Run returns ErrJobTimedOut.
+// recorded as timed out (as cancelled, when an operator cancelled it), the
+// worker's other jobs are released for another worker (their attempt not
+// counted), and Run returns ErrJobTimedOut (ErrJobIgnoredCancel).
 func (w *Worker) abandon(s *loopState, r *running) (Result, error) {
-	w.log.Error("job ignored its timeout; giving up on it and exiting so a fresh worker takes over",
-		"job_id", r.job.ID, "job", r.job.Name, "timeout", r.deadline.Sub(r.started), "grace", w.cfg.TimeoutGrace)
+	w.log.Error("job ignored its timeout or cancel; giving up on it and exiting so a fresh worker takes over",
+		"job_id", r.job.ID, "job", r.job.Name, "timeout", r.deadline.Sub(r.started), "grace", w.cfg.TimeoutGrace,
+		"cancelled", !r.cancelAt.IsZero())
 	delete(s.running, r.job.ID)
 	w.finished.Add(1)
-	msg := fmt.Sprintf("timed out after %s and did not stop within %s", r.deadline.Sub(r.started), w.cfg.TimeoutGrace)
-	w.recordFailure(r.job, r.started, time.Now(), "timed_out", msg)
+	exitErr := ErrJobTimedOut
+	if !r.cancelAt.IsZero() {
+		exitErr = ErrJobIgnoredCancel
+		w.abandonCancelled(r)
+	} else {
+		msg := fmt.Sprintf("timed out after %s and did not stop within %s", r.deadline.Sub(r.started), w.cfg.TimeoutGrace)
+		w.recordFailure(r.job, r.started, time.Now(), "timed_out", msg)
+	}
 	others := make([]store.ClaimedJob, 0, len(s.running))
 	for _, o := range s.running {
 		o.cancel()
@@ -826,7 +869,7 @@ func (w *Worker) abandon(s *loopState, r *running) (Result, error) {
 	w.release(s.buffer, "")
 	s.buffer = nil
 	s.reason = spawner.ExitTimeout
-	return w.exit(s, ErrJobTimedOut)
+	return w.exit(s, exitErr)
 }
 
 func (w *Worker) release(jobs []store.ClaimedJob, reason string) {
@@ -870,20 +913,21 @@ func (w *Worker) report(r spawner.Report) {
 	}
 }
 
-// listen wakes the worker when a job is dispatched to one of its queues.
+// listen wakes the worker when a job is dispatched to one of its queues,
+// and hands cancel requests to the loop (see cancel.go).
 // When the connection drops it reconnects with backoff; polling covers the
 // gap.
 func (w *Worker) listen(ctx context.Context) {
 	backoff := 100 * time.Millisecond
 	for {
-		err := w.st.Listen(ctx, func() {
+		err := w.st.ListenCancels(ctx, func() {
 			backoff = 100 * time.Millisecond
 			w.poke() // catch up with anything dispatched while not listening
 		}, func(q string) {
 			if slices.Contains(w.cfg.Queues, q) {
 				w.poke()
 			}
-		})
+		}, w.noticeCancel)
 		if ctx.Err() != nil {
 			return
 		}

@@ -213,7 +213,7 @@
       h('h1', null, 'Sign in to fleet'),
       h('p', { class: 'hint' }, 'Paste a dashboard token. Create one on a host with ',
         h('code', null, 'app fleet:token create --name NAME --ability view'),
-        ' (add ', h('code', null, 'operate'), ' to retry, forget, pause and clear). It is kept in this tab only.'),
+        ' (add ', h('code', null, 'operate'), ' to retry, forget, cancel, pause and clear). It is kept in this tab only.'),
       input, error, h('div', { class: 'actions' }, submit)));
     input.focus();
   }
@@ -497,6 +497,7 @@
           { title: 'Available', cell: (j) => ago(j.available_at) },
           { title: 'Created', cell: (j) => when(j.created_at) },
           { title: 'Reserved by', cls: 'name', cell: (j) => j.reserved_by || '' },
+          ...(can('operate') ? [{ title: '', cell: (j) => cancelButton(j.id, j.state === 'reserved') }] : []),
         ] : [
           { title: 'Job', cls: 'num', cell: (j) => link('/job/' + j.job_id, null, String(j.job_id)) },
           { title: 'Name', cls: 'name', cell: (j) => j.name },
@@ -578,6 +579,20 @@
       }, 'Forget'));
   }
 
+  // cancelButton cancels a queued job: a waiting one at once, a running
+  // one by asking its worker to stop it.
+  function cancelButton(id, running) {
+    return h('button', {
+      type: 'button', class: 'small danger', 'data-action': 'cancel', 'data-id': id,
+      onclick: async () => {
+        const what = running ? 'Its worker is asked to stop it; it is not retried.' : 'It is deleted and never runs.';
+        if (!(await confirmAction('Cancel job ' + id + '? ' + what, 'Cancel job'))) return;
+        await act('POST', 'jobs/' + id + '/cancel', undefined, (x) => x.outcome === 'cancelled'
+          ? 'Cancelled job ' + x.id + '.' : 'Asked the worker of job ' + x.id + ' to stop it.');
+      },
+    }, 'Cancel');
+  }
+
   // ---- one job's story -----------------------------------------------
 
   function storyView(path, failedID) {
@@ -596,12 +611,16 @@
         if (s.available_at) fact('Available', when(s.available_at));
         if (s.reserved) fact('Reserved by', s.reserved.worker + (s.reserved.master ? ' on ' + s.reserved.master : '') + (s.reserved.since ? ' since ' + when(s.reserved.since) : ''));
         if (s.failed) fact('Failed', 'as failed job ' + s.failed.id + ' at ' + when(s.failed.failed_at) + ' after ' + s.failed.attempts + ' of ' + s.failed.max_tries + ' attempts');
+        if (s.cancel) fact('Cancelled', s.cancel.requested ? 'requested by ' + s.cancel.by + ' at ' + when(s.cancel.at) + '; its worker is stopping it'
+          : 'at ' + when(s.cancel.at) + ': ' + s.cancel.reason);
         if (s.retry_of) fact('Retry of', link('/job/' + s.retry_of, null, 'job ' + s.retry_of));
         if (s.retries.length) {
           fact('Retried as', s.retries.map((r, i) => [i ? ', ' : '', r.failed_id ? link('/failed/' + r.failed_id, null, 'job ' + r.job_id) : link('/job/' + r.job_id, null, 'job ' + r.job_id), ' (' + r.state + ')']));
         }
         fact('Read at', when(s.at));
-        const actions = s.failed && can('operate') ? failedActions(s.failed.id, true) : null;
+        const queued = ['pending', 'delayed', 'limited', 'reserved'].includes(s.state) && !(s.cancel && s.cancel.requested);
+        const actions = !can('operate') ? null : s.failed ? failedActions(s.failed.id, true)
+          : queued ? h('span', { class: 'row-actions' }, cancelButton(s.id, s.state === 'reserved')) : null;
         const payload = s.payload === undefined ? h('p', { class: 'muted' }, 'Not kept: the history keeps no payloads once a job leaves the queue.')
           : h('pre', { id: 'payload' }, JSON.stringify(s.payload, null, 2));
         const error = s.failed ? s.failed.error : s.last_error;

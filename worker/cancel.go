@@ -1,0 +1,170 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/fleet-go/fleet/queue"
+	"github.com/fleet-go/fleet/store"
+)
+
+// Cancels and snoozes.
+//
+// An operator's cancel of a running job reaches its worker two ways: a
+// notification on store.CancelChannel, which the listener (on the
+// connection it listens for dispatches on) hands to the loop at once, and
+// the loop's own poll, every CancelPollInterval while it runs jobs, of the
+// cancel requests among them (one statement by primary key over the
+// running ids: its cost grows with the jobs running here, never with the
+// table). Either way the loop cancels the job's context with a cause
+// wrapping queue.ErrCancelled. When the handler returns, the attempt is
+// written as cancelled (unless it returned nil: then its work is done, and
+// it completed). A handler that ignores its context is given up on
+// TimeoutGrace after the cancel, as one ignoring its timeout is: the
+// attempt is written as cancelled, the worker's other jobs are released
+// and Run returns ErrJobIgnoredCancel. Should the process die before the
+// outcome is written, the master's release of its jobs ends the job as
+// cancelled too (store.JobReleaseWorker).
+
+// DefaultCancelPollInterval is how often a busy worker looks for cancel
+// requests a notification did not bring.
+const DefaultCancelPollInterval = time.Second
+
+// cancelBacklog bounds the cancel requests waiting for the loop; a request
+// that finds it full is dropped, and the next poll finds it.
+const cancelBacklog = 256
+
+// cancelPollTimeout bounds one poll for cancel requests.
+const cancelPollTimeout = 5 * time.Second
+
+// ErrJobIgnoredCancel is returned by Run when a cancelled job kept running
+// past the grace period: the worker recorded the attempt as cancelled,
+// released its other jobs and gave up. It wraps ErrJobTimedOut, so the
+// process exits as for a job ignoring its timeout and its supervisor
+// replaces it.
+var ErrJobIgnoredCancel = fmt.Errorf("a cancelled job ignored its cancellation: %w", ErrJobTimedOut)
+
+// noticeCancel hands a notified cancel request to the loop, never
+// blocking the listener.
+func (w *Worker) noticeCancel(n store.CancelNotice) {
+	select {
+	case w.cancels <- n:
+	default:
+	}
+}
+
+// askCancels hands the ids of the running jobs to the poller, unless it is
+// still busy with the previous ones.
+func (w *Worker) askCancels(s *loopState) {
+	ids := make([]int64, 0, len(s.running))
+	for id := range s.running {
+		ids = append(ids, id)
+	}
+	select {
+	case w.cancelPoll <- ids:
+	default:
+	}
+}
+
+// pollCancels is the poller: it asks the database for cancel requests
+// among the ids the loop sends, and hands those it finds to the loop. It
+// runs on its own goroutine so that a slow database never holds up the
+// loop.
+func (w *Worker) pollCancels(ctx context.Context) {
+	for {
+		var ids []int64
+		select {
+		case <-ctx.Done():
+			return
+		case ids = <-w.cancelPoll:
+		}
+		pctx, cancel := context.WithTimeout(ctx, cancelPollTimeout)
+		found, err := w.st.JobCancelPoll(pctx, ids)
+		cancel()
+		if err != nil {
+			if ctx.Err() == nil {
+				w.log.Debug("looking for cancel requests failed; trying again at the next poll", "err", err)
+			}
+			continue
+		}
+		for _, n := range found {
+			select {
+			case <-ctx.Done():
+				return
+			case w.cancels <- n:
+			}
+		}
+	}
+}
+
+// cancelHeld applies a cancel request to the job it names, if this worker
+// holds it under that lease: a running job's context is cancelled with a
+// cause wrapping queue.ErrCancelled; a claimed job not started yet is
+// given back, which ends it as cancelled (store.JobRelease).
+func (w *Worker) cancelHeld(s *loopState, n store.CancelNotice) {
+	if r, ok := s.running[n.ID]; ok {
+		if (n.Lease != 0 && n.Lease != r.job.Token) || !r.cancelAt.IsZero() {
+			return
+		}
+		r.cancelAt, r.cancelBy = time.Now(), n.By
+		w.log.Info("job cancelled by an operator: stopping it", "job_id", n.ID, "job", r.job.Name, "by", n.By)
+		r.stop(fmt.Errorf("%w by %s", queue.ErrCancelled, n.By))
+		return
+	}
+	for i, j := range s.buffer {
+		if j.ID == n.ID && (n.Lease == 0 || n.Lease == j.Token) {
+			s.buffer = append(s.buffer[:i:i], s.buffer[i+1:]...)
+			w.release([]store.ClaimedJob{j}, "")
+			return
+		}
+	}
+}
+
+// finishStopped writes the attempts that end other than by completing or
+// failing, and reports whether f was one: an operator cancelled the job
+// while it ran (unless its handler returned nil anyway), the handler
+// returned queue.Cancel, or queue.Snooze. A snooze beyond
+// queue.MaxSnoozes is a failed attempt instead.
+func (w *Worker) finishStopped(r *running, f finished) bool {
+	var snooze *queue.SnoozeError
+	switch {
+	case !r.cancelAt.IsZero() && (f.err != nil || f.inTx):
+		msg := "cancelled by " + r.cancelBy
+		if f.err != nil {
+			msg += ": " + f.err.Error()
+		}
+		w.addStopped(r, f, store.OutcomeCancelled, "cancelled", msg, 0)
+	case errors.Is(f.err, queue.ErrCancelled):
+		w.log.Info("job cancelled by its handler", "job_id", f.job.ID, "job", f.job.Name, "queue", f.job.Queue,
+			"attempt", f.job.Attempt, "err", w.redactor.Text(f.err.Error()))
+		w.addStopped(r, f, store.OutcomeCancelled, "cancelled", f.err.Error(), 0)
+	case errors.As(f.err, &snooze):
+		if f.job.Snoozes >= queue.MaxSnoozes {
+			msg := fmt.Sprintf("the job snoozed more than %d times (queue.MaxSnoozes)", queue.MaxSnoozes)
+			if f.inTx {
+				return false // finishInTx records the failure; its error says why
+			}
+			w.recordFailure(f.job, r.started, f.ended, "failed", msg)
+			return true
+		}
+		w.addStopped(r, f, store.OutcomeSnoozed, "snoozed", f.err.Error(), snooze.Delay)
+	default:
+		return false
+	}
+	return true
+}
+
+func (w *Worker) addStopped(r *running, f finished, kind store.OutcomeKind, status, msg string, delay time.Duration) {
+	o := w.outcome(f.job, r.started, f.ended, kind, status, store.StorableText(msg))
+	o.Delay, o.InTx = delay, f.inTx
+	w.writer.add(o)
+}
+
+// abandonCancelled records the attempt of a cancelled job whose handler
+// did not stop within the grace period.
+func (w *Worker) abandonCancelled(r *running) {
+	msg := fmt.Sprintf("cancelled by %s; the handler did not stop within %s", r.cancelBy, w.cfg.TimeoutGrace)
+	w.writer.add(w.outcome(r.job, r.started, time.Now(), store.OutcomeCancelled, "cancelled", store.StorableText(msg)))
+}
