@@ -21,7 +21,7 @@ const searchBatch = 500
 func (s *Service) eachVisibleMatch(ctx context.Context, f FailedFilter, fn func(store.FailedJob) bool) error {
 	needle := strings.ToLower(f.Search)
 	for offset := 0; ; offset += searchBatch {
-		jobs, err := s.st.FailedJobList(ctx, store.FailedFilter{Search: f.Search, Queue: f.Queue, Limit: searchBatch, Offset: offset})
+		jobs, err := s.st.FailedJobList(ctx, store.FailedFilter{Search: f.Search, Queue: f.Queue, Tag: f.Tag, Limit: searchBatch, Offset: offset})
 		if err != nil {
 			return err
 		}

@@ -418,6 +418,7 @@ func (s *Service) FailedJob(ctx context.Context, id int64) (FailedJob, error) {
 func (s *Service) redactFailed(j *store.FailedJob) {
 	j.Payload = s.redactor.JSON(j.Payload)
 	j.Error = s.redactor.Text(j.Error)
+	j.Tags = s.redactor.Tags(j.Tags)
 }
 
 // Retry dispatches a failed job again with fresh attempts, linked to the

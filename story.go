@@ -48,6 +48,13 @@ type JobStory struct {
 	LastError string `json:"last_error,omitempty"`
 	// UniqueKey is a queued unique job's key (see queue.Unique).
 	UniqueKey string `json:"unique_key,omitempty"`
+	// Priority is a queued or failed job's priority (lower runs first).
+	Priority *int `json:"priority,omitempty"`
+	// Tags are the job's tags, redacted like payloads: the queued or
+	// failed job's, else its last recorded attempt's.
+	Tags []string `json:"tags,omitempty"`
+	// Metadata is a queued job's metadata, redacted like payloads.
+	Metadata json.RawMessage `json:"metadata,omitempty"`
 	// Failed is its row in queue_failed_jobs.
 	Failed *FailedRecord `json:"failed,omitempty"`
 	// Cancel says who cancelled the job and when: a request its worker has
@@ -163,7 +170,7 @@ func (s *Service) story(ctx context.Context, p store.JobStoryParams) (JobStory, 
 	}
 	out := JobStory{ID: st.JobID, At: st.At, Retries: []JobLink{}, Attempts: make([]JobAttempt, 0, len(st.Attempts))}
 	for _, a := range st.Attempts {
-		out.Queue, out.Name = a.Queue, a.Name
+		out.Queue, out.Name, out.Tags = a.Queue, a.Name, a.Tags
 		out.Attempts = append(out.Attempts, JobAttempt{
 			Attempt: a.Attempt, Status: a.Status, Worker: deref(a.Worker),
 			MasterInstance: deref(a.Master), Master: deref(a.MasterName),
@@ -181,6 +188,10 @@ func (s *Service) story(ctx context.Context, p store.JobStoryParams) (JobStory, 
 		out.LastError = s.redactor.Text(deref(q.LastError))
 		out.RetryOf = q.RetryOf
 		out.UniqueKey = deref(q.UniqueKey)
+		out.Priority, out.Tags = &q.Priority, q.Tags
+		if q.Metadata != nil {
+			out.Metadata = s.redactor.JSON(q.Metadata)
+		}
 		if q.LimitKey != nil && q.Limit != nil {
 			out.Limit = &JobLimit{Key: *q.LimitKey, Limit: *q.Limit, Active: q.LimitActive, Waiting: q.State == JobLimited}
 		}
@@ -200,6 +211,7 @@ func (s *Service) story(ctx context.Context, p store.JobStoryParams) (JobStory, 
 		out.Tries, out.MaxTries = f.Attempts, &f.MaxTries
 		out.CreatedAt = &f.Created
 		out.RetryOf = f.RetryOf
+		out.Priority, out.Tags = &f.Priority, f.Tags
 		if f.LimitKey != nil && f.Limit != nil {
 			out.Limit = &JobLimit{Key: *f.LimitKey, Limit: *f.Limit}
 		}
@@ -216,6 +228,7 @@ func (s *Service) story(ctx context.Context, p store.JobStoryParams) (JobStory, 
 			out.Cancel = &JobCancellation{At: last.FinishedAt, Reason: s.redactor.Text(deref(last.Error))}
 		}
 	}
+	out.Tags = s.redactor.Tags(out.Tags)
 	for _, l := range st.Chain {
 		if l.JobID > out.ID {
 			out.Retries = append(out.Retries, JobLink{JobID: l.JobID, FailedID: l.FailedID, State: l.State})

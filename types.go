@@ -43,6 +43,8 @@ func lookup(err error) error {
 type FailedFilter struct {
 	Search string
 	Queue  string
+	// Tag keeps only jobs carrying this tag, exactly.
+	Tag    string
 	Limit  int
 	Offset int
 }
@@ -66,6 +68,10 @@ type FailedJob struct {
 	// (nil: none); a retry of it runs under the same.
 	LimitKey *string `json:"limit_key,omitempty"`
 	Limit    *int    `json:"limit_n,omitempty"`
+	// Priority and Tags are the job's (tags redacted like payloads); a
+	// retry of it keeps them.
+	Priority int      `json:"priority"`
+	Tags     []string `json:"tags,omitempty"`
 }
 
 // QueuedJob is a job not finished yet: pending, delayed, limited (waiting

@@ -20,6 +20,15 @@ func checkPage(limit, offset int) error {
 	return nil
 }
 
+// checkTagFilter validates a --tag that filters once it is given: the
+// same rules as a job's tag.
+func checkTagFilter(c *cobra.Command, tag string) error {
+	if !c.Flags().Changed("tag") {
+		return nil
+	}
+	return queue.CheckTags("--tag", []string{tag})
+}
+
 // checkQueueFilter validates a --queue that filters (empty: every queue)
 // once it is given: the same rules as a queue's name.
 func checkQueueFilter(c *cobra.Command, q string) error {

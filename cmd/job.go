@@ -12,6 +12,7 @@ import (
 
 	"github.com/fleet-go/fleet"
 	"github.com/fleet-go/fleet/config"
+	"github.com/fleet-go/fleet/queue"
 )
 
 func (r *runner) jobCommand() *cobra.Command {
@@ -106,6 +107,15 @@ func printStory(w io.Writer, s fleet.JobStory) error {
 	}
 	if s.UniqueKey != "" {
 		fmt.Fprintf(tw, "unique key\t%s\n", s.UniqueKey)
+	}
+	if s.Priority != nil && *s.Priority != queue.DefaultPriority {
+		fmt.Fprintf(tw, "priority\t%d\n", *s.Priority)
+	}
+	if len(s.Tags) > 0 {
+		fmt.Fprintf(tw, "tags\t%s\n", clip(strings.Join(s.Tags, ", "), 200))
+	}
+	if s.Metadata != nil {
+		fmt.Fprintf(tw, "metadata\t%s\n", clip(string(s.Metadata), 200))
 	}
 	if s.LastError != "" {
 		fmt.Fprintf(tw, "last error\t%s\n", firstLine(s.LastError, 200))

@@ -159,7 +159,7 @@ func (r *runner) failedCommand() *cobra.Command {
 	var f fleet.FailedFilter
 	var asJSON bool
 	c := &cobra.Command{
-		Use:   "fleet:failed [--search S] [--queue Q]",
+		Use:   "fleet:failed [--search S] [--queue Q] [--tag T]",
 		Short: "List failed jobs, newest first (payload secrets redacted)",
 		Args:  cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
@@ -167,6 +167,9 @@ func (r *runner) failedCommand() *cobra.Command {
 				return err
 			}
 			if err := checkQueueFilter(c, f.Queue); err != nil {
+				return err
+			}
+			if err := checkTagFilter(c, f.Tag); err != nil {
 				return err
 			}
 			return r.withService(c.Context(), func(_ *config.Config, svc *fleet.Service) error {
@@ -181,10 +184,10 @@ func (r *runner) failedCommand() *cobra.Command {
 					return printJSON(c.OutOrStdout(), jobs)
 				}
 				tw := table(c.OutOrStdout())
-				fmt.Fprintln(tw, "ID\tJOB\tQUEUE\tNAME\tATTEMPTS\tFAILED AT\tERROR\tPAYLOAD\t")
+				fmt.Fprintln(tw, "ID\tJOB\tQUEUE\tNAME\tATTEMPTS\tFAILED AT\tERROR\tTAGS\tPAYLOAD\t")
 				for _, j := range jobs {
-					fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%d\t%s\t%s\t%s\t\n", j.ID, j.JobID, j.Queue, j.Name, j.Attempts,
-						j.FailedAt.Format(time.DateTime), firstLine(j.Error, 80), clip(string(j.Payload), 80))
+					fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t\n", j.ID, j.JobID, j.Queue, j.Name, j.Attempts,
+						j.FailedAt.Format(time.DateTime), firstLine(j.Error, 80), clip(strings.Join(j.Tags, ","), 60), clip(string(j.Payload), 80))
 				}
 				if len(jobs) == 0 {
 					fmt.Fprintln(tw, "(no failed jobs)")
@@ -195,6 +198,7 @@ func (r *runner) failedCommand() *cobra.Command {
 	}
 	c.Flags().StringVar(&f.Search, "search", "", "match name, queue, payload or error (case-insensitive)")
 	c.Flags().StringVar(&f.Queue, "queue", "", "only this queue")
+	c.Flags().StringVar(&f.Tag, "tag", "", "only jobs with this tag (exactly, e.g. tenant:42)")
 	c.Flags().IntVar(&f.Limit, "limit", 100, "at most N jobs")
 	c.Flags().IntVar(&f.Offset, "offset", 0, "skip the first N")
 	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
@@ -214,7 +218,7 @@ func clip(s string, n int) string {
 }
 
 // idOrAll reads the "ID | --all" argument of retry and forget.
-func idOrAll(args []string, all bool, search, queue string) (int64, error) {
+func idOrAll(args []string, all bool, search, queue, tag string) (int64, error) {
 	switch {
 	case all && len(args) > 0:
 		return 0, errors.New("give a failed job's ID or --all, not both")
@@ -222,8 +226,8 @@ func idOrAll(args []string, all bool, search, queue string) (int64, error) {
 		return 0, nil
 	case len(args) != 1:
 		return 0, errors.New("give a failed job's ID (see fleet:failed) or --all")
-	case search != "" || queue != "":
-		return 0, errors.New("--search and --queue go with --all")
+	case search != "" || queue != "" || tag != "":
+		return 0, errors.New("--search, --queue and --tag go with --all")
 	}
 	id, err := strconv.ParseInt(args[0], 10, 64)
 	if err != nil || id < 1 {
@@ -260,6 +264,9 @@ func describeFilter(f fleet.FailedFilter) string {
 	if f.Queue != "" {
 		s += fmt.Sprintf(" in queue %q", f.Queue)
 	}
+	if f.Tag != "" {
+		s += fmt.Sprintf(" tagged %q", f.Tag)
+	}
 	if f.Search != "" {
 		s += fmt.Sprintf(" matching %q", f.Search)
 	}
@@ -277,7 +284,7 @@ func (r *runner) failedActionCommand(a failedAction) *cobra.Command {
 		Short: a.short,
 		Args:  cobra.MaximumNArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
-			id, err := idOrAll(args, all, f.Search, f.Queue)
+			id, err := idOrAll(args, all, f.Search, f.Queue, f.Tag)
 			if err != nil {
 				return err
 			}
@@ -333,6 +340,7 @@ func (r *runner) failedActionCommand(a failedAction) *cobra.Command {
 	c.Flags().BoolVar(&all, "all", false, "act on every failed job (or those matching --search/--queue)")
 	c.Flags().StringVar(&f.Search, "search", "", "with --all: match name, queue, payload or error")
 	c.Flags().StringVar(&f.Queue, "queue", "", "with --all: only this queue")
+	c.Flags().StringVar(&f.Tag, "tag", "", "with --all: only jobs with this tag")
 	c.Flags().BoolVar(&yes, "yes", false, "with --all: do not ask for confirmation (required when stdin is not a terminal)")
 	c.Flags().BoolVar(&dryRun, "dry-run", false, "list the failed jobs it would "+a.name+", and do nothing")
 	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
@@ -407,7 +415,7 @@ func (r *runner) jobsCommand() *cobra.Command {
 	var pending, completed, asJSON bool
 	var p fleet.Page
 	c := &cobra.Command{
-		Use:   "fleet:jobs --pending | --completed [--queue Q] [--limit N]",
+		Use:   "fleet:jobs --pending | --completed [--queue Q] [--tag T] [--limit N]",
 		Short: "List queued jobs (pending, delayed, limited, running) or completed ones",
 		Args:  cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
@@ -419,6 +427,12 @@ func (r *runner) jobsCommand() *cobra.Command {
 			}
 			if err := checkQueueFilter(c, p.Queue); err != nil {
 				return err
+			}
+			if err := checkTagFilter(c, p.Tag); err != nil {
+				return err
+			}
+			if completed && p.Tag != "" {
+				return errors.New("--tag goes with --pending (completed attempts are filtered by queue only)")
 			}
 			return r.withService(c.Context(), func(_ *config.Config, svc *fleet.Service) error {
 				out := c.OutOrStdout()
@@ -434,10 +448,10 @@ func (r *runner) jobsCommand() *cobra.Command {
 						}
 						return printJSON(out, jobs)
 					}
-					fmt.Fprintln(tw, "ID\tQUEUE\tNAME\tSTATE\tATTEMPTS\tAVAILABLE AT\tPAYLOAD\t")
+					fmt.Fprintln(tw, "ID\tQUEUE\tNAME\tSTATE\tPRIORITY\tATTEMPTS\tAVAILABLE AT\tTAGS\tPAYLOAD\t")
 					for _, j := range jobs {
-						fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\t%s\t\n", j.ID, j.Queue, j.Name, j.State, j.Attempts,
-							j.AvailableAt.Format(time.DateTime), clip(string(j.Payload), 80))
+						fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t\n", j.ID, j.Queue, j.Name, j.State, j.Priority, j.Attempts,
+							j.AvailableAt.Format(time.DateTime), clip(strings.Join(j.Tags, ","), 60), clip(string(j.Payload), 80))
 					}
 					return tw.Flush()
 				}
@@ -463,7 +477,8 @@ func (r *runner) jobsCommand() *cobra.Command {
 	fl := c.Flags()
 	fl.BoolVar(&pending, "pending", false, "jobs not finished yet")
 	fl.BoolVar(&completed, "completed", false, "completed jobs, newest first")
-	fl.StringVar(&p.Queue, "queue", "", "only this queue")
+	fl.StringVar(&p.Queue, "queue", "", "only this queue (pending jobs of one queue are listed in the order they run)")
+	fl.StringVar(&p.Tag, "tag", "", "with --pending: only jobs with this tag (exactly, e.g. tenant:42)")
 	fl.IntVar(&p.Limit, "limit", 50, "at most N jobs")
 	fl.IntVar(&p.Offset, "offset", 0, "skip the first N")
 	fl.BoolVar(&asJSON, "json", false, "print JSON")

@@ -72,11 +72,11 @@ func (h *Handler) apiRoutes() []route {
 		{method: "GET", path: seg("overview"), ability: view, serve: h.overview},
 		{method: "GET", path: seg("workload"), ability: view, serve: h.workload},
 		{method: "GET", path: seg("masters"), ability: view, serve: h.masters},
-		{method: "GET", path: seg("jobs"), ability: view, params: []string{"status", "queue", "page"}, serve: h.jobs},
+		{method: "GET", path: seg("jobs"), ability: view, params: []string{"status", "queue", "tag", "page"}, serve: h.jobs},
 		{method: "GET", path: seg("jobs/{id}"), ability: view, serve: h.job},
 		{method: "POST", path: seg("jobs/{id}/cancel"), ability: operate, serve: h.cancel},
-		{method: "GET", path: seg("failed"), ability: view, params: []string{"search", "queue", "page"}, serve: h.failedList},
-		{method: "POST", path: seg("failed/retry"), ability: operate, params: []string{"search", "queue"}, serve: h.retryAll},
+		{method: "GET", path: seg("failed"), ability: view, params: []string{"search", "queue", "tag", "page"}, serve: h.failedList},
+		{method: "POST", path: seg("failed/retry"), ability: operate, params: []string{"search", "queue", "tag"}, serve: h.retryAll},
 		{method: "GET", path: seg("failed/{id}"), ability: view, serve: h.failedJob},
 		{method: "DELETE", path: seg("failed/{id}"), ability: operate, serve: h.forget},
 		{method: "POST", path: seg("failed/{id}/retry"), ability: operate, serve: h.retry},
@@ -275,6 +275,18 @@ func (c *call) queue() (string, error) {
 	return q[0], nil
 }
 
+// tag reads the tag filter: a job's tag, exactly ("" when not given).
+func (c *call) tag() (string, error) {
+	t, ok := c.query["tag"]
+	if !ok {
+		return "", nil
+	}
+	if err := queue.CheckTags("tag", t[:1]); err != nil {
+		return "", badParam("tag", "%v", strings.TrimPrefix(err.Error(), "tag[0] "))
+	}
+	return t[0], nil
+}
+
 // id reads the path's {id}: a positive whole number.
 func (c *call) id(what string) (int64, error) {
 	s := c.vars["id"]
@@ -342,7 +354,14 @@ func (h *Handler) jobs(ctx context.Context, c *call) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	p := fleet.Page{Queue: q, Limit: perPage + 1, Offset: (page - 1) * perPage}
+	tag, err := c.tag()
+	if err != nil {
+		return 0, nil, err
+	}
+	if tag != "" && status != "pending" {
+		return 0, nil, badParam("tag", "filters pending jobs only (status=pending)")
+	}
+	p := fleet.Page{Queue: q, Tag: tag, Limit: perPage + 1, Offset: (page - 1) * perPage}
 	var jobs any
 	more := false
 	if status == "pending" {
@@ -360,7 +379,7 @@ func (h *Handler) jobs(ctx context.Context, c *call) (int, any, error) {
 		more, list = len(list) > perPage, list[:min(len(list), perPage)]
 		jobs = list
 	}
-	return http.StatusOK, map[string]any{"status": status, "queue": q, "page": page, "per_page": perPage, "has_more": more, "jobs": jobs}, nil
+	return http.StatusOK, map[string]any{"status": status, "queue": q, "tag": tag, "page": page, "per_page": perPage, "has_more": more, "jobs": jobs}, nil
 }
 
 func (h *Handler) job(ctx context.Context, c *call) (int, any, error) {
@@ -392,7 +411,7 @@ func (h *Handler) cancel(ctx context.Context, c *call) (int, any, error) {
 	return http.StatusOK, map[string]any{"id": id, "outcome": outcome}, nil
 }
 
-// failedFilter reads search and queue.
+// failedFilter reads search, queue and tag.
 func (c *call) failedFilter() (fleet.FailedFilter, error) {
 	q, err := c.queue()
 	if err != nil {
@@ -402,7 +421,11 @@ func (c *call) failedFilter() (fleet.FailedFilter, error) {
 	if len(search) > 1000 {
 		return fleet.FailedFilter{}, badParam("search", "must be at most 1000 bytes, got %d", len(search))
 	}
-	return fleet.FailedFilter{Search: search, Queue: q}, nil
+	tag, err := c.tag()
+	if err != nil {
+		return fleet.FailedFilter{}, err
+	}
+	return fleet.FailedFilter{Search: search, Queue: q, Tag: tag}, nil
 }
 
 func (h *Handler) failedList(ctx context.Context, c *call) (int, any, error) {

@@ -33,6 +33,9 @@ type FailedJob struct {
 	// (nil: none); a retry of it runs under the same.
 	LimitKey *string `json:"limit_key,omitempty"`
 	Limit    *int    `json:"limit_n,omitempty"`
+	// Priority and Tags are the job's; a retry of it keeps them.
+	Priority int      `json:"priority"`
+	Tags     []string `json:"tags,omitempty"`
 }
 
 // FailedFilter selects failed jobs: Search matches name, queue, payload or
@@ -43,11 +46,12 @@ type FailedJob struct {
 type FailedFilter struct {
 	Search string
 	Queue  string
+	Tag    string // only jobs carrying this tag; empty: any
 	Limit  int // 0: no limit
 	Offset int
 }
 
-const failedColumns = `id, job_id, queue, name, payload, attempts, max_tries, error, created_at, failed_at, retry_of, limit_key, limit_n`
+const failedColumns = `id, job_id, queue, name, payload, attempts, max_tries, error, created_at, failed_at, retry_of, limit_key, limit_n, priority, tags`
 
 // failedFilter is the filter shared by every failed-jobs statement: only
 // the filters set in f, so each combination is a statement of its own (see
@@ -60,6 +64,9 @@ func failedFilter(f FailedFilter) *filter {
 	if f.Search != "" {
 		w.add(`(name ILIKE '%' || $? || '%' OR queue ILIKE '%' || $? || '%'
 			OR payload::text ILIKE '%' || $? || '%' OR error ILIKE '%' || $? || '%')`, likeEscaper.Replace(f.Search))
+	}
+	if f.Tag != "" {
+		w.add(`tags @> ARRAY[$?]::text[]`, f.Tag)
 	}
 	if f.Queue != "" {
 		// A range of one value, so that a generic plan, which guesses a

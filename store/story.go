@@ -41,8 +41,11 @@ type StoryQueued struct {
 	LimitActive *int `json:"limit_active"`
 	// CancelRequestedAt and CancelledBy are an operator's cancel of the
 	// running job, which its worker has not ended yet (nil: none).
-	CancelRequestedAt *time.Time `json:"cancel_requested_at"`
-	CancelledBy       *string    `json:"cancelled_by"`
+	CancelRequestedAt *time.Time      `json:"cancel_requested_at"`
+	CancelledBy       *string         `json:"cancelled_by"`
+	Priority          int             `json:"priority"`
+	Tags              []string        `json:"tags"`
+	Metadata          json.RawMessage `json:"metadata"`
 }
 
 // StoryAttempt is one row of fleet_jobs, with the name of the member its
@@ -61,6 +64,7 @@ type StoryAttempt struct {
 	Master     *string    `json:"master"`
 	MasterName *string    `json:"master_name"`
 	MasterKind *string    `json:"master_kind"`
+	Tags       []string   `json:"tags"`
 }
 
 // StoryLink is a job of the same retry chain: the chain's first job and
@@ -116,7 +120,7 @@ const jobStorySQL = `
 		       j.created_at, j.reserved_at, j.reserved_by,
 		       j.reserved_master, m.name AS master_name, m.kind AS master_kind, j.last_error, j.retry_of,
 		       j.limit_key, j.limit_n, l.active AS limit_active,
-		       j.unique_key, j.cancel_requested_at, j.cancelled_by
+		       j.unique_key, j.cancel_requested_at, j.cancelled_by, j.priority, j.tags, j.metadata
 		FROM queue_jobs j LEFT JOIN fleet_masters m ON m.instance = j.reserved_master
 		LEFT JOIN queue_limits l ON l.key = j.limit_key
 		WHERE j.id = (SELECT id FROM target)
@@ -125,7 +129,7 @@ const jobStorySQL = `
 		WHERE job_id = (SELECT id FROM target) ORDER BY id DESC LIMIT 1
 	), h AS (
 		SELECT a.attempt, a.status, a.queue, a.name, a.reserved_at, a.started_at, a.finished_at, a.runtime_ms,
-		       a.error, a.worker, a.master, m.name AS master_name, m.kind AS master_kind
+		       a.error, a.worker, a.master, m.name AS master_name, m.kind AS master_kind, a.tags
 		FROM fleet_jobs a LEFT JOIN fleet_masters m ON m.instance = a.master
 		WHERE a.job_id = (SELECT id FROM target)
 	), root AS (

@@ -471,28 +471,40 @@
 
   // ---- job lists -----------------------------------------------------
 
-  function queueFilter(query, route, extra) {
+  function queueFilter(query, route, extra, withTag) {
     const input = h('input', { type: 'text', id: 'queue-filter', placeholder: 'queue', value: query.get('queue') || '', 'aria-label': 'queue' });
-    const apply = () => { location.hash = href(route, { ...extra(), queue: input.value.trim() }); };
+    const tagInput = withTag ? h('input', { type: 'text', id: 'tag-filter', placeholder: 'tag', value: query.get('tag') || '', 'aria-label': 'tag' }) : null;
+    const apply = () => {
+      const tag = tagInput ? tagInput.value.trim() : '';
+      location.hash = href(route, { ...extra(), queue: input.value.trim(), ...(tag ? { tag } : {}) });
+    };
     input.addEventListener('keydown', (ev) => { if (ev.key === 'Enter') apply(); });
-    return { input, apply };
+    if (tagInput) tagInput.addEventListener('keydown', (ev) => { if (ev.key === 'Enter') apply(); });
+    return { input, tagInput, apply };
+  }
+
+  function tagList(tags) {
+    return h('span', { class: 'tags' }, ...(tags || []).map((t) => h('code', null, t)));
   }
 
   function jobsView(status, query) {
     const page = Math.max(parseInt(query.get('page') || '1', 10) || 1, 1);
     const queue = query.get('queue') || '';
+    const tag = status === 'pending' ? query.get('tag') || '' : '';
     const route = '/jobs/' + status;
-    const f = queueFilter(query, route, () => ({}));
+    const f = queueFilter(query, route, () => ({}), status === 'pending');
     return {
       title: status === 'pending' ? 'Pending jobs' : 'Completed jobs',
-      head: () => [h('div', { class: 'toolbar' }, f.input, h('button', { type: 'button', onclick: f.apply }, 'Filter'))],
-      load: () => api('GET', 'jobs?' + new URLSearchParams({ status, page, ...(queue ? { queue } : {}) })),
+      head: () => [h('div', { class: 'toolbar' }, f.input, f.tagInput, h('button', { type: 'button', onclick: f.apply }, 'Filter'))],
+      load: () => api('GET', 'jobs?' + new URLSearchParams({ status, page, ...(queue ? { queue } : {}), ...(tag ? { tag } : {}) })),
       draw: (d) => {
         const cols = status === 'pending' ? [
           { title: 'ID', cls: 'num', cell: (j) => link('/job/' + j.id, null, String(j.id)) },
           { title: 'Name', cls: 'name', cell: (j) => j.name },
           { title: 'Queue', cls: 'name', cell: (j) => j.queue },
           { title: 'State', cell: (j) => tag(j.state) },
+          { title: 'Priority', cls: 'num', cell: (j) => String(j.priority || 0) },
+          { title: 'Tags', cls: 'name', cell: (j) => tagList(j.tags) },
           { title: 'Attempts', cls: 'num', cell: (j) => num(j.attempts) },
           { title: 'Available', cell: (j) => ago(j.available_at) },
           { title: 'Created', cell: (j) => when(j.created_at) },
@@ -509,7 +521,7 @@
         ];
         return h('div', null,
           table(cols, d.jobs, status === 'pending' ? 'No job is waiting or running.' : 'No completed attempt in the history.'),
-          pager(d.page, d.has_more, (p) => { location.hash = href(route, { queue, page: p }); }));
+          pager(d.page, d.has_more, (p) => { location.hash = href(route, { queue, ...(tag ? { tag } : {}), page: p }); }));
       },
     };
   }
@@ -520,23 +532,24 @@
     const page = Math.max(parseInt(query.get('page') || '1', 10) || 1, 1);
     const search = query.get('search') || '';
     const queue = query.get('queue') || '';
+    const tagged = query.get('tag') || '';
     const searchInput = h('input', { type: 'search', id: 'search', placeholder: 'search name, queue, payload or error', value: search, 'aria-label': 'search' });
-    const f = queueFilter(query, '/failed', () => ({ search: searchInput.value }));
+    const f = queueFilter(query, '/failed', () => ({ search: searchInput.value }), true);
     searchInput.addEventListener('keydown', (ev) => { if (ev.key === 'Enter') f.apply(); });
     let total = 0;
     const retryAll = can('operate') ? h('button', {
       type: 'button', id: 'retry-all',
       onclick: async () => {
-        const scope = (search ? ' matching "' + search + '"' : '') + (queue ? ' in queue ' + queue : '');
+        const scope = (search ? ' matching "' + search + '"' : '') + (queue ? ' in queue ' + queue : '') + (tagged ? ' tagged ' + tagged : '');
         if (!(await confirmAction('Retry all ' + total + ' failed job(s)' + scope + '? Each is dispatched again with fresh attempts.', 'Retry all'))) return;
-        act('POST', 'failed/retry?' + new URLSearchParams({ ...(search ? { search } : {}), ...(queue ? { queue } : {}) }), undefined,
+        act('POST', 'failed/retry?' + new URLSearchParams({ ...(search ? { search } : {}), ...(queue ? { queue } : {}), ...(tagged ? { tag: tagged } : {}) }), undefined,
           (r) => 'Retried ' + r.retried + ' failed job(s).');
       },
     }, 'Retry all') : null;
     return {
       title: 'Failed jobs',
-      head: () => [h('div', { class: 'toolbar' }, searchInput, f.input, h('button', { type: 'button', onclick: f.apply }, 'Search'), retryAll)],
-      load: () => api('GET', 'failed?' + new URLSearchParams({ page, ...(search ? { search } : {}), ...(queue ? { queue } : {}) })),
+      head: () => [h('div', { class: 'toolbar' }, searchInput, f.input, f.tagInput, h('button', { type: 'button', onclick: f.apply }, 'Search'), retryAll)],
+      load: () => api('GET', 'failed?' + new URLSearchParams({ page, ...(search ? { search } : {}), ...(queue ? { queue } : {}), ...(tagged ? { tag: tagged } : {}) })),
       draw: (d) => {
         total = d.total;
         if (retryAll) {
@@ -548,13 +561,14 @@
           { title: 'Name', cls: 'name', cell: (j) => j.name },
           { title: 'Queue', cls: 'name', cell: (j) => j.queue },
           { title: 'Error', cls: 'err', cell: (j) => firstLine(j.error) },
+          { title: 'Tags', cls: 'name', cell: (j) => tagList(j.tags) },
           { title: 'Failed', cell: (j) => when(j.failed_at) },
           { title: 'Attempts', cls: 'num', cell: (j) => j.attempts + '/' + j.max_tries },
         ];
         if (can('operate')) cols.push({ title: '', cell: (j) => failedActions(j.id, false) });
         return h('div', null,
-          table(cols, d.jobs, search || queue ? 'No failed job matches.' : 'No failed jobs.'),
-          pager(d.page, d.page * d.per_page < d.total, (p) => { location.hash = href('/failed', { search, queue, page: p }); }, num(d.total) + ' in all'));
+          table(cols, d.jobs, search || queue || tagged ? 'No failed job matches.' : 'No failed jobs.'),
+          pager(d.page, d.page * d.per_page < d.total, (p) => { location.hash = href('/failed', { search, queue, ...(tagged ? { tag: tagged } : {}), page: p }); }, num(d.total) + ' in all'));
       },
     };
   }
