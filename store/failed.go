@@ -47,7 +47,7 @@ type FailedFilter struct {
 	Search string
 	Queue  string
 	Tag    string // only jobs carrying this tag; empty: any
-	Limit  int // 0: no limit
+	Limit  int    // 0: no limit
 	Offset int
 }
 
