@@ -1,0 +1,1 @@
+DROP FUNCTION IF EXISTS fleet_dispatch(text, text, jsonb, interval, integer, text[], jsonb, integer, interval);
