@@ -33,6 +33,9 @@ type Job struct {
 	MaxTries int
 	// CreatedAt is when the job was dispatched.
 	CreatedAt time.Time
+	// Snoozes counts the attempts of the job that ended with a snooze
+	// (see Snooze); they do not count in Attempt.
+	Snoozes int
 	// Duplicate is set by a dispatch that inserted nothing because a job
 	// with the same unique key counts (see Unique); ID is then that job's.
 	Duplicate bool

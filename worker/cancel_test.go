@@ -39,11 +39,11 @@ func TestSnoozeDoesNotUseUpTries(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	var mu sync.Mutex
-	var attempts []int
+	var attempts, snoozes []int
 	b.jobs.Handle("snoozy", func(_ context.Context, j *queue.Job) error {
 		mu.Lock()
 		defer mu.Unlock()
-		attempts = append(attempts, j.Attempt)
+		attempts, snoozes = append(attempts, j.Attempt), append(snoozes, j.Snoozes)
 		if len(attempts) <= 3 {
 			return queue.Snooze(0)
 		}
@@ -55,6 +55,9 @@ func TestSnoozeDoesNotUseUpTries(t *testing.T) {
 	}
 	if got, want := b.statuses(t, id), []string{"snoozed", "snoozed", "snoozed", "completed"}; !slices.Equal(got, want) {
 		t.Fatalf("history %v, want %v", got, want)
+	}
+	if !slices.Equal(snoozes, []int{0, 1, 2, 3}) {
+		t.Errorf("snoozes seen %v, want 0, 1, 2, 3", snoozes)
 	}
 	if !slices.Equal(attempts, []int{1, 1, 1, 1}) {
 		t.Fatalf("attempts seen %v, want every run to be attempt 1", attempts)

@@ -718,7 +718,7 @@ func (w *Worker) execute(ctx context.Context, j store.ClaimedJob, started time.T
 	}()
 	job := &queue.Job{
 		ID: j.ID, Name: j.Name, Queue: j.Queue, Payload: j.Payload,
-		Attempt: j.Attempt, MaxTries: j.MaxTries, CreatedAt: j.CreatedAt,
+		Attempt: j.Attempt, MaxTries: j.MaxTries, CreatedAt: j.CreatedAt, Snoozes: j.Snoozes,
 	}
 	job.Priority(j.Priority).Tags(j.Tags...)
 	if j.Metadata != nil {
