@@ -93,13 +93,30 @@ const jobInsertSQL = `
 	ORDER BY u.ord
 	RETURNING id`
 
+// jobInsertPlainSQL is jobInsertSQL for a batch in which no job sets a
+// priority, tags or metadata: three arrays fewer to send and unnest.
+const jobInsertPlainSQL = `
+	INSERT INTO queue_jobs (queue, name, payload, max_tries, backoff_secs, timeout_ms, available_at, retry_of)
+	SELECT u.q, u.n, u.p::jsonb, NULLIF(u.t, 0), u.b::integer[], NULLIF(u.tm, 0),
+	       now() + u.d * interval '1 millisecond', NULLIF(u.r, 0)
+	FROM unnest($1::text[], $2::text[], $3::text[], $4::integer[], $5::text[], $6::bigint[], $7::bigint[], $8::bigint[])
+	     WITH ORDINALITY AS u(q, n, p, t, b, tm, d, r, ord)
+	ORDER BY u.ord
+	RETURNING id`
+
 // jobInsertStatement returns the statement inserting jobs and its
 // arguments: jobInsertSQL when none of them is limited, so that unlimited
-// jobs pay nothing for limits, else jobInsertLimitedSQL for the whole
-// batch (one statement, ids in order).
+// jobs pay nothing for limits (jobInsertPlainSQL when none sets a
+// priority, tags or metadata either), else jobInsertLimitedSQL for the
+// whole batch (one statement, ids in order).
 func jobInsertStatement(jobs []JobInsertParams) (string, []any) {
 	args := jobInsertArgs(jobs)
 	if !slices.ContainsFunc(jobs, func(j JobInsertParams) bool { return j.LimitKey != "" }) {
+		if !slices.ContainsFunc(jobs, func(j JobInsertParams) bool {
+			return j.Priority != 0 || j.Tags != nil || j.Metadata != nil
+		}) {
+			return jobInsertPlainSQL, args[:8]
+		}
 		return jobInsertSQL, args
 	}
 	keys, limits := make([]string, len(jobs)), make([]int32, len(jobs))
