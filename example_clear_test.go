@@ -21,11 +21,11 @@ func ExampleService_Clear() {
 	defer pool.Close()
 	svc := fleet.New(pool, fleet.Options{})
 
-	would, err := svc.ClearCount(ctx, "mail")
+	would, err := svc.ClearCount(ctx, "mail") // how many it would delete now
 	if err != nil {
 		log.Fatal(err)
 	}
-	n, err := svc.Clear(ctx, "mail")
+	n, err := svc.Clear(ctx, "mail") // how many it deleted
 	if err != nil {
 		log.Fatalf("cleared %d job(s) of mail, then: %v", n, err)
 	}

@@ -1,0 +1,388 @@
+package fleet_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fleet-go/fleet/config"
+	"github.com/fleet-go/fleet/pgtest"
+	"github.com/fleet-go/fleet/supervisor"
+)
+
+// builtFiles are the Go files outside the module's packages that a test
+// builds; a docs sample may be a copy of part of one of them.
+var builtFiles = []string{
+	"docs/embedding/main.go", // TestEmbeddingGuide
+}
+
+// TestDocsGoSamples: every ```go block of README.md and docs/*.md is a
+// copy of part of a file holding Example functions (which `go test`
+// compiles, and runs when they have an Output comment) or of a file in
+// builtFiles. Lines are compared trimmed, with runs of spaces folded to
+// one (gofmt aligns trailing comments); blank lines and whole-line
+// comments do not count. A sample copied from an example file guarded by
+// a build constraint (example_pending_test.go) counts: it compiles once
+// the constraint is removed.
+func TestDocsGoSamples(t *testing.T) {
+	t.Parallel()
+	sources := map[string][]string{}
+	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if path != "." && (strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		src, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		if bytes.Contains(src, []byte("\nfunc Example")) {
+			sources[path] = sampleLines(string(src))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range builtFiles {
+		src, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sources[f] = sampleLines(string(src))
+	}
+	if len(sources) < 4 {
+		t.Fatalf("found only %d example files", len(sources))
+	}
+	docs, err := filepath.Glob("docs/*.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs = append([]string{"README.md"}, docs...)
+	total := 0
+	for _, doc := range docs {
+		for _, s := range goSamples(t, doc) {
+			total++
+			lines := sampleLines(s.code)
+			if len(lines) == 0 {
+				t.Errorf("%s:%d: empty Go sample", doc, s.line)
+				continue
+			}
+			found := false
+			for _, src := range sources {
+				if containsRun(src, lines) {
+					found = true
+					break
+				}
+			}
+			if !found {
+				t.Errorf("%s:%d: this Go sample is not a copy of an Example function or of a file a test builds (%s); "+
+					"add it to an example_*_test.go file and copy it from there:\n%s",
+					doc, s.line, strings.Join(builtFiles, ", "), s.code)
+			}
+		}
+	}
+	if total < 10 {
+		t.Errorf("found only %d Go samples in the docs", total)
+	}
+}
+
+// sample is one ```go block of a markdown file.
+type sample struct {
+	line int // of the opening fence
+	code string
+}
+
+// goSamples returns the ```go blocks of a markdown file, fenced at any
+// indentation (a block inside a list item is indented).
+func goSamples(t *testing.T, path string) []sample {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out []sample
+	var cur *sample
+	var b strings.Builder
+	sc := bufio.NewScanner(f)
+	for n := 1; sc.Scan(); n++ {
+		l := strings.TrimSpace(sc.Text())
+		switch {
+		case cur == nil && l == "```go":
+			cur = &sample{line: n}
+			b.Reset()
+		case cur != nil && l == "```":
+			cur.code = b.String()
+			out = append(out, *cur)
+			cur = nil
+		case cur != nil:
+			b.WriteString(sc.Text())
+			b.WriteByte('\n')
+		}
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if cur != nil {
+		t.Errorf("%s:%d: Go sample not closed", path, cur.line)
+	}
+	return out
+}
+
+// sampleLines is s's lines, trimmed and with runs of spaces folded,
+// without blank lines and whole-line comments.
+func sampleLines(s string) []string {
+	var out []string
+	for l := range strings.Lines(s) {
+		l = strings.Join(strings.Fields(l), " ")
+		if l != "" && !strings.HasPrefix(l, "//") {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// containsRun reports whether run appears in lines as consecutive lines.
+func containsRun(lines, run []string) bool {
+	for i := 0; i+len(run) <= len(lines); i++ {
+		if slices.Equal(lines[i:i+len(run)], run) {
+			return true
+		}
+	}
+	return false
+}
+
+// TestConfigurationTable: docs/configuration.md's tables of keys list
+// every key of config.Config, none that does not exist, each with the
+// default the code applies. A default is written as TOML in backticks
+// (`4`, `"info"`, `[1, 5, 30]`, `{}`), as the key it falls back to
+// (`queue.workers`), or as `required` or `unset`.
+func TestConfigurationTable(t *testing.T) {
+	t.Parallel()
+	want := map[string]string{}
+	collectDefaults(want, "", reflect.ValueOf(config.Default()))
+
+	// What applies to keys of NAME tables, which config.Default cannot
+	// hold: supervisor.Resolve's defaults, the supervisor's fallbacks to
+	// the [queue] section, and the periodic schedules' defaults.
+	sup := "fleet.supervisors.NAME."
+	for k, v := range map[string]string{
+		"queues":              "required",
+		"balance":             strconv.Quote(string(supervisor.DefaultBalance)),
+		"min_processes":       strconv.Itoa(supervisor.DefaultMinProcesses),
+		"max_processes":       strconv.Itoa(supervisor.DefaultMaxProcesses),
+		"fleet_max_processes": "unset",
+		"concurrency":         "queue.workers",
+		"tries":               "queue.tries",
+		"backoff":             "queue.backoff",
+		"timeout_secs":        "queue.timeout_secs",
+	} {
+		checkKnown(t, want, sup+k)
+		want[sup+k] = v
+	}
+	per := "fleet.periodic.NAME."
+	for k, v := range map[string]string{
+		"cron":         "required",
+		"job":          "required",
+		"queue":        "queue.default_queue",
+		"payload":      `"{}"`,
+		"timezone":     `"UTC"`,
+		"catch_up":     `"none"`,
+		"catch_up_max": strconv.Itoa(config.PeriodicCatchUpMaxDefault),
+	} {
+		checkKnown(t, want, per+k)
+		want[per+k] = v
+	}
+
+	doc, err := os.ReadFile("docs/configuration.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for n, l := range strings.Split(string(doc), "\n") {
+		cells := strings.Split(l, "|")
+		if len(cells) < 4 || !strings.HasPrefix(strings.TrimSpace(cells[1]), "`") {
+			continue
+		}
+		key := strings.Trim(strings.TrimSpace(cells[1]), "`")
+		if !strings.Contains(key, ".") || strings.ContainsAny(key, " /") {
+			continue // a row of another table
+		}
+		def := strings.TrimSpace(cells[2])
+		if !strings.HasPrefix(def, "`") || !strings.HasSuffix(def, "`") {
+			t.Errorf("docs/configuration.md:%d: %s: the default %q is not in backticks", n+1, key, def)
+			continue
+		}
+		if _, dup := got[key]; dup {
+			t.Errorf("docs/configuration.md:%d: %s is listed twice", n+1, key)
+		}
+		got[key] = strings.Trim(def, "`")
+		w, ok := want[key]
+		switch {
+		case !ok:
+			t.Errorf("docs/configuration.md:%d: %s is not a configuration key", n+1, key)
+		case got[key] != w:
+			t.Errorf("docs/configuration.md:%d: %s: the table says the default is `%s`, the code says `%s`", n+1, key, got[key], w)
+		}
+	}
+	for k, v := range want {
+		if _, ok := got[k]; !ok {
+			t.Errorf("docs/configuration.md lacks the key %s (default `%s`)", k, v)
+		}
+	}
+}
+
+// checkKnown fails when key is not one collectDefaults found.
+func checkKnown(t *testing.T, want map[string]string, key string) {
+	t.Helper()
+	if _, ok := want[key]; !ok {
+		t.Errorf("the test names %s, which config.Config does not have", key)
+	}
+}
+
+// collectDefaults records, for every key below v, its value written as
+// TOML. A map of tables becomes prefix.NAME.KEY, with the zero value of
+// its element as the defaults (overridden by the caller where the code
+// applies others).
+func collectDefaults(out map[string]string, prefix string, v reflect.Value) {
+	t := v.Type()
+	for i := range t.NumField() {
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("toml"), ",")
+		if !f.IsExported() || name == "-" {
+			continue
+		}
+		key := prefix + name
+		fv := v.Field(i)
+		switch {
+		case f.Type.Kind() == reflect.Struct:
+			collectDefaults(out, key+".", fv)
+		case f.Type.Kind() == reflect.Map && f.Type.Elem().Kind() == reflect.Struct:
+			collectDefaults(out, key+".NAME.", reflect.New(f.Type.Elem()).Elem())
+		default:
+			out[key] = tomlValue(fv)
+		}
+	}
+}
+
+// tomlValue writes v as TOML: `4`, `"info"`, `[1, 5, 30]`, `{}`; a nil
+// pointer is `unset`.
+func tomlValue(v reflect.Value) string {
+	switch v.Kind() {
+	case reflect.Pointer:
+		if v.IsNil() {
+			return "unset"
+		}
+		return tomlValue(v.Elem())
+	case reflect.String:
+		return strconv.Quote(v.String())
+	case reflect.Map:
+		return "{}"
+	case reflect.Slice:
+		parts := make([]string, v.Len())
+		for i := range parts {
+			parts[i] = tomlValue(v.Index(i))
+		}
+		return "[" + strings.Join(parts, ", ") + "]"
+	}
+	return fmt.Sprint(v.Interface())
+}
+
+// TestEmbeddingGuide builds docs/embedding/main.go as docs/embedding.md
+// tells a newcomer to, in a module of its own, and runs the guide's
+// commands against a fresh database.
+//
+// It stays offline: the module's go.mod replaces fleet with this checkout
+// and takes this checkout's go.sum, and `go build -mod=mod` adds the
+// requirements main.go's imports need from the module graph already in
+// the module cache. `go mod tidy`, the guide's step, also resolves the
+// tests of every dependency, which may need the network: it runs only
+// when FLEET_DOCS_TIDY=1.
+func TestEmbeddingGuide(t *testing.T) {
+	t.Parallel()
+	root, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	src, err := os.ReadFile("docs/embedding/main.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gomod, err := os.ReadFile("docs/embedding/go.mod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gomod = bytes.Replace(gomod, []byte("=> ../.."), []byte("=> "+root), 1)
+	sum, err := os.ReadFile("go.sum")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, b := range map[string][]byte{"main.go": src, "go.mod": gomod, "go.sum": sum} {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	goEnv := append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod")
+	if os.Getenv("FLEET_DOCS_TIDY") != "1" {
+		goEnv = append(goEnv, "GOPROXY=off")
+	}
+	run := func(timeout time.Duration, env []string, name string, args ...string) string {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(t.Context(), timeout)
+		defer cancel()
+		c := exec.CommandContext(ctx, name, args...)
+		c.Dir, c.Env = dir, env
+		out, err := c.CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+	if os.Getenv("FLEET_DOCS_TIDY") == "1" {
+		run(5*time.Minute, goEnv, "go", "mod", "tidy")
+	}
+	run(5*time.Minute, goEnv, "go", "build", "-o", "app", ".")
+
+	url := pgtest.URL(t)
+	env := []string{"APP_DATABASE__URL=" + url, "APP_QUEUE__QUEUES=default,mail", "PATH=" + os.Getenv("PATH"), "HOME=" + dir}
+	app := filepath.Join(dir, "app")
+	run(time.Minute, env, app, "migrate")
+	if out := run(time.Minute, env, app, "setup"); !strings.Contains(out, "table orders ready") {
+		t.Errorf("setup printed %q", out)
+	}
+	for _, args := range [][]string{{"place-order", "ann@example.com"}, {"place-order", "bob@example.com", "--sql"}} {
+		if out := run(time.Minute, env, app, args...); !strings.Contains(out, "order placed, mail job") {
+			t.Errorf("%v printed %q", args, out)
+		}
+	}
+	out := run(time.Minute, env, app, "fleet:work", "--stop-when-empty")
+	for _, to := range []string{"ann@example.com", "bob@example.com"} {
+		if !strings.Contains(out, "mail sent") || !strings.Contains(out, to) {
+			t.Errorf("fleet:work did not send the mail to %s:\n%s", to, out)
+		}
+	}
+	if out := run(time.Minute, env, app, "fleet:jobs", "--completed"); strings.Count(out, "mail.send") != 2 {
+		t.Errorf("fleet:jobs --completed shows no two mail.send attempts:\n%s", out)
+	}
+}
