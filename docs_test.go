@@ -32,9 +32,7 @@ var builtFiles = []string{
 // compiles, and runs when they have an Output comment) or of a file in
 // builtFiles. Lines are compared trimmed, with runs of spaces folded to
 // one (gofmt aligns trailing comments); blank lines and whole-line
-// comments do not count. A sample copied from an example file guarded by
-// a build constraint (example_pending_test.go) counts: it compiles once
-// the constraint is removed.
+// comments do not count.
 func TestDocsGoSamples(t *testing.T) {
 	t.Parallel()
 	sources := map[string][]string{}

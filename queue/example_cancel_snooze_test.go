@@ -1,9 +1,3 @@
-//go:build cancelsnooze
-
-// The cancel and snooze API is written on another branch; these examples
-// compile once it is merged and this build constraint is removed. Until
-// then `go test -tags cancelsnooze` is the only way they build.
-
 package queue_test
 
 import (
@@ -16,7 +10,7 @@ import (
 
 // A handler that returns queue.Cancel(err) ends its job cancelled: it is
 // not retried, whatever tries it has left.
-func ExampleCancel() {
+func ExampleCancel_noRetry() {
 	jobs := queue.NewRegistry()
 	jobs.Handle("mail.send", func(ctx context.Context, job *queue.Job) error {
 		var p struct {
@@ -34,7 +28,7 @@ func ExampleCancel() {
 
 // A handler that returns queue.Snooze(d) runs its job again after d; the
 // attempt does not count against the job's tries.
-func ExampleSnooze() {
+func ExampleSnooze_later() {
 	jobs := queue.NewRegistry()
 	jobs.Handle("report.build", func(ctx context.Context, job *queue.Job) error {
 		if !dataReady() {
