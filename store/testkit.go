@@ -47,18 +47,21 @@ type InspectedJob struct {
 // transaction or one of its subtransactions: its xmin is in progress, and
 // of the transactions in progress only the current one's rows are visible.
 // xmin is a 32-bit xid; pg_xact_status takes a 64-bit one, rebuilt from
-// the current transaction's. Only xids not older than the current
-// transaction's, and assigned before the statement's snapshot (so never in
-// the future), are asked about; the others cannot be the transaction's.
+// the current transaction's (d is how far the current one's xid is past
+// xmin, modulo 2^32). Only xids from the current transaction's up to a
+// million after it are asked about: the subtransactions of a transaction
+// come after it, and a test's transaction has fewer than a million, while
+// an xid it was not assigned could be in the future, which pg_xact_status
+// refuses.
 const inTxCondition = `
-	(SELECT CASE WHEN d <= 0 AND cur - d < pg_snapshot_xmax(pg_current_snapshot())::text::bigint
-	             THEN pg_xact_status((cur - d)::text::xid8) = 'in progress' ELSE false END
+	(SELECT CASE WHEN d <= 0 AND d > -1000000 THEN pg_xact_status((cur - d)::text::xid8) = 'in progress' ELSE false END
 	 FROM (SELECT pg_current_xact_id()::text::bigint AS cur) c,
 	      LATERAL (SELECT ((c.cur % 4294967296 - queue_jobs.xmin::text::bigint + 6442450944) % 4294967296) - 2147483648 AS d) x)`
 
 // JobInspect returns the jobs of queue_jobs, oldest first, on db (a
-// transaction of the caller's for InTx).
-func (s *Store) JobInspect(ctx context.Context, db DBTX, p JobInspectParams) ([]InspectedJob, error) {
+// transaction of the caller's for InTx). It is a function, not a method:
+// a test may hold a transaction and no Store.
+func JobInspect(ctx context.Context, db DBTX, p JobInspectParams) ([]InspectedJob, error) {
 	limit := p.Limit
 	if limit <= 0 {
 		limit = 1000

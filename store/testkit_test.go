@@ -46,7 +46,7 @@ func TestJobInspectInTx(t *testing.T) {
 	insert(pool, "during") // committed by another transaction, visible to tx's next statement
 	names := func(db store.DBTX, inTx bool) []string {
 		t.Helper()
-		jobs, err := st.JobInspect(ctx, db, store.JobInspectParams{InTx: inTx})
+		jobs, err := store.JobInspect(ctx, db, store.JobInspectParams{InTx: inTx})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -101,7 +101,7 @@ func TestJobMakeDue(t *testing.T) {
 	if err != nil || n != 1 {
 		t.Fatalf("JobMakeDue = %d, %v; want 1", n, err)
 	}
-	jobs, err := st.JobInspect(ctx, pool, store.JobInspectParams{})
+	jobs, err := store.JobInspect(ctx, pool, store.JobInspectParams{})
 	if err != nil {
 		t.Fatal(err)
 	}
