@@ -93,8 +93,9 @@ func DrainWith(ctx context.Context, t testing.TB, pool *pgxpool.Pool, jobs *queu
 	switch res.Reason {
 	case spawner.ExitEmpty, spawner.ExitMaxJobs, spawner.ExitMaxTime:
 	default:
-		t.Fatalf("fleettest: queues %v not drained: the worker stopped (%s) after %d attempts; %d jobs are left%s",
-			cfg.Queues, res.Reason, c.Attempts(), len(Dispatched(t, pool, "")), listing(Dispatched(t, pool, "")))
+		left := Dispatched(t, pool, "")
+		t.Fatalf("fleettest: queues %v not drained: the worker stopped (%s) after %d attempts; %d jobs are left:%s",
+			cfg.Queues, res.Reason, c.Attempts(), len(left), listing(left))
 	}
 	return c
 }
