@@ -20,7 +20,9 @@ var layout = map[string][]string{
 	"config":              {},
 	"dashboard":           {"", "queue"},
 	"faults":              {},
+	"fleettest":           {"pgtest", "queue", "spawner", "store", "worker"},
 	"internal/apptest":    {"cmd", "pgtest", "queue"},
+	"internal/doccheck":   {},
 	"internal/jobhook":    {},
 	"internal/ratelog":    {},
 	"internal/syncbuf":    {},
@@ -28,6 +30,7 @@ var layout = map[string][]string{
 	"membership":          {"store"},
 	"metrics":             {"store"},
 	"migrations":          {},
+	"otelfleet":           {"queue", "redact"},
 	"periodic":            {},
 	"pgcluster":           {},
 	"pgtest":              {"migrations", "pgcluster"},
@@ -83,5 +86,50 @@ func TestPackageLayout(t *testing.T) {
 	}
 	if seen < len(layout)/2 {
 		t.Fatalf("go list listed %d packages; the table knows %d", seen, len(layout))
+	}
+}
+
+// external maps module path prefixes outside the standard library to the
+// one package that may depend on them, directly or through other packages:
+// OpenTelemetry is otelfleet's alone, so fleet's core packages, and an app
+// that does not trace, never build it.
+var external = map[string]string{
+	"go.opentelemetry.io/": "otelfleet",
+}
+
+// TestLayoutExternalDeps fails when a package depends on a module that
+// external keeps to another package.
+func TestLayoutExternalDeps(t *testing.T) {
+	t.Parallel()
+	const module = "github.com/fleet-go/fleet"
+	out, err := exec.Command("go", "list", "-json=ImportPath,Deps", "./...").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	dec := json.NewDecoder(strings.NewReader(string(out)))
+	owners := map[string]bool{}
+	for dec.More() {
+		var p struct {
+			ImportPath string
+			Deps       []string
+		}
+		if err := dec.Decode(&p); err != nil {
+			t.Fatal(err)
+		}
+		name := strings.TrimPrefix(strings.TrimPrefix(p.ImportPath, module), "/")
+		for prefix, owner := range external {
+			uses := slices.ContainsFunc(p.Deps, func(d string) bool { return strings.HasPrefix(d, prefix) })
+			switch {
+			case uses && name == owner:
+				owners[owner] = true
+			case uses:
+				t.Errorf("%s depends on %s...: only %s may", p.ImportPath, prefix, owner)
+			}
+		}
+	}
+	for prefix, owner := range external {
+		if !owners[owner] {
+			t.Errorf("%s does not depend on %s...: the check looks at the wrong package", owner, prefix)
+		}
 	}
 }

@@ -14,9 +14,11 @@ import (
 // (Its lease is gone otherwise only when the transaction rolled back and a
 // master then released the job, presuming its worker gone; the event is
 // then wrong, which is as rare as it sounds.) Other lost outcomes send
-// nothing. It costs nothing while nobody subscribes.
+// nothing. Config.OnEvent gets the same events. It costs nothing while
+// nobody subscribes.
 func (w *writer) publish(batch []store.JobOutcome, lost []store.Lease) {
-	if w.events == nil || !w.events.Subscribed() {
+	subscribed := w.events != nil && w.events.Subscribed()
+	if !subscribed && w.onEvent == nil {
 		return
 	}
 	var gone map[store.Lease]bool
@@ -33,7 +35,13 @@ func (w *writer) publish(batch []store.JobOutcome, lost []store.Lease) {
 			}
 			o.Kind, o.Status, o.Error, o.Delay = store.OutcomeCompleted, "completed", "", 0
 		}
-		w.events.Publish(eventOf(o))
+		e := eventOf(o)
+		if subscribed {
+			w.events.Publish(e)
+		}
+		if w.onEvent != nil {
+			w.onEvent(e)
+		}
 	}
 }
 

@@ -127,6 +127,12 @@ type Config struct {
 	Logger *slog.Logger
 	// Reports receives ready, heartbeat and exiting reports; may be nil.
 	Reports func(spawner.Report)
+	// OnEvent receives the event of every outcome this worker wrote, as the
+	// registry's subscriptions do (see queue.Registry.SubscribeBuffer), but
+	// only this worker's: a test running several workers of one registry
+	// tells theirs apart. It is called on the outcome writer's goroutine,
+	// which it holds up while it runs; may be nil.
+	OnEvent func(queue.Event)
 	// MemoryMB measures the worker's memory; default the process's resident
 	// set size.
 	MemoryMB func() float64
@@ -228,6 +234,7 @@ func New(st *store.Store, jobs *queue.Registry, cfg Config) (*Worker, error) {
 	}
 	w.writer = newWriter(st, cfg.Name, cfg.Master, log, w.poke)
 	w.writer.events = jobs
+	w.writer.onEvent = cfg.OnEvent
 	w.paused.Store(cfg.Paused)
 	w.PauseQueues(cfg.PausedQueues)
 	return w, nil

@@ -53,6 +53,8 @@ type writer struct {
 	// events receives the events of written outcomes (see publish); nil:
 	// none.
 	events *queue.Registry
+	// onEvent is Config.OnEvent; nil: none.
+	onEvent func(queue.Event)
 
 	mu      sync.Mutex
 	pending []store.JobOutcome

@@ -1,0 +1,169 @@
+package fleettest_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/fleet-go/fleet/fleettest"
+	"github.com/fleet-go/fleet/queue"
+)
+
+// exampleT stands in, in these examples, for the *testing.T that a test
+// gets: it runs the cleanups at done and panics where a test would fail.
+type exampleT struct {
+	testing.TB
+	ctx      context.Context
+	cancel   context.CancelFunc
+	cleanups []func()
+}
+
+func newExampleT() *exampleT {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &exampleT{ctx: ctx, cancel: cancel}
+}
+
+func (t *exampleT) Helper()                           {}
+func (t *exampleT) Context() context.Context          { return t.ctx }
+func (t *exampleT) Cleanup(f func())                  { t.cleanups = append(t.cleanups, f) }
+func (t *exampleT) Log(...any)                        {}
+func (t *exampleT) Logf(string, ...any)               {}
+func (t *exampleT) Fatal(args ...any)                 { panic(fmt.Sprint(args...)) }
+func (t *exampleT) Fatalf(format string, args ...any) { panic(fmt.Sprintf(format, args...)) }
+func (t *exampleT) Errorf(format string, args ...any) { panic(fmt.Sprintf(format, args...)) }
+
+func (t *exampleT) done() {
+	t.cancel()
+	for i := len(t.cleanups) - 1; i >= 0; i-- {
+		t.cleanups[i]()
+	}
+}
+
+// SendInvoice is the args of a job of these examples.
+type SendInvoice struct {
+	InvoiceID int64  `json:"invoice_id"`
+	To        string `json:"to"`
+}
+
+func (SendInvoice) JobName() string { return "invoice.send" }
+
+// RequireDispatched checks that the code under test dispatched a job, by
+// its name and what it should carry.
+func ExampleRequireDispatched() {
+	t := newExampleT() // in a test: the test's t
+	defer t.done()
+	ctx := context.Background()
+
+	pool := fleettest.Pool(t)
+	client := queue.NewClient(pool, queue.Defaults{})
+	_, err := client.Dispatch(ctx, queue.NewTypedJob(SendInvoice{InvoiceID: 7, To: "ann@example.com"}).
+		OnQueue("billing").Tags("customer:42"))
+	if err != nil {
+		panic(err)
+	}
+
+	job := fleettest.RequireDispatched(t, pool, "invoice.send",
+		fleettest.Args(SendInvoice{InvoiceID: 7, To: "ann@example.com"}),
+		fleettest.OnQueue("billing"), fleettest.Tags("customer:42"))
+	fmt.Println(job.Name, job.Queue, job.State, job.Tags)
+	fleettest.RequireDispatched(t, pool, "invoice.send", fleettest.ArgsInclude(map[string]any{"invoice_id": 7}))
+	fleettest.RequireNotDispatched(t, pool, "invoice.send", fleettest.OnQueue("default"))
+	// Output: invoice.send billing pending [customer:42]
+}
+
+// RequireDispatchedTx looks only at the jobs a transaction dispatched,
+// before it commits.
+func ExampleRequireDispatchedTx() {
+	t := newExampleT()
+	defer t.done()
+	ctx := context.Background()
+	pool := fleettest.Pool(t)
+	client := queue.NewClient(pool, queue.Defaults{})
+
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := client.DispatchTx(ctx, tx, queue.NewTypedJob(SendInvoice{InvoiceID: 8})); err != nil {
+			return err
+		}
+		fleettest.RequireDispatchedTx(t, tx, "invoice.send", fleettest.ArgsInclude(map[string]any{"invoice_id": 8}))
+		fleettest.RequireNotDispatched(t, pool, "invoice.send") // not committed yet
+		return nil
+	})
+	fmt.Println(err)
+	// Output: <nil>
+}
+
+// Drain works queues with the app's registry until they are empty and
+// counts how the attempts ended.
+func ExampleDrain() {
+	t := newExampleT()
+	defer t.done()
+	ctx := context.Background()
+	pool := fleettest.Pool(t)
+	client := queue.NewClient(pool, queue.Defaults{})
+
+	jobs := queue.NewRegistry()
+	queue.HandleTyped(jobs, func(ctx context.Context, job *queue.Job, args SendInvoice) error {
+		if args.To == "" {
+			return errors.New("no address")
+		}
+		return nil
+	})
+	_, err := client.DispatchMany(ctx, []*queue.Job{
+		queue.NewTypedJob(SendInvoice{InvoiceID: 1, To: "ann@example.com"}),
+		queue.NewTypedJob(SendInvoice{InvoiceID: 2}).Tries(2),
+	})
+	if err != nil {
+		panic(err)
+	}
+
+	counts := fleettest.Drain(ctx, t, pool, jobs, "default")
+	fmt.Printf("completed %d, retried %d, failed %d\n", counts.Completed, counts.Retried, counts.Failed)
+	// Output: completed 1, retried 1, failed 1
+}
+
+// MakeDue moves a delayed job, or a retry waiting out its backoff, to now:
+// the test's hand on the database's clock.
+func ExampleMakeDue() {
+	t := newExampleT()
+	defer t.done()
+	ctx := context.Background()
+	pool := fleettest.Pool(t)
+	client := queue.NewClient(pool, queue.Defaults{})
+	jobs := queue.NewRegistry()
+	queue.HandleTyped(jobs, func(context.Context, *queue.Job, SendInvoice) error { return nil })
+
+	if _, err := client.Dispatch(ctx, queue.NewTypedJob(SendInvoice{InvoiceID: 3}).Delay(24*time.Hour)); err != nil {
+		panic(err)
+	}
+	_, ok := fleettest.WorkOne(ctx, t, pool, jobs, "default")
+	fmt.Println("ran before MakeDue:", ok)
+
+	fleettest.MakeDue(t, pool, "default")
+	e, ok := fleettest.WorkOne(ctx, t, pool, jobs, "default")
+	fmt.Println("ran after MakeDue:", ok, e.Kind)
+	// Output:
+	// ran before MakeDue: false
+	// ran after MakeDue: true completed
+}
+
+// WorkOne runs one attempt of the next ready job and returns its outcome.
+func ExampleWorkOne() {
+	t := newExampleT()
+	defer t.done()
+	ctx := context.Background()
+	pool := fleettest.Pool(t)
+	client := queue.NewClient(pool, queue.Defaults{})
+	jobs := queue.NewRegistry()
+	jobs.Handle("report.build", func(context.Context, *queue.Job) error { return errors.New("no data yet") })
+
+	if _, err := client.Dispatch(ctx, queue.NewJob("report.build", nil).Tries(3).Backoff(60)); err != nil {
+		panic(err)
+	}
+	e, _ := fleettest.WorkOne(ctx, t, pool, jobs, "default")
+	fmt.Println(e.Kind, e.Attempt, e.Error, e.RetryIn)
+	// Output: retried 1 no data yet 1m0s
+}

@@ -1,0 +1,67 @@
+package otelfleet_test
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/propagation"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"github.com/fleet-go/fleet/otelfleet"
+	"github.com/fleet-go/fleet/queue"
+)
+
+// An app traces its jobs with the two middlewares: dispatch middleware on
+// its Client, work middleware on its Registry. They use the global tracer
+// provider and propagator unless given others.
+func Example_setup() {
+	var pool *pgxpool.Pool                      // the app's pool
+	exporter := tracetest.NewInMemoryExporter() // in an app: an OTLP exporter
+
+	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exporter))
+	otel.SetTracerProvider(tp)
+	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
+
+	client := queue.NewClient(pool, queue.Defaults{})
+	client.Use(otelfleet.DispatchMiddleware())
+
+	jobs := queue.NewRegistry()
+	jobs.Use(otelfleet.WorkMiddleware())
+}
+
+// The work span of an attempt is the child of its job's dispatch span:
+// the trace context travels in the job's metadata. Here the job goes
+// from dispatch to handler without a database.
+func Example() {
+	recorder := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(recorder))
+	dispatch := otelfleet.DispatchMiddleware(otelfleet.WithTracerProvider(tp))
+	jobs := queue.NewRegistry()
+	jobs.Use(otelfleet.WorkMiddleware(otelfleet.WithTracerProvider(tp)))
+	jobs.Handle("mail.send", func(ctx context.Context, job *queue.Job) error { return nil })
+
+	ctx := context.Background()
+	job := queue.NewJob("mail.send", nil).OnQueue("mail")
+	if err := dispatch(ctx, job); err != nil { // as Client.Dispatch does before the insert
+		panic(err)
+	}
+	job.ID, job.Attempt, job.MaxTries = 1, 1, 3 // as a worker sets them
+	if err := jobs.Run(ctx, job); err != nil {
+		panic(err)
+	}
+
+	spans := recorder.Ended()
+	d, w := spans[0], spans[1]
+	fmt.Println(d.Name(), "->", w.Name())
+	fmt.Println("same trace:", w.SpanContext().TraceID() == d.SpanContext().TraceID())
+	fmt.Println("child of the dispatch:", w.Parent().SpanID() == d.SpanContext().SpanID())
+	fmt.Println("metadata keys:", otelfleet.JobCarrier{Job: job}.Keys())
+	// Output:
+	// fleet.dispatch mail.send -> fleet.work mail.send
+	// same trace: true
+	// child of the dispatch: true
+	// metadata keys: [traceparent]
+}
