@@ -24,7 +24,9 @@ import (
 // builtFiles are the Go files outside the module's packages that a test
 // builds; a docs sample may be a copy of part of one of them.
 var builtFiles = []string{
-	"docs/embedding/main.go", // TestEmbeddingGuide
+	"docs/embedding/main.go",        // TestEmbeddingGuide
+	"fleettest/example_app_test.go", // the sample app's test, run by go test ./fleettest
+	"fleettest/fleettest_test.go",   // its TestMain
 }
 
 // TestDocsGoSamples: every ```go block of README.md and docs/*.md is a

@@ -22,7 +22,6 @@ var layout = map[string][]string{
 	"faults":              {},
 	"fleettest":           {"pgtest", "queue", "spawner", "store", "worker"},
 	"internal/apptest":    {"cmd", "pgtest", "queue"},
-	"internal/doccheck":   {},
 	"internal/jobhook":    {},
 	"internal/ratelog":    {},
 	"internal/syncbuf":    {},

@@ -12,7 +12,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/fleet-go/fleet/fleettest"
-	"github.com/fleet-go/fleet/internal/doccheck"
 	"github.com/fleet-go/fleet/queue"
 )
 
@@ -245,11 +244,4 @@ func TestDrainFailsWhenQueuesNeverEmpty(t *testing.T) {
 	if !strings.Contains(msg, "queues [default] not drained: the worker stopped (stopped)") || !strings.Contains(msg, " again queue=default") {
 		t.Errorf("failure: %s", msg)
 	}
-}
-
-// TestDocsSamplesAreExamples: every Go sample of docs/testing.md is in
-// this package's examples or sample app test, where it compiles.
-func TestDocsSamplesAreExamples(t *testing.T) {
-	t.Parallel()
-	doccheck.Samples(t, "../docs/testing.md", "example_test.go", "example_app_test.go", "fleettest_test.go")
 }

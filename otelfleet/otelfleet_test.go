@@ -18,7 +18,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/fleet-go/fleet/fleettest"
-	"github.com/fleet-go/fleet/internal/doccheck"
 	"github.com/fleet-go/fleet/otelfleet"
 	"github.com/fleet-go/fleet/queue"
 )
@@ -235,11 +234,4 @@ func TestDispatchWithoutTracing(t *testing.T) {
 	if err := jobs.Run(context.Background(), job); err != nil || !ran {
 		t.Errorf("Run = %v, ran %v", err, ran)
 	}
-}
-
-// TestDocsSamplesAreExamples: every Go sample of docs/tracing.md is in
-// this package's examples, where it compiles.
-func TestDocsSamplesAreExamples(t *testing.T) {
-	t.Parallel()
-	doccheck.Samples(t, "../docs/tracing.md", "example_test.go")
 }
