@@ -287,7 +287,7 @@ var jobClaimSQL = `
 		WHERE EXISTS (SELECT 1 FROM fleet_masters m WHERE m.instance = $4 AND m.expires_at >= now())
 		LIMIT $2))
 	RETURNING j.id, j.lease, j.queue, j.name, j.payload, j.attempts, j.max_tries,
-	          j.backoff_secs, j.timeout_ms, j.created_at, j.reserved_at, j.priority, j.tags, j.metadata, j.snoozes`
+	          j.backoff_secs, j.timeout_ms, j.created_at, j.reserved_at, j.priority, j.tags, j.metadata, COALESCE(j.snoozes, 0)`
 
 // jobClaimUnfencedSQL claims for a holder with no member row (the bench's
 // reference loop and tests of the claim itself).
@@ -306,7 +306,7 @@ var jobClaimUnfencedSQL = `
 		
 		LIMIT $2))
 	RETURNING j.id, j.lease, j.queue, j.name, j.payload, j.attempts, j.max_tries,
-	          j.backoff_secs, j.timeout_ms, j.created_at, j.reserved_at, j.priority, j.tags, j.metadata, j.snoozes`
+	          j.backoff_secs, j.timeout_ms, j.created_at, j.reserved_at, j.priority, j.tags, j.metadata, COALESCE(j.snoozes, 0)`
 
 // Lease identifies one claim of one job: a worker holds the job while the
 // row's token is still Token.
@@ -420,7 +420,7 @@ const jobFinishSQL = `
 		    limit_due = CASE WHEN j.limit_key IS NOT NULL THEN now() + d.delay_ms * interval '1 millisecond' END,
 		    last_error = CASE WHEN d.kind = 'snoozed' THEN j.last_error ELSE d.err END,
 		    attempts = j.attempts - (d.kind = 'snoozed')::integer,
-		    snoozes = j.snoozes + (d.kind = 'snoozed')::integer
+		    snoozes = CASE WHEN d.kind = 'snoozed' THEN COALESCE(j.snoozes, 0) + 1 ELSE j.snoozes END
 		FROM d
 		WHERE d.kind IN ('retried', 'snoozed') AND j.id = d.id AND j.lease = d.lease
 		  AND d.id NOT IN (SELECT id FROM stopped)

@@ -119,9 +119,10 @@ const queuedColumns = `id, queue, name, payload,
 // ready ones. The unreserved part reads queue_jobs_ready_idx in that
 // order, about a page of rows; the reserved part reads the jobs held
 // fleet-wide (queue_jobs_reserved_by_idx), a few per worker. Every queue
-// is listed by id, along the primary key. A tag filter uses the tag index
-// (only tagged jobs have entries). Each combination runs a statement of
-// its own (see filter).
+// is listed by id, along the primary key. A tag filter is a filter on
+// that walk: no index covers queue_jobs.tags (it would cost every dispatch
+// and claim), so a page of a rare tag reads past the untagged jobs to
+// fill itself. Each combination runs a statement of its own (see filter).
 func (s *Store) JobList(ctx context.Context, p JobListParams) ([]QueuedJob, error) {
 	var f filter
 	var sql string

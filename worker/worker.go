@@ -699,15 +699,19 @@ func (w *Worker) start(jobBase context.Context, s *loopState, j store.ClaimedJob
 	}
 	j.Timeout = cmp.Or(j.Timeout, w.cfg.DefaultTimeout)
 	timeout := j.Timeout
-	cctx, stop := context.WithCancelCause(jobBase)
-	jctx, cancelTimeout := context.WithTimeout(cctx, timeout)
-	cancel := func() { cancelTimeout(); stop(context.Canceled) }
+	// The timeout's context hangs off jobBase, whose children map exists
+	// already; the cancel cause (an operator's cancel) hangs off it. The
+	// other way round every job would allocate a children map and a timer
+	// under a fresh parent, which costs a drain several per cent.
+	tctx, cancelTimeout := context.WithTimeout(jobBase, timeout)
+	jctx, stop := context.WithCancelCause(tctx)
+	cancel := func() { stop(context.Canceled); cancelTimeout() }
 	now := time.Now()
 	s.running[j.ID] = &running{job: j, started: now, deadline: now.Add(timeout), cancel: cancel, stop: stop}
 	s.started++
 	go func() {
 		var inTx atomic.Bool
-		err := w.execute(jctx, j, now, &inTx)
+		err := w.execute(jctx, &j, now, &inTx)
 		w.done <- finished{job: j, err: err, timeout: timeout, expired: errors.Is(jctx.Err(), context.DeadlineExceeded),
 			ended: time.Now(), inTx: inTx.Load()}
 	}()
@@ -717,7 +721,7 @@ func (w *Worker) start(jobBase context.Context, s *loopState, j store.ClaimedJob
 // handler in its work middleware, then the error hooks); a panic is a
 // failed attempt carrying the panic value and stack. inTx is set once the
 // handler has completed the job in its own transaction.
-func (w *Worker) execute(ctx context.Context, j store.ClaimedJob, started time.Time, inTx *atomic.Bool) (err error) {
+func (w *Worker) execute(ctx context.Context, j *store.ClaimedJob, started time.Time, inTx *atomic.Bool) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("panic: %v\n%s", r, debug.Stack())
@@ -735,7 +739,7 @@ func (w *Worker) execute(ctx context.Context, j store.ClaimedJob, started time.T
 		if inTx.Load() {
 			return fmt.Errorf("complete job %d (%s) in a transaction: already completed", j.ID, j.Name)
 		}
-		o := w.outcome(j, started, time.Now(), store.OutcomeCompleted, "completed", "")
+		o := w.outcome(*j, started, time.Now(), store.OutcomeCompleted, "completed", "")
 		if err := w.st.JobCompleteTx(ctx, tx, w.cfg.Name, w.cfg.Master, o); err != nil {
 			return err
 		}

@@ -44,7 +44,6 @@ DROP INDEX queue_jobs_ready_idx;
 CREATE INDEX queue_jobs_ready_idx ON queue_jobs (queue, available_at, id)
     WHERE reserved_by IS NULL;
 DROP INDEX IF EXISTS queue_failed_jobs_tags_idx;
-DROP INDEX IF EXISTS queue_jobs_tags_idx;
 ALTER TABLE queue_failed_jobs
     DROP COLUMN IF EXISTS metadata,
     DROP COLUMN IF EXISTS tags,

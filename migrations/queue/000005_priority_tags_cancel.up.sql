@@ -4,7 +4,9 @@
 -- oldest. tags are short labels an operator filters by ("tenant:42");
 -- metadata is free-form JSON a handler reads (the tracing middleware keeps
 -- its trace context there). snoozes counts the attempts a job's handler
--- ended with a snooze, which do not count against its tries.
+-- ended with a snooze, which do not count against its tries (NULL: none,
+-- so that a job that never snoozed stores nothing for it: every claim
+-- writes a new version of the row, and its width is the hot path's).
 -- cancel_requested_at and cancelled_by record a cancel of a running job:
 -- its holder sees them (through a notification, or its poll) and stops
 -- the handler.
@@ -14,7 +16,7 @@ ALTER TABLE queue_jobs
     ADD COLUMN priority            smallint NOT NULL DEFAULT 0,
     ADD COLUMN tags                text[],
     ADD COLUMN metadata            jsonb,
-    ADD COLUMN snoozes             integer  NOT NULL DEFAULT 0,
+    ADD COLUMN snoozes             integer,
     ADD COLUMN cancel_requested_at timestamptz,
     ADD COLUMN cancelled_by        text;
 
@@ -25,9 +27,9 @@ ALTER TABLE queue_failed_jobs
     ADD COLUMN tags     text[],
     ADD COLUMN metadata jsonb;
 
--- Filtering by tag reads only tagged jobs: untagged ones, the common case,
--- have no entry and cost the hot path nothing here.
-CREATE INDEX queue_jobs_tags_idx ON queue_jobs USING gin (tags) WHERE tags IS NOT NULL;
+-- Filtering failed jobs by tag reads only tagged ones. queue_jobs has no
+-- such index: every dispatch, claim and vacuum of the hottest table would
+-- pay for it, for an operator's listing (which reads the queue instead).
 CREATE INDEX queue_failed_jobs_tags_idx ON queue_failed_jobs USING gin (tags) WHERE tags IS NOT NULL;
 
 -- Claims take the lowest priority first, then the oldest: the ready index
