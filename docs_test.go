@@ -316,8 +316,8 @@ func tomlValue(v reflect.Value) string {
 // and takes this checkout's go.sum, and `go build -mod=mod` adds the
 // requirements main.go's imports need from the module graph already in
 // the module cache. `go mod tidy`, the guide's step, also resolves the
-// tests of every dependency, which may need the network: it runs only
-// when FLEET_DOCS_TIDY=1.
+// tests of every dependency, which may need the network: it runs when
+// FLEET_DOCS_TIDY=1, and always under FLEET_TEST_REQUIRE=all (.ci/run).
 func TestEmbeddingGuide(t *testing.T) {
 	t.Parallel()
 	root, err := os.Getwd()
@@ -344,7 +344,8 @@ func TestEmbeddingGuide(t *testing.T) {
 		}
 	}
 	goEnv := append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod")
-	if os.Getenv("FLEET_DOCS_TIDY") != "1" {
+	tidy := os.Getenv("FLEET_DOCS_TIDY") == "1" || os.Getenv("FLEET_TEST_REQUIRE") == "all"
+	if !tidy {
 		goEnv = append(goEnv, "GOPROXY=off")
 	}
 	run := func(timeout time.Duration, env []string, name string, args ...string) string {
@@ -359,7 +360,7 @@ func TestEmbeddingGuide(t *testing.T) {
 		}
 		return string(out)
 	}
-	if os.Getenv("FLEET_DOCS_TIDY") == "1" {
+	if tidy {
 		run(5*time.Minute, goEnv, "go", "mod", "tidy")
 	}
 	run(5*time.Minute, goEnv, "go", "build", "-o", "app", ".")
