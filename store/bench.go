@@ -121,15 +121,7 @@ func (s *Store) BenchClaimDelete(ctx context.Context, queue string, batch int) (
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 	// The same pick as a claim: the queue's priorities from queue_counts,
 	// then each one's ready jobs in order along the ready index.
-	rows, err := tx.Query(ctx, `
-		WITH `+priorityLevels("$1")+`
-		SELECT x.id FROM lv, LATERAL (
-			SELECT id FROM queue_jobs
-			WHERE queue = $1 AND priority = lv.p AND reserved_by IS NULL AND available_at <= now()
-			ORDER BY available_at, id
-			LIMIT $2
-			FOR UPDATE SKIP LOCKED) x
-		LIMIT $2`, queue, batch)
+	rows, err := tx.Query(ctx, readyPick("$1", "$2", ""), queue, batch)
 	if err != nil {
 		return 0, fmt.Errorf("bench claim: %w", err)
 	}

@@ -25,16 +25,13 @@ func rowsRead(t *testing.T, pool *pgxpool.Pool) int64 {
 		     + (SELECT COALESCE(sum(idx_tup_read), 0) FROM pg_stat_user_indexes WHERE relname = 'queue_jobs')`)
 }
 
-// TestHotPathKeepsItsPlanUnderAGenericPlan runs the worker's statements
-// the way pgx does (prepared, cached) on a session forced onto generic
-// plans, with 50,000 jobs held and 50,000 ready, and checks by PostgreSQL's
-// statistics that each reads rows in proportion to its batch, not to the
-// jobs held or queued.
-func TestHotPathKeepsItsPlanUnderAGenericPlan(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
+// oneGenericSession returns a test database's pool for setup, and a pool
+// of one session that plans every statement generically, as PostgreSQL
+// may plan a statement pgx cached.
+func oneGenericSession(t *testing.T) (setup, generic *pgxpool.Pool) {
+	t.Helper()
 	url := pgtest.URL(t)
-	setup, err := pgxpool.New(ctx, url)
+	setup, err := pgxpool.New(t.Context(), url)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,11 +42,23 @@ func TestHotPathKeepsItsPlanUnderAGenericPlan(t *testing.T) {
 	}
 	cfg.MaxConns = 1
 	cfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
-	generic, err := pgxpool.NewWithConfig(ctx, cfg)
+	generic, err = pgxpool.NewWithConfig(t.Context(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(generic.Close)
+	return setup, generic
+}
+
+// TestHotPathKeepsItsPlanUnderAGenericPlan runs the worker's statements
+// the way pgx does (prepared, cached) on a session forced onto generic
+// plans, with 50,000 jobs held and 50,000 ready, and checks by PostgreSQL's
+// statistics that each reads rows in proportion to its batch, not to the
+// jobs held or queued.
+func TestHotPathKeepsItsPlanUnderAGenericPlan(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	setup, generic := oneGenericSession(t)
 	st := store.New(generic)
 
 	if _, err := setup.Exec(ctx, `
@@ -234,23 +243,7 @@ func TestQueueNotifyWakesListeners(t *testing.T) {
 func TestPriorityClaimReadsOnlyWhatItTakes(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	url := pgtest.URL(t)
-	setup, err := pgxpool.New(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(setup.Close)
-	cfg, err := pgxpool.ParseConfig(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.MaxConns = 1
-	cfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
-	generic, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(generic.Close)
+	setup, generic := oneGenericSession(t)
 	st := store.New(generic)
 	// "other" has only delayed jobs of -5 before its ready ones of 5.
 	if _, err := setup.Exec(ctx, `

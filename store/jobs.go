@@ -272,41 +272,26 @@ func (s *Store) JobClaim(ctx context.Context, p JobClaimParams) ([]ClaimedJob, e
 	return jobs, nil
 }
 
-var jobClaimSQL = `
-	UPDATE queue_jobs j
-	SET reserved_by = $3, reserved_master = $4, lease = (SELECT nextval('queue_jobs_lease_seq')),
-	    reserved_at = clock_timestamp(), attempts = j.attempts + 1
-	WHERE j.id = ANY (ARRAY(
-		WITH ` + priorityLevels("$1") + `
-		SELECT x.id FROM lv, LATERAL (
-			SELECT id FROM queue_jobs
-			WHERE queue = $1 AND priority = lv.p AND reserved_by IS NULL AND available_at <= now()
-			ORDER BY available_at, id
-			LIMIT $2
-			FOR UPDATE SKIP LOCKED) x
-		WHERE EXISTS (SELECT 1 FROM fleet_masters m WHERE m.instance = $4 AND m.expires_at >= now())
-		LIMIT $2))
-	RETURNING j.id, j.lease, j.queue, j.name, j.payload, j.attempts, j.max_tries,
-	          j.backoff_secs, j.timeout_ms, j.created_at, j.reserved_at, j.priority, j.tags, j.metadata, COALESCE(j.snoozes, 0)`
+// jobClaimSQL is the fenced claim: it takes nothing unless the holder's
+// master ($4) is live.
+var jobClaimSQL = jobClaimStatement(`$4`,
+	`WHERE EXISTS (SELECT 1 FROM fleet_masters m WHERE m.instance = $4 AND m.expires_at >= now())`)
 
 // jobClaimUnfencedSQL claims for a holder with no member row (the bench's
 // reference loop and tests of the claim itself).
-var jobClaimUnfencedSQL = `
+var jobClaimUnfencedSQL = jobClaimStatement(`NULL`, ``)
+
+// jobClaimStatement is the claim with its holder's master (a parameter or
+// NULL) and the fence on the pick (a WHERE clause, or none).
+func jobClaimStatement(master, fence string) string {
+	return `
 	UPDATE queue_jobs j
-	SET reserved_by = $3, reserved_master = NULL, lease = (SELECT nextval('queue_jobs_lease_seq')),
+	SET reserved_by = $3, reserved_master = ` + master + `, lease = (SELECT nextval('queue_jobs_lease_seq')),
 	    reserved_at = clock_timestamp(), attempts = j.attempts + 1
-	WHERE j.id = ANY (ARRAY(
-		WITH ` + priorityLevels("$1") + `
-		SELECT x.id FROM lv, LATERAL (
-			SELECT id FROM queue_jobs
-			WHERE queue = $1 AND priority = lv.p AND reserved_by IS NULL AND available_at <= now()
-			ORDER BY available_at, id
-			LIMIT $2
-			FOR UPDATE SKIP LOCKED) x
-		
-		LIMIT $2))
+	WHERE j.id = ANY (ARRAY(` + readyPick("$1", "$2", fence) + `))
 	RETURNING j.id, j.lease, j.queue, j.name, j.payload, j.attempts, j.max_tries,
 	          j.backoff_secs, j.timeout_ms, j.created_at, j.reserved_at, j.priority, j.tags, j.metadata, COALESCE(j.snoozes, 0)`
+}
 
 // Lease identifies one claim of one job: a worker holds the job while the
 // row's token is still Token.

@@ -22,3 +22,20 @@ func priorityLevels(queue string) string {
 		GROUP BY priority HAVING sum(unreserved) > 0 ORDER BY priority
 	)`
 }
+
+// readyPick selects, locking them (SKIP LOCKED), the ids of up to limit
+// ready jobs of the queue as a claim takes them: the queue's priorities
+// lowest first, and within each the oldest first along the ready index.
+// where is a clause on the pick as a whole (the claim's fence), or "".
+func readyPick(queue, limit, where string) string {
+	return `
+		WITH ` + priorityLevels(queue) + `
+		SELECT x.id FROM lv, LATERAL (
+			SELECT id FROM queue_jobs
+			WHERE queue = ` + queue + ` AND priority = lv.p AND reserved_by IS NULL AND available_at <= now()
+			ORDER BY available_at, id
+			LIMIT ` + limit + `
+			FOR UPDATE SKIP LOCKED) x
+		` + where + `
+		LIMIT ` + limit
+}
