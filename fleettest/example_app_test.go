@@ -66,6 +66,7 @@ func appJobs(pool *pgxpool.Pool, client *queue.Client, mail *mailer) *queue.Regi
 		if _, err := tx.Exec(ctx, `UPDATE users SET active = true WHERE id = $1`, args.UserID); err != nil {
 			return fmt.Errorf("activate user %d: %w", args.UserID, err)
 		}
+		//lint:ignore S1016 the mail's fields are spelled out: it is a job of its own, not the signup
 		welcome := queue.NewTypedJob(WelcomeMail{UserID: args.UserID, Email: args.Email}).
 			OnQueue("mail").Tags(fmt.Sprintf("user:%d", args.UserID)).Backoff(30)
 		if _, err := client.DispatchTx(ctx, tx, welcome); err != nil {

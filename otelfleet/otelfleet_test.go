@@ -51,7 +51,7 @@ func (tr tracing) spans(name string) []sdktrace.ReadOnlySpan {
 func attrs(s sdktrace.ReadOnlySpan) map[string]string {
 	m := map[string]string{}
 	for _, kv := range s.Attributes() {
-		m[string(kv.Key)] = kv.Value.Emit()
+		m[string(kv.Key)] = kv.Value.String()
 	}
 	return m
 }

@@ -85,7 +85,7 @@ func runChild(url string, out io.Writer) error {
 		cs := childSpan{Name: s.Name(), TraceID: s.SpanContext().TraceID().String(), SpanID: s.SpanContext().SpanID().String(),
 			ParentSpanID: s.Parent().SpanID().String(), Remote: s.Parent().IsRemote(), Attributes: map[string]string{}, PID: os.Getpid()}
 		for _, kv := range s.Attributes() {
-			cs.Attributes[string(kv.Key)] = kv.Value.Emit()
+			cs.Attributes[string(kv.Key)] = kv.Value.String()
 		}
 		b, err := json.Marshal(cs)
 		if err != nil {
