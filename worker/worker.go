@@ -158,8 +158,10 @@ type Worker struct {
 	logs     ratelog.Log // failing claims: once per streak, then once a minute
 	writer   *writer
 
-	wake   chan struct{}
-	done   chan finished
+	wake chan struct{}
+	done chan finished
+	// tasks hands started jobs to the runners (see runner).
+	tasks  chan task
 	paused atomic.Bool
 	// pausedQueues is the set of queues not to claim from.
 	pausedQueues atomic.Pointer[map[string]bool]
@@ -227,6 +229,7 @@ func New(st *store.Store, jobs *queue.Registry, cfg Config) (*Worker, error) {
 		log:      log,
 		wake:     make(chan struct{}, 1),
 		done:     make(chan finished, cfg.Concurrency),
+		tasks:    make(chan task, cfg.Concurrency),
 		stop:     make(chan struct{}),
 
 		cancels:    make(chan store.CancelNotice, cancelBacklog),
@@ -337,11 +340,39 @@ func (w *Worker) Run(ctx context.Context) (Result, error) {
 	if w.cfg.VacuumEvery > 0 {
 		wg.Go(func() { w.vacuum(bg) })
 	}
+	// The runners are not waited for: the loop waits for every job they
+	// run, but one whose handler ignored its timeout past the grace
+	// period is given up on, and its runner ends when the handler returns.
+	for range w.cfg.Concurrency {
+		go w.runner()
+	}
 	defer func() {
+		close(w.tasks)
 		stopBackground()
 		wg.Wait()
 	}()
 	return w.loop(ctx, context.WithoutCancel(ctx))
+}
+
+// task is a started job for a runner.
+type task struct {
+	ctx     context.Context
+	job     store.ClaimedJob
+	started time.Time
+	timeout time.Duration
+}
+
+// runner runs the jobs the loop starts, one at a time, until Run closes
+// tasks. There are Concurrency of them for the worker's life, not a
+// goroutine per job: a job then starts on a goroutine whose stack has
+// already grown to what handlers need, which a drain of no-op jobs feels.
+func (w *Worker) runner() {
+	for t := range w.tasks {
+		var inTx atomic.Bool
+		err := w.execute(t.ctx, &t.job, t.started, &inTx)
+		w.done <- finished{job: t.job, err: err, timeout: t.timeout, expired: errors.Is(t.ctx.Err(), context.DeadlineExceeded),
+			ended: time.Now(), inTx: inTx.Load()}
+	}
 }
 
 type loopState struct {
@@ -709,12 +740,8 @@ func (w *Worker) start(jobBase context.Context, s *loopState, j store.ClaimedJob
 	now := time.Now()
 	s.running[j.ID] = &running{job: j, started: now, deadline: now.Add(timeout), cancel: cancel, stop: stop}
 	s.started++
-	go func() {
-		var inTx atomic.Bool
-		err := w.execute(jctx, &j, now, &inTx)
-		w.done <- finished{job: j, err: err, timeout: timeout, expired: errors.Is(jctx.Err(), context.DeadlineExceeded),
-			ended: time.Now(), inTx: inTx.Load()}
-	}()
+	// Never blocks: at most Concurrency jobs run, and tasks holds as many.
+	w.tasks <- task{ctx: jctx, job: j, started: now, timeout: timeout}
 }
 
 // execute runs one attempt through the registry (queue.Registry.Run: the
