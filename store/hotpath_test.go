@@ -25,6 +25,22 @@ func rowsRead(t *testing.T, pool *pgxpool.Pool) int64 {
 		     + (SELECT COALESCE(sum(idx_tup_read), 0) FROM pg_stat_user_indexes WHERE relname = 'queue_jobs')`)
 }
 
+// readsAtMost returns a check that fn, run on pool, reads at most limit
+// rows and index entries of queue_jobs (the test fails, naming what, if
+// it reads more).
+func readsAtMost(t *testing.T, pool *pgxpool.Pool) func(what string, limit int64, fn func() error) {
+	return func(what string, limit int64, fn func() error) {
+		t.Helper()
+		before := rowsRead(t, pool)
+		if err := fn(); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if read := rowsRead(t, pool) - before; read > limit {
+			t.Errorf("%s read %d rows of queue_jobs, want at most %d", what, read, limit)
+		}
+	}
+}
+
 // oneGenericSession returns a test database's pool for setup, and a pool
 // of one session that plans every statement generically, as PostgreSQL
 // may plan a statement pgx cached.
@@ -84,16 +100,7 @@ func TestHotPathKeepsItsPlanUnderAGenericPlan(t *testing.T) {
 		t.Fatalf("plan_cache_mode = %s", plan)
 	}
 
-	measure := func(what string, limit int64, fn func() error) {
-		t.Helper()
-		before := rowsRead(t, generic)
-		if err := fn(); err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-		if read := rowsRead(t, generic) - before; read > limit {
-			t.Errorf("%s read %d rows of queue_jobs, want at most %d", what, read, limit)
-		}
-	}
+	measure := readsAtMost(t, generic)
 	measure("claim of 100", 300, func() error {
 		jobs, err := st.JobClaim(ctx, store.JobClaimParams{Queue: "default", Limit: 100, Worker: "w", Master: "m"})
 		held = append(held, jobs...)
@@ -265,16 +272,7 @@ func TestPriorityClaimReadsOnlyWhatItTakes(t *testing.T) {
 	if _, err := st.MemberBeat(ctx, store.MemberBeatParams{Instance: "m", Name: "m", Host: "h", PID: 1, State: "running", TTL: time.Hour}, false); err != nil {
 		t.Fatal(err)
 	}
-	measure := func(what string, limit int64, fn func() error) {
-		t.Helper()
-		before := rowsRead(t, generic)
-		if err := fn(); err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-		if read := rowsRead(t, generic) - before; read > limit {
-			t.Errorf("%s read %d rows of queue_jobs, want at most %d", what, read, limit)
-		}
-	}
+	measure := readsAtMost(t, generic)
 	// Before any claim leaves dead entries: one or two per priority.
 	measure("next available", 20, func() error {
 		next, err := st.JobNext(ctx, []string{"default", "other", "mail"}, "m")
