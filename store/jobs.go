@@ -115,10 +115,11 @@ func jobInsertStatement(jobs []JobInsertParams) (string, []any) {
 		if !slices.ContainsFunc(jobs, func(j JobInsertParams) bool {
 			return j.Priority != 0 || j.Tags != nil || j.Metadata != nil
 		}) {
-			return jobInsertPlainSQL, args[:8]
+			return jobInsertPlainSQL, args
 		}
-		return jobInsertSQL, args
+		return jobInsertSQL, append(args, jobExtraArgs(jobs)...)
 	}
+	args = append(args, jobExtraArgs(jobs)...)
 	keys, limits := make([]string, len(jobs)), make([]int32, len(jobs))
 	for i, j := range jobs {
 		keys[i], limits[i] = j.LimitKey, int32(j.Limit)
@@ -126,10 +127,29 @@ func jobInsertStatement(jobs []JobInsertParams) (string, []any) {
 	return jobInsertLimitedSQL, append(args, keys, limits)
 }
 
+// jobInsertArgs are the eight arrays every insert statement takes ($1 to
+// $8); jobExtraArgs the three that follow them where a statement takes
+// priorities, tags and metadata ($9 to $11).
 func jobInsertArgs(jobs []JobInsertParams) []any {
 	n := len(jobs)
 	queues, names, payloads, backoffs := make([]string, n), make([]string, n), make([]string, n), make([]*string, n)
 	tries, timeouts, delays, retryOf := make([]int32, n), make([]int64, n), make([]int64, n), make([]int64, n)
+	for i, j := range jobs {
+		queues[i], names[i], payloads[i] = j.Queue, j.Name, string(j.Payload)
+		tries[i] = int32(j.MaxTries)
+		if j.BackoffSecs != nil {
+			lit := intArrayLiteral(j.BackoffSecs)
+			backoffs[i] = &lit
+		}
+		timeouts[i] = j.Timeout.Milliseconds()
+		delays[i] = j.Delay.Milliseconds()
+		retryOf[i] = j.RetryOf
+	}
+	return []any{queues, names, payloads, tries, backoffs, timeouts, delays, retryOf}
+}
+
+func jobExtraArgs(jobs []JobInsertParams) []any {
+	n := len(jobs)
 	priorities, tags, metadata := make([]int16, n), make([]*string, n), make([]*string, n)
 	for i, j := range jobs {
 		priorities[i] = int16(j.Priority)
@@ -141,17 +161,8 @@ func jobInsertArgs(jobs []JobInsertParams) []any {
 			md := string(j.Metadata)
 			metadata[i] = &md
 		}
-		queues[i], names[i], payloads[i] = j.Queue, j.Name, string(j.Payload)
-		tries[i] = int32(j.MaxTries)
-		if j.BackoffSecs != nil {
-			lit := intArrayLiteral(j.BackoffSecs)
-			backoffs[i] = &lit
-		}
-		timeouts[i] = j.Timeout.Milliseconds()
-		delays[i] = j.Delay.Milliseconds()
-		retryOf[i] = j.RetryOf
 	}
-	return []any{queues, names, payloads, tries, backoffs, timeouts, delays, retryOf, priorities, tags, metadata}
+	return []any{priorities, tags, metadata}
 }
 
 // TextArrayLiteral is v as a PostgreSQL text[] literal, every element

@@ -164,7 +164,7 @@ const uniqueHoldersSQL = `
 	WHERE key = ANY($1::text[]) AND NOT EXISTS (SELECT 1 FROM queue_jobs j WHERE j.unique_key = k.key)`
 
 func uniqueArgs(jobs []JobInsertParams, uniq []UniqueParams) []any {
-	args := jobInsertArgs(jobs)
+	args := append(jobInsertArgs(jobs), jobExtraArgs(jobs)...)
 	n := len(jobs)
 	bases, periods, keeps := make([]string, n), make([]int64, n), make([]bool, n)
 	for i, u := range uniq {
