@@ -14,7 +14,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"runtime/debug"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -745,15 +744,10 @@ func (w *Worker) start(jobBase context.Context, s *loopState, j store.ClaimedJob
 }
 
 // execute runs one attempt through the registry (queue.Registry.Run: the
-// handler in its work middleware, then the error hooks); a panic is a
-// failed attempt carrying the panic value and stack. inTx is set once the
-// handler has completed the job in its own transaction.
-func (w *Worker) execute(ctx context.Context, j *store.ClaimedJob, started time.Time, inTx *atomic.Bool) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("panic: %v\n%s", r, debug.Stack())
-		}
-	}()
+// handler in its work middleware, then the error hooks), which also turns
+// a panic into a failed attempt carrying the panic value and stack. inTx
+// is set once the handler has completed the job in its own transaction.
+func (w *Worker) execute(ctx context.Context, j *store.ClaimedJob, started time.Time, inTx *atomic.Bool) error {
 	job := &queue.Job{
 		ID: j.ID, Name: j.Name, Queue: j.Queue, Payload: j.Payload,
 		Attempt: j.Attempt, MaxTries: j.MaxTries, CreatedAt: j.CreatedAt, Snoozes: j.Snoozes,
