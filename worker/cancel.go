@@ -128,6 +128,9 @@ func (w *Worker) cancelHeld(s *loopState, n store.CancelNotice) {
 // returned queue.Cancel, or queue.Snooze. A snooze beyond
 // queue.MaxSnoozes is a failed attempt instead.
 func (w *Worker) finishStopped(r *running, f finished) bool {
+	if f.err == nil && (r.cancelAt.IsZero() || !f.inTx) {
+		return false // the common case, decided without the errors.As below
+	}
 	var snooze *queue.SnoozeError
 	switch {
 	case !r.cancelAt.IsZero() && (f.err != nil || f.inTx):

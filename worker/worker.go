@@ -733,9 +733,8 @@ func (w *Worker) start(jobBase context.Context, s *loopState, j store.ClaimedJob
 	// already; the cancel cause (an operator's cancel) hangs off it. The
 	// other way round every job would allocate a children map and a timer
 	// under a fresh parent, which costs a drain several per cent.
-	tctx, cancelTimeout := context.WithTimeout(jobBase, timeout)
+	tctx, cancel := context.WithTimeout(jobBase, timeout)
 	jctx, stop := context.WithCancelCause(tctx)
-	cancel := func() { stop(context.Canceled); cancelTimeout() }
 	now := time.Now()
 	s.running[j.ID] = &running{job: j, started: now, deadline: now.Add(timeout), cancel: cancel, stop: stop}
 	s.started++
