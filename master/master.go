@@ -1027,12 +1027,32 @@ func (m *Master) rebalance() {
 		for _, g := range s.groups {
 			current[g.Key] = m.alive(s, g.Key)
 		}
-		next := balancer.NextAllocation(s.sup, current, m.workload, m.set.BalanceMaxShift, s.ceiling)
+		next := balancer.NextAllocation(s.sup, current, balanceWorkload(m.workload, s.sup.Queues, s.paused, m.pausedQueues),
+			m.set.BalanceMaxShift, s.ceiling)
 		if !maps.Equal(next, s.alloc) {
 			m.log.Info("allocation", "supervisor", s.sup.Name, "processes", next)
 		}
 		s.alloc = next
 	}
+}
+
+// balanceWorkload is the workload a supervisor is balanced by: a queue
+// that is paused, by itself or with its whole supervisor, counts as idle,
+// whatever its backlog. Under balance "auto" it then keeps its
+// min_processes only, and the spare processes go to the queues that can
+// work; "simple" and "off" do not weigh workloads, so for them nothing
+// changes. workload is not modified.
+func balanceWorkload(workload map[string]balancer.QueueWorkload, queues []string, supPaused bool, paused map[string]bool) map[string]balancer.QueueWorkload {
+	if !supPaused && !slices.ContainsFunc(queues, func(q string) bool { return paused[q] }) {
+		return workload
+	}
+	out := maps.Clone(workload)
+	for _, q := range queues {
+		if supPaused || paused[q] {
+			delete(out, q) // a missing queue is idle
+		}
+	}
+	return out
 }
 
 // alive counts the processes of a group that are not stopping: a process

@@ -589,3 +589,40 @@ func TestMasterKillsWorkerHoldingJobPastTimeout(t *testing.T) {
 		return b.count(t, `SELECT count(*) FROM queue_jobs WHERE reserved_by IS NULL AND attempts = 1`) == 1
 	})
 }
+
+// A paused queue counts as idle for balancing, whatever its backlog: it
+// keeps min_processes, and the spare processes go to the queue that can
+// work. Continued, it gets its share back.
+func TestMasterGivesNoSpareProcessesToAPausedQueue(t *testing.T) {
+	t.Parallel()
+	b := start(t, nil, twoQueues(t), nil)
+	wait(t, b.fake.WaitRunning(waitCtx(t), 2))
+	ctx := context.Background()
+	if err := b.st.StateSet(ctx, store.StatePauseQueuePrefix+"mail"); err != nil {
+		t.Fatal(err)
+	}
+	client := queue.NewClient(b.pool, queue.Defaults{})
+	var jobs []*queue.Job
+	for i := range 340 {
+		q := "mail"
+		if i >= 200 {
+			q = "default"
+		}
+		jobs = append(jobs, queue.NewJob("x", nil).OnQueue(q))
+	}
+	if _, err := client.DispatchMany(ctx, jobs); err != nil {
+		t.Fatal(err)
+	}
+	byGroup := func() map[string]int {
+		out := map[string]int{}
+		for _, s := range b.fake.RunningSpecs() {
+			out[s.Group()]++
+		}
+		return out
+	}
+	poll(t, "default to get the spare processes", func() bool { g := byGroup(); return g["default"] == 3 && g["mail"] == 1 })
+	if _, err := b.st.StateDelete(ctx, store.StatePauseQueuePrefix+"mail"); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, "mail to get its share back", func() bool { g := byGroup(); return g["mail"] == 2 && g["default"] == 2 })
+}
