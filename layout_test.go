@@ -13,7 +13,7 @@ import (
 // the bottom up to cmd, which nothing imports but the example application
 // and the test harness that runs it as a process.
 var layout = map[string][]string{
-	"":                    {"config", "periodic", "queue", "redact", "store"},
+	"":                    {"config", "periodic", "queue", "redact", "store", "supervisor"},
 	"balancer":            {"supervisor"},
 	"cmd":                 nil, // anything
 	"cmd/app":             {"", "cmd", "queue"},

@@ -22,6 +22,7 @@ import (
 	fleetqueue "github.com/fleet-go/fleet/queue"
 	"github.com/fleet-go/fleet/redact"
 	"github.com/fleet-go/fleet/store"
+	"github.com/fleet-go/fleet/supervisor"
 )
 
 // Options configure a Service.
@@ -32,13 +33,17 @@ type Options struct {
 	// Redact lists payload field-name fragments to hide in results meant for
 	// display (default redact.DefaultFragments).
 	Redact []string
+	// Supervisors names the supervisors of the app's configuration: with
+	// those the live masters report, the ones Pause accepts by name.
+	Supervisors []string
 }
 
 // Service answers questions about the fleet and changes its shared state.
 type Service struct {
-	st       *store.Store
-	longWait map[string]int
-	redactor *redact.Redactor
+	st          *store.Store
+	longWait    map[string]int
+	redactor    *redact.Redactor
+	supervisors []string
 }
 
 // New returns a Service on pool.
@@ -47,27 +52,42 @@ func New(pool *pgxpool.Pool, opts Options) *Service {
 	if fragments == nil {
 		fragments = redact.DefaultFragments
 	}
-	return &Service{st: store.New(pool), longWait: opts.LongWait, redactor: redact.New(fragments)}
+	return &Service{st: store.New(pool), longWait: opts.LongWait, redactor: redact.New(fragments), supervisors: opts.Supervisors}
 }
 
 // FromConfig returns a Service configured from the app's configuration.
 func FromConfig(pool *pgxpool.Pool, cfg *config.Config) *Service {
-	return New(pool, Options{LongWait: cfg.Fleet.LongWait, Redact: cfg.Log.Redact})
+	sups := slices.Sorted(maps.Keys(cfg.Fleet.Supervisors))
+	if len(sups) == 0 {
+		sups = []string{supervisor.DefaultName} // the one a master runs without any
+	}
+	return New(pool, Options{LongWait: cfg.Fleet.LongWait, Redact: cfg.Log.Redact, Supervisors: sups})
 }
 
 // Pause pauses one supervisor, or every supervisor when name is empty:
 // running jobs finish, no new job starts. Every master applies it within a
-// tick, and it survives restarts.
+// tick, and it survives restarts. A supervisor name must be known (see
+// Supervisors): pausing an unknown one fails with ErrUnknownSupervisor and
+// stores nothing.
 func (s *Service) Pause(ctx context.Context, supervisor string) error {
 	if supervisor == "" {
 		return s.st.StateSet(ctx, store.StatePauseAll)
+	}
+	if err := s.knownSupervisor(ctx, supervisor); err != nil {
+		return err
 	}
 	return s.st.StateSet(ctx, store.StatePauseSupervisorPrefix+supervisor)
 }
 
 // Resume resumes one supervisor, or every supervisor when name is empty.
-// Resuming one supervisor while every supervisor is paused fails: the
-// fleet-wide pause would still hold it.
+//
+// Resuming one supervisor while every supervisor is paused is refused with
+// ErrAllPaused and changes nothing: the fleet-wide pause would still hold
+// it, and a refused command must not half-apply (its own pause, if any,
+// stays). To run only some supervisors, resume all, then pause the others
+// by name. A supervisor that is neither known (see Supervisors) nor paused
+// fails with ErrUnknownSupervisor; a stale pause of one no longer
+// configured can still be lifted.
 func (s *Service) Resume(ctx context.Context, supervisor string) error {
 	if supervisor == "" {
 		if _, err := s.st.StateDelete(ctx, store.StatePauseAll); err != nil {
@@ -76,22 +96,64 @@ func (s *Service) Resume(ctx context.Context, supervisor string) error {
 		_, err := s.st.StateDeletePrefix(ctx, store.StatePauseSupervisorPrefix)
 		return err
 	}
-	if _, err := s.st.StateDelete(ctx, store.StatePauseSupervisorPrefix+supervisor); err != nil {
+	deleted, blocked, err := s.st.StateDeleteUnless(ctx, store.StatePauseSupervisorPrefix+supervisor, store.StatePauseAll)
+	switch {
+	case err != nil:
 		return err
-	}
-	all, err := s.st.StateList(ctx, store.StatePauseAll)
-	if err != nil {
-		return err
-	}
-	if len(all) > 0 {
+	case blocked:
 		return ErrAllPaused
+	case deleted:
+		return nil
 	}
-	return nil
+	return s.knownSupervisor(ctx, supervisor)
 }
 
 // ErrAllPaused is returned when resuming one supervisor while every
 // supervisor is paused.
-var ErrAllPaused = errors.New("every supervisor is paused: resume them all (no name) instead")
+var ErrAllPaused = errors.New("every supervisor is paused: resume them all (no name) instead, then pause the others by name")
+
+// ErrUnknownSupervisor is returned for a supervisor name that neither the
+// Service's configuration (Options.Supervisors) nor any live master knows.
+var ErrUnknownSupervisor = errors.New("no such supervisor")
+
+// Supervisors returns the names of the supervisors the Service knows,
+// sorted: those of its configuration (Options.Supervisors) and those
+// every live master reports.
+func (s *Service) Supervisors(ctx context.Context) ([]string, error) {
+	names := map[string]bool{}
+	for _, n := range s.supervisors {
+		names[n] = true
+	}
+	v, err := s.Masters(ctx, false)
+	if err != nil {
+		return nil, err
+	}
+	for _, m := range v.Masters {
+		var sups []struct {
+			Name string `json:"name"`
+		}
+		_ = json.Unmarshal(m.Supervisors, &sups) // a report this version cannot read names none
+		for _, sp := range sups {
+			names[sp.Name] = true
+		}
+	}
+	return slices.Sorted(maps.Keys(names)), nil
+}
+
+func (s *Service) knownSupervisor(ctx context.Context, name string) error {
+	known, err := s.Supervisors(ctx)
+	if err != nil {
+		return err
+	}
+	if slices.Contains(known, name) {
+		return nil
+	}
+	have := "none: no live master reports one and the configuration names none"
+	if len(known) > 0 {
+		have = strings.Join(known, ", ")
+	}
+	return fmt.Errorf("%w named %q (known: %s)", ErrUnknownSupervisor, name, have)
+}
 
 // PauseQueue pauses one queue in every supervisor that works it.
 func (s *Service) PauseQueue(ctx context.Context, queue string) error {

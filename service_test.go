@@ -248,3 +248,56 @@ func TestWorkloadNamesPausedSupervisors(t *testing.T) {
 		t.Errorf("paused supervisors per queue = %v, want exports on both queues", got)
 	}
 }
+
+// Pausing a supervisor nobody knows stores nothing; continuing one while
+// every supervisor is paused is refused and changes nothing, its own
+// pause included.
+func TestRefusedPauseCommandsChangeNoState(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	svc := fleet.New(pool, fleet.Options{Supervisors: []string{"exports", "web"}})
+	if err := svc.Pause(ctx, "nosuch"); !errors.Is(err, fleet.ErrUnknownSupervisor) || !strings.Contains(err.Error(), "exports, web") {
+		t.Fatalf("pause of an unknown supervisor: %v", err)
+	}
+	if err := svc.Resume(ctx, "nosuch"); !errors.Is(err, fleet.ErrUnknownSupervisor) {
+		t.Fatalf("continue of an unknown supervisor: %v", err)
+	}
+	p, err := svc.PausedState(ctx)
+	if err != nil || p.All || len(p.Supervisors) != 0 {
+		t.Fatalf("after refused commands: %+v, %v", p, err)
+	}
+	// A live master's supervisors are known too.
+	if _, err := pool.Exec(ctx, `
+		INSERT INTO fleet_masters (instance, name, host, pid, state, report, expires_at) VALUES
+		('i1', 'm1', 'h', 1, 'running', '{"supervisors":[{"name":"reports","queues":["reports"]}]}', now() + interval '1 minute')`); err != nil {
+		t.Fatal(err)
+	}
+	if err := svc.Pause(ctx, "reports"); err != nil {
+		t.Fatal(err)
+	}
+	if err := svc.Pause(ctx, "exports"); err != nil {
+		t.Fatal(err)
+	}
+	if err := svc.Pause(ctx, ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := svc.Resume(ctx, "exports"); !errors.Is(err, fleet.ErrAllPaused) {
+		t.Fatalf("continue one while all are paused: %v", err)
+	}
+	p, err = svc.PausedState(ctx)
+	if err != nil || !p.All || !slices.Equal(p.Supervisors, []string{"exports", "reports"}) {
+		t.Fatalf("after the refused continue: %+v, %v (want all, exports and reports still paused)", p, err)
+	}
+	// Continuing all, then one, works; a stale pause of a supervisor no
+	// longer known can still be lifted.
+	if err := svc.Resume(ctx, ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO fleet_state (key) VALUES ('pause:supervisor:gone')`); err != nil {
+		t.Fatal(err)
+	}
+	if err := svc.Resume(ctx, "gone"); err != nil {
+		t.Fatalf("lifting a stale pause: %v", err)
+	}
+}

@@ -1,6 +1,8 @@
 package cmd_test
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -93,5 +95,40 @@ func TestTheAppsOwnVariablesAreIgnored(t *testing.T) {
 	r := run(t, t.TempDir(), append(env, "APP_QUEUE__WORKRS=3"), "fleet:workload")
 	if r.code == 0 || !strings.Contains(r.stderr, "environment APP_QUEUE__WORKRS: unknown key queue.workrs") {
 		t.Fatalf("a misspelt key: %+v", r)
+	}
+}
+
+// fleet:pause exports; fleet:pause; fleet:continue exports: the continue is
+// refused (every supervisor is paused) and changes nothing, so exports is
+// still paused on its own once all are continued.
+func TestRefusedContinueKeepsThePause(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	env := dbEnv(url)
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "config"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	conf := "[fleet.supervisors.exports]\nqueues = [\"exports\"]\n[fleet.supervisors.web]\nqueues = [\"default\"]\n"
+	if err := os.WriteFile(filepath.Join(dir, "config", "app.toml"), []byte(conf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"fleet:pause", "exports"}, {"fleet:pause"}} {
+		if r := run(t, dir, env, args...); r.code != 0 {
+			t.Fatalf("%v: %+v", args, r)
+		}
+	}
+	r := run(t, dir, env, "fleet:continue", "exports")
+	if r.code == 0 || !strings.Contains(r.stderr, "every supervisor is paused") {
+		t.Fatalf("continue one while all are paused: %+v", r)
+	}
+	if n := countJobs(t, url, "fleet_state WHERE key = 'pause:supervisor:exports'"); n != 1 {
+		t.Fatalf("the refused continue removed the exports pause (%d rows)", n)
+	}
+	if r := run(t, dir, env, "fleet:continue"); r.code != 0 {
+		t.Fatalf("continue all: %+v", r)
+	}
+	if n := countJobs(t, url, "fleet_state WHERE key LIKE 'pause:%'"); n != 0 {
+		t.Fatalf("%d pauses left after continuing all", n)
 	}
 }

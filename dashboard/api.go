@@ -651,6 +651,9 @@ func (h *Handler) pauseOrContinue(ctx context.Context, c *call, verb string, onQ
 	if errors.Is(err, fleet.ErrAllPaused) {
 		return 0, nil, &apiError{code: http.StatusConflict, msg: err.Error()}
 	}
+	if errors.Is(err, fleet.ErrUnknownSupervisor) {
+		return 0, nil, &apiError{code: http.StatusNotFound, msg: err.Error()}
+	}
 	if err != nil {
 		return 0, nil, err
 	}

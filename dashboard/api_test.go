@@ -216,6 +216,14 @@ func TestDashboardAPIRefusals(t *testing.T) {
 	if a := b.do(t, "GET", "pause", b.operate, ""); a.code != http.StatusMethodNotAllowed || a.header.Get("Allow") != "POST" {
 		t.Errorf("GET pause: %d %s allow %q", a.code, a.raw, a.header.Get("Allow"))
 	}
+	// A pause of a supervisor no live master runs is refused, and stored
+	// nowhere.
+	if a := b.do(t, "POST", "pause", b.operate, `{"supervisor": "nosuch"}`); a.code != http.StatusNotFound || !strings.Contains(a.raw, `no such supervisor named \"nosuch\"`) {
+		t.Errorf("pause of an unknown supervisor: %d %s, want 404", a.code, a.raw)
+	}
+	if p, err := b.svc.PausedState(t.Context()); err != nil || slices.Contains(p.Supervisors, "nosuch") {
+		t.Errorf("paused after the refused pause: %+v, %v", p, err)
+	}
 	// Resuming one supervisor while every one is paused says so.
 	if a := b.do(t, "POST", "pause", b.operate, ""); a.code != http.StatusOK {
 		t.Fatal(a.raw)

@@ -46,6 +46,23 @@ func (s *Store) StateDelete(ctx context.Context, key string) (bool, error) {
 	return tag.RowsAffected() > 0, nil
 }
 
+// StateDeleteUnless removes key unless the key unless exists, in one
+// statement: it reports whether key was removed and whether unless held
+// it back (then nothing changed).
+func (s *Store) StateDeleteUnless(ctx context.Context, key, unless string) (deleted, blocked bool, err error) {
+	err = s.pool.QueryRow(ctx, `
+		WITH blocker AS (SELECT EXISTS (SELECT 1 FROM fleet_state WHERE key = $2) AS held),
+		gone AS (
+			DELETE FROM fleet_state WHERE key = $1 AND NOT (SELECT held FROM blocker)
+			RETURNING 1
+		)
+		SELECT EXISTS (SELECT 1 FROM gone), (SELECT held FROM blocker)`, key, unless).Scan(&deleted, &blocked)
+	if err != nil {
+		return false, false, fmt.Errorf("delete %s unless %s: %w", key, unless, err)
+	}
+	return deleted, blocked, nil
+}
+
 // StateDeletePrefix removes every key starting with prefix.
 func (s *Store) StateDeletePrefix(ctx context.Context, prefix string) (int64, error) {
 	tag, err := s.pool.Exec(ctx, `DELETE FROM fleet_state WHERE starts_with(key, $1)`, prefix)
