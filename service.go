@@ -328,6 +328,58 @@ type QueueWorkload struct {
 	// live master and are paused (by name, or all of them): the queue
 	// gets no new jobs from those.
 	PausedSupervisors []string `json:"paused_supervisors"`
+	// Unworked says masters are live but no supervisor of any of them
+	// works the queue: its jobs wait until a master whose configuration
+	// lists it starts. With no live master it is false: then nothing is
+	// worked, which fleet:status says.
+	Unworked bool `json:"unworked"`
+}
+
+// workedBy maps each queue a supervisor of a live master works to those
+// supervisors' names, sorted, from the masters' reports; nil when no
+// master is live.
+func (s *Service) workedBy(ctx context.Context) (map[string][]string, error) {
+	v, err := s.Masters(ctx, false)
+	if err != nil || len(v.Masters) == 0 {
+		return nil, err
+	}
+	out := map[string][]string{}
+	for _, m := range v.Masters {
+		var sups []struct {
+			Name   string   `json:"name"`
+			Queues []string `json:"queues"`
+		}
+		_ = json.Unmarshal(m.Supervisors, &sups) // an unreadable report names none
+		for _, sup := range sups {
+			for _, q := range sup.Queues {
+				if !slices.Contains(out[q], sup.Name) {
+					out[q] = append(out[q], sup.Name)
+				}
+			}
+		}
+	}
+	for _, names := range out {
+		slices.Sort(names)
+	}
+	return out, nil
+}
+
+// UnworkedQueues returns which of queues no supervisor of any live master
+// works, in their order: jobs dispatched to those wait until a master
+// that works them starts. With no live master it returns none (nothing
+// is worked then, which Status says).
+func (s *Service) UnworkedQueues(ctx context.Context, queues ...string) ([]string, error) {
+	worked, err := s.workedBy(ctx)
+	if err != nil || worked == nil {
+		return nil, err
+	}
+	var out []string
+	for _, q := range queues {
+		if len(worked[q]) == 0 && !slices.Contains(out, q) {
+			out = append(out, q)
+		}
+	}
+	return out, nil
 }
 
 // Workload returns every queue's load, in one query.
@@ -341,27 +393,15 @@ func (s *Service) Workload(ctx context.Context) ([]QueueWorkload, error) {
 		return nil, err
 	}
 	// Which supervisors work which queue, from the live masters' reports.
-	workers := map[string][]string{} // queue -> supervisors
-	if len(paused.Supervisors) > 0 || paused.All {
-		v, err := s.Masters(ctx, false)
-		if err != nil {
-			return nil, err
-		}
-		for _, m := range v.Masters {
-			var sups []struct {
-				Name   string   `json:"name"`
-				Queues []string `json:"queues"`
-			}
-			_ = json.Unmarshal(m.Supervisors, &sups) // an unreadable report names none
-			for _, sup := range sups {
-				if !paused.All && !slices.Contains(paused.Supervisors, sup.Name) {
-					continue
-				}
-				for _, q := range sup.Queues {
-					if !slices.Contains(workers[q], sup.Name) {
-						workers[q] = append(workers[q], sup.Name)
-					}
-				}
+	worked, err := s.workedBy(ctx)
+	if err != nil {
+		return nil, err
+	}
+	workers := map[string][]string{} // queue -> paused supervisors working it
+	for q, sups := range worked {
+		for _, sup := range sups {
+			if paused.All || slices.Contains(paused.Supervisors, sup) {
+				workers[q] = append(workers[q], sup)
 			}
 		}
 	}
@@ -376,6 +416,7 @@ func (s *Service) Workload(ctx context.Context) ([]QueueWorkload, error) {
 			WorkloadSecs: round(float64(l.Pending+l.Reserved)*runtime/1000, 3),
 			Processes:    l.Processes, JobsPerMinute: float64(l.JobsLastMinute),
 			Paused: slices.Contains(paused.Queues, l.Queue), PausedSupervisors: append([]string{}, by...),
+			Unworked: worked != nil && len(worked[l.Queue]) == 0,
 		}
 	}
 	return out, nil

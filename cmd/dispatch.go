@@ -12,8 +12,10 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
+	"github.com/fleet-go/fleet"
 	"github.com/fleet-go/fleet/queue"
 )
 
@@ -219,6 +221,7 @@ func (r *runner) dispatch(c *cobra.Command, f dispatchFlags) error {
 		q = cfg.Queue.DefaultQueue
 	}
 	elapsed := time.Since(start)
+	warnUnworkedDispatch(c, pool, q)
 	if duplicate {
 		if f.asJSON {
 			return printJSON(c.OutOrStdout(), map[string]any{"duplicate": map[string]any{"name": f.name, "queue": q, "id": first}})
@@ -297,4 +300,16 @@ func parseBackoff(s string) ([]int, error) {
 		out[i] = n
 	}
 	return out, nil
+}
+
+// warnUnworkedDispatch writes a warning on stderr when no supervisor of
+// any live master works queue q: the jobs are stored, but wait until a
+// master that works q starts. The check is advisory: when it cannot be
+// made, nothing is said.
+func warnUnworkedDispatch(c *cobra.Command, pool *pgxpool.Pool, q string) {
+	unworked, err := fleet.New(pool, fleet.Options{}).UnworkedQueues(c.Context(), q)
+	if err != nil || len(unworked) == 0 {
+		return
+	}
+	fmt.Fprintf(c.ErrOrStderr(), "warning: no supervisor of a live master works queue %q: its jobs wait until a master that works it starts (fleet:workload marks it unworked)\n", q)
 }

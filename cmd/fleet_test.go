@@ -217,3 +217,40 @@ func TestFleetBootRules(t *testing.T) {
 		}
 	}
 }
+
+// With a master running that works default only, a dispatch to
+// exports is stored but warned about, and fleet:workload marks the queue;
+// a dispatch to a worked queue says nothing more.
+func TestDispatchToAQueueNoMasterWorksWarns(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	dir := t.TempDir()
+	env := fleetEnv(url)
+	if r := run(t, dir, env, "dispatch", "--name", "demo.noop", "--queue", "exports"); r.code != 0 || r.stderr != "" {
+		t.Fatalf("with no master live, a dispatch is not warned about: %+v", r)
+	}
+	startApp(t, dir, env, "fleet")
+	eventually(t, 10*time.Second, "the master to be live", func() bool {
+		return strings.HasPrefix(run(t, dir, env, "fleet:status").stdout, "Running")
+	})
+	r := run(t, dir, env, "dispatch", "--name", "demo.noop", "--queue", "exports")
+	if r.code != 0 || !strings.Contains(r.stderr, `warning: no supervisor of a live master works queue "exports"`) ||
+		!strings.Contains(r.stdout, `dispatched 1 demo.noop job(s) to queue "exports"`) {
+		t.Fatalf("dispatch to an unworked queue: %+v", r)
+	}
+	if n := query(t, url, `SELECT count(*) FROM queue_jobs WHERE queue = 'exports'`); n != 2 {
+		t.Fatalf("%d jobs on exports, want 2 (a warning still inserts)", n)
+	}
+	if r := run(t, dir, env, "dispatch", "--name", "demo.noop", "--queue", "default"); r.code != 0 || r.stderr != "" {
+		t.Fatalf("dispatch to a worked queue: %+v", r)
+	}
+	w := run(t, dir, env, "fleet:workload")
+	if !strings.Contains(w.stdout, "exports (unworked)") || strings.Contains(w.stdout, "default (unworked)") ||
+		!strings.Contains(w.stdout, "unworked: no supervisor of a live master works exports") {
+		t.Fatalf("workload:\n%s", w.stdout)
+	}
+	js := run(t, dir, env, "fleet:workload", "--json")
+	if !strings.Contains(js.stdout, `"queue": "exports"`) || !strings.Contains(js.stdout, `"unworked": true`) {
+		t.Fatalf("workload --json: %s", js.stdout)
+	}
+}

@@ -54,10 +54,15 @@ func (r *runner) workloadCommand() *cobra.Command {
 				}
 				tw := table(c.OutOrStdout())
 				fmt.Fprintln(tw, "QUEUE\tPENDING\tDELAYED\tRUNNING\tLIMITED\tOLDEST WAIT\tAVG RUNTIME\tWORKLOAD\tPROCESSES\tJOBS/MIN\t")
+				var unworked []string
 				for _, l := range loads {
 					name := l.Queue
 					if l.Paused {
 						name += " (paused)"
+					}
+					if l.Unworked {
+						name += " (unworked)"
+						unworked = append(unworked, l.Queue)
 					}
 					fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\t%.0fms\t%s\t%d\t%.0f\t\n", name, l.Pending, l.Delayed, l.Reserved, l.Limited,
 						secs(l.OldestWaitSecs), l.AvgRuntimeMs, secs(l.WorkloadSecs), l.Processes, l.JobsPerMinute)
@@ -73,6 +78,10 @@ func (r *runner) workloadCommand() *cobra.Command {
 				paused, err := svc.PausedState(c.Context())
 				if err != nil {
 					return err
+				}
+				if len(unworked) > 0 {
+					fmt.Fprintf(c.OutOrStdout(), "unworked: no supervisor of a live master works %s: their jobs wait until a master that works them starts\n",
+						strings.Join(unworked, ", "))
 				}
 				switch {
 				case paused.All:
