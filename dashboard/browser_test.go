@@ -20,6 +20,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/fleet-go/fleet/dashboard"
+	"github.com/fleet-go/fleet/queue"
 )
 
 // EnvChrome names a Chrome or Chromium binary for the browser tests; by
@@ -275,6 +276,15 @@ func TestDashboardInBrowser(t *testing.T) {
 	br.do(t, "open the overview", chromedp.Navigate(b.base+"#/"))
 	br.wait(t, "the workload", `[...document.querySelectorAll('#workload tbody tr')].some(r => r.cells[0].textContent.startsWith('mail') && r.cells[1].textContent === '2')`)
 	br.wait(t, "the master", `!!document.querySelector('[data-master="web-1"] [data-supervisor="default"]')`)
+	// A queue the live master does not work is marked unworked; the
+	// worked ones are not.
+	if _, err := queue.NewClient(b.pool, queue.Defaults{}).Dispatch(ctx, queue.NewJob("export.run", nil).OnQueue("exports")); err != nil {
+		t.Fatal(err)
+	}
+	br.wait(t, "exports marked unworked", `[...document.querySelectorAll('#workload tbody tr')].some(r => r.cells[0].textContent.startsWith('exports') && !!r.cells[0].querySelector('.tag.unworked'))`)
+	if n := br.eval(t, `String([...document.querySelectorAll('#workload tbody tr')].filter(r => !!r.cells[0].querySelector('.tag.unworked')).length)`); n != "1" {
+		t.Errorf("%s queues marked unworked, want only exports", n)
+	}
 	if n := br.eval(t, `String(document.querySelectorAll('button[data-action]').length)`); n != "0" {
 		t.Errorf("a view token sees %s pause buttons", n)
 	}

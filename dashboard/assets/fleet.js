@@ -431,6 +431,7 @@
           pauseButton('all', '', paused.all));
         const queues = table([
           { title: 'Queue', cls: 'name', cell: (q) => [link('/jobs/pending', { queue: q.queue }, q.queue), q.paused ? tag('paused') : null,
+            q.unworked ? h('span', { class: 'tag unworked', title: 'no supervisor of a live master works this queue: its jobs wait until a master that works it starts' }, 'unworked') : null,
             q.paused_supervisors.length ? h('span', { class: 'muted' }, ' (paused in ' + q.paused_supervisors.join(', ') + ')') : null] },
           { title: 'Pending', cls: 'num', cell: (q) => num(q.pending) },
           { title: 'Delayed', cls: 'num', cell: (q) => num(q.delayed) },
