@@ -59,6 +59,8 @@ type Client struct {
 	// dispatchMW is the dispatch middleware (see Use); nil: none.
 	dispatchMW atomic.Pointer[[]DispatchMiddleware]
 	mwMu       sync.Mutex // serializes Use
+	// unworked is the OnUnworked check; nil: none.
+	unworked atomic.Pointer[unworkedCheck]
 }
 
 // NewClient returns a client dispatching on pool.
@@ -156,6 +158,7 @@ func (c *Client) DispatchManySQLTx(ctx context.Context, tx *sql.Tx, jobs []*Job)
 	if err := store.QueueNotifySQLTx(ctx, tx, queues); err != nil {
 		return nil, fmt.Errorf("dispatch: %w", err)
 	}
+	c.warnUnworked(ctx, params)
 	return ids, nil
 }
 
@@ -186,7 +189,11 @@ func (c *Client) insert(ctx context.Context, tx pgx.Tx, jobs []*Job) ([]int64, [
 		return nil, nil, err
 	}
 	if slices.ContainsFunc(jobs, func(j *Job) bool { return j.unique != nil }) {
-		return c.insertWithUnique(ctx, tx, jobs, params)
+		ids, queues, err := c.insertWithUnique(ctx, tx, jobs, params)
+		if err == nil {
+			c.warnUnworked(ctx, params)
+		}
+		return ids, queues, err
 	}
 	var ids []int64
 	if tx != nil {
@@ -200,6 +207,7 @@ func (c *Client) insert(ctx context.Context, tx pgx.Tx, jobs []*Job) ([]int64, [
 	for i, j := range jobs {
 		j.ID, j.Duplicate = ids[i], false
 	}
+	c.warnUnworked(ctx, params)
 	return ids, readyQueues(params), nil
 }
 
