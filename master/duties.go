@@ -170,14 +170,49 @@ func (m *Master) doPeriod(ctx context.Context, d periodicDuty, period time.Time)
 	return true
 }
 
-// snapshot writes the metrics snapshot of minute.
+// snapshot writes the metrics snapshot of minute. Its backlog is recorded
+// as the minute's only when this master ran at the minute's end (and the
+// store finds the write timely): a master catching up minutes from before
+// it started writes their attempts, never today's backlog into them.
 func (m *Master) snapshot(ctx context.Context, minute time.Time) error {
-	n, err := m.st.MetricsSnapshot(ctx, minute)
+	watched := !m.startedAt.IsZero() && !m.startedAt.After(minute.Add(time.Minute))
+	n, err := m.st.MetricsSnapshot(ctx, store.SnapshotParams{Minute: minute, Watched: watched})
 	if err != nil {
 		return err
 	}
-	m.log.Debug("metrics snapshot written", "minute", minute, "rows", n)
+	m.log.Debug("metrics snapshot written", "minute", minute, "rows", n, "backlog_seen", watched)
 	return nil
+}
+
+// lastSnapshotTimeout bounds a stopping master's last snapshots.
+const lastSnapshotTimeout = 10 * time.Second
+
+// lastSnapshot runs once the duties loop stops, after the children have
+// exited and written their outcomes: the complete minutes still due are
+// done (without waiting out their settle time: no child of this master
+// writes late any more), and the minute in progress is written as far as
+// it went, so that a fleet stopped within a minute leaves it counted. A
+// master still running writes that minute whole when it is over, replacing
+// the partial rows.
+func (m *Master) lastSnapshot(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, lastSnapshotTimeout)
+	defer cancel()
+	w, err := m.st.DutyRecent(ctx, store.DutyRecentParams{Duty: snapshotDuty, Every: time.Minute, Back: snapshotBack})
+	if err != nil {
+		m.log.Warn("last metrics snapshot: read duty periods failed", "err", err)
+		return
+	}
+	d := periodicDuty{name: snapshotDuty, every: time.Minute, lease: snapshotLease, timeout: snapshotLease, run: m.snapshot}
+	for _, period := range w.Due() {
+		m.doPeriod(ctx, d, period)
+	}
+	minute := w.Now.Truncate(time.Minute)
+	n, err := m.st.MetricsSnapshot(ctx, store.SnapshotParams{Minute: minute, Partial: true, Watched: !m.startedAt.IsZero()})
+	if err != nil {
+		m.log.Warn("last metrics snapshot failed", "minute", minute, "err", err)
+		return
+	}
+	m.log.Debug("last metrics snapshot written", "minute", minute, "rows", n)
 }
 
 // upkeep creates history partitions ahead, drops expired ones and trims

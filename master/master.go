@@ -385,7 +385,7 @@ func (m *Master) Run(ctx context.Context) (Summary, error) {
 	m.readWorkload(context.WithoutCancel(ctx))
 	state := startLoop(m.set.Tick, m.readState, nil)
 	work := startLoop(m.set.BalanceCooldown, m.readWorkload, nil)
-	duties := startLoop(m.set.Tick, m.duties, nil)
+	duties := startLoop(m.set.Tick, m.duties, m.lastSnapshot)
 	var ticks *loop
 	if len(m.set.Periodic) > 0 {
 		ticks = startTimedLoop(m.periodicRound)

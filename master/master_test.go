@@ -548,6 +548,7 @@ func TestMasterWritesMetricsSnapshot(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t)
 	ctx := context.Background()
+	tablesCreated(t, pool, time.Now().Add(-time.Hour))
 	if _, err := pool.Exec(ctx, `
 		INSERT INTO fleet_jobs (job_id, queue, name, attempt, status, started_at, finished_at, runtime_ms)
 		SELECT g, 'mail', 'send', 1, 'completed', ts, ts, 20

@@ -85,38 +85,118 @@ func (s *Store) DutyClaim(ctx context.Context, name string, every time.Duration)
 	return true, nil
 }
 
-// MetricsSnapshot writes the fleet_metrics rows of the given minute,
-// [minute, minute + 1 minute), per queue and per job name, from the
-// attempts' real finish times, in one statement; minute must be a whole
-// minute that is over by the database clock. Jobs counts every attempt
-// but snoozed ones and jobs cancelled before they started; failed counts
-// the failed, timed out and lost ones (a cancelled attempt is no failure);
-// the runtime figures leave out, besides those, lost attempts (no worker
-// timed them; 0 when none is left). Queue rows also carry the backlog:
-// pending (ready) jobs, the age of the oldest, and the seconds to clear them at
-// that minute's rate (NULL when nothing finished, 0 with no backlog); a
-// queue with a backlog and no history gets a row too. The backlog is
-// measured when the snapshot is taken, not at the minute's end: a late or
-// retried snapshot of a minute carries the backlog of its writing. A minute
-// is written once: when it has any rows, writing it again writes nothing
-// and changes nothing. It returns the rows written.
-func (s *Store) MetricsSnapshot(ctx context.Context, minute time.Time) (int, error) {
+// SnapshotParams say which minute MetricsSnapshot writes and what its
+// writer saw of it.
+type SnapshotParams struct {
+	// Minute is the whole minute written, [Minute, Minute + 1 minute).
+	Minute time.Time
+	// Partial writes the minute in progress as far as it went: the
+	// attempts finished in it up to now, the rows recording that instant
+	// (covered_until). It is a stopping master's last snapshot; a later
+	// snapshot of the minute, whole or partial, replaces it. A Partial
+	// snapshot of a minute that is over by then is a whole one. Without
+	// Partial the minute must be over.
+	Partial bool
+	// Watched says the writer ran at the minute's end (for a Partial
+	// snapshot: now). Only then, and only within BacklogFresh of that end,
+	// do the rows carry the backlog measured at the write; otherwise it is
+	// not the minute's: the rows have backlog_seen false, pending and wait
+	// 0, no clear time, and a queue with a backlog but no attempt in the
+	// minute gets no row.
+	Watched bool
+}
+
+// BacklogFresh is how long after its end a minute's snapshot still
+// records the backlog as the minute's (a retried or taken-over snapshot is
+// written some seconds late).
+const BacklogFresh = time.Minute
+
+// snapshotLockKey is the first key of the advisory lock a snapshot takes
+// on its minute (the second is the minute's number since the epoch), so
+// that a stopping master's partial snapshot and the duty's whole one of
+// the same minute never interleave.
+const snapshotLockKey = 0x666d6574
+
+// MetricsSnapshot writes the fleet_metrics rows of p.Minute, per queue and
+// per job name, from the attempts' real finish times. Jobs counts every
+// attempt but snoozed ones and jobs cancelled before they started; failed
+// counts the failed, timed out and lost ones (a cancelled attempt is no
+// failure); the runtime figures leave out, besides those, lost attempts
+// (no worker timed them; 0 when none is left). Queue rows also carry the
+// backlog when the writer saw it (SnapshotParams.Watched): pending (ready)
+// jobs, the age of the oldest, and the seconds to clear them at that
+// minute's rate (NULL when nothing finished, 0 with no backlog); a queue
+// with a backlog and no history gets a row too. The backlog is measured
+// when the snapshot is taken, not at the minute's end.
+//
+// A minute is written once: when it has rows of a whole snapshot, writing
+// it again writes nothing and changes nothing; rows of a partial one are
+// replaced by a snapshot that covers more of the minute. A minute that
+// ended before the fleet tables were created (fleet_state
+// "tables:created") is never written. It returns the rows written.
+func (s *Store) MetricsSnapshot(ctx context.Context, p SnapshotParams) (int, error) {
+	minute := p.Minute
 	if minute.IsZero() || !minute.Truncate(time.Minute).Equal(minute) {
 		return 0, fmt.Errorf("write metrics snapshot of %s: not a whole minute", minute.UTC().Format(time.RFC3339Nano))
 	}
+	label := minute.UTC().Format(time.RFC3339)
 	var n int
-	var over bool
-	err := s.pool.QueryRow(ctx, `
-		WITH w AS (
-			SELECT $1::timestamptz AS lo, $1::timestamptz + interval '1 minute' AS hi
-		), h AS (
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1::int, $2::int)`,
+			snapshotLockKey, int32(minute.Unix()/60)); err != nil {
+			return fmt.Errorf("lock the minute: %w", err)
+		}
+		// One reading of the clock and of the minute's rows decides: how far
+		// the snapshot counts (cut), whether it may be written at all, and
+		// whether rows of a partial snapshot go first.
+		var started, over, partial, seen, write, replace bool
+		var cut time.Time
+		err := tx.QueryRow(ctx, `
+			WITH w AS (
+				SELECT $1::timestamptz AS lo, $1::timestamptz + interval '1 minute' AS hi, now() AS now
+			), old AS (
+				SELECT count(*) AS n, count(*) FILTER (WHERE covered_until IS NULL) AS whole, max(covered_until) AS until
+				FROM fleet_metrics, w WHERE taken_at = w.lo
+			), c AS (
+				SELECT w.*, w.lo <= w.now AS started, w.hi <= w.now AS over,
+				       $2::bool AND w.now < w.hi AS partial,
+				       CASE WHEN $2::bool THEN least(w.now, w.hi) ELSE w.hi END AS cut,
+				       $3::bool AND w.now < w.hi + $4::bigint * interval '1 microsecond' AS seen,
+				       COALESCE(w.hi > (SELECT updated_at FROM fleet_state WHERE key = 'tables:created'), true) AS existed
+				FROM w
+			)
+			SELECT c.started, c.over, c.partial, c.cut, c.seen,
+			       (c.over OR c.partial) AND c.existed AND (old.n = 0 OR (old.whole = 0 AND old.until < c.cut)),
+			       old.n > 0
+			FROM c, old`, minute, p.Partial, p.Watched, BacklogFresh.Microseconds()).Scan(
+			&started, &over, &partial, &cut, &seen, &write, &replace)
+		if err != nil {
+			return err
+		}
+		if !over && !(p.Partial && started) {
+			return errors.New("the minute is not over")
+		}
+		if !write {
+			return nil
+		}
+		if replace {
+			if _, err := tx.Exec(ctx, `DELETE FROM fleet_metrics WHERE taken_at = $1`, minute); err != nil {
+				return fmt.Errorf("replace the partial snapshot: %w", err)
+			}
+		}
+		var covered *time.Time
+		if partial {
+			covered = &cut
+		}
+		return tx.QueryRow(ctx, `
+		WITH h AS (
 			SELECT j.queue, j.name, j.status, j.runtime_ms,
 			       -- ran: an attempt that counts (not snoozed, not a job
 			       -- cancelled before it started); timed: one a worker timed to
 			       -- its end (not lost either)
 			       j.status <> 'snoozed' AND (j.status <> 'cancelled' OR j.reserved_at IS NOT NULL) AS ran,
 			       j.status NOT IN ('lost', 'snoozed') AND (j.status <> 'cancelled' OR j.reserved_at IS NOT NULL) AS timed
-			FROM fleet_jobs j WHERE j.finished_at >= $1::timestamptz AND j.finished_at < $1::timestamptz + interval '1 minute'
+			FROM fleet_jobs j WHERE j.finished_at >= $1::timestamptz AND j.finished_at < $2::timestamptz
 		), per AS (
 			SELECT 'queue' AS kind, queue AS subject, count(*) FILTER (WHERE ran) AS jobs,
 			       count(*) FILTER (WHERE status IN ('failed', 'timed_out', 'lost')) AS failed,
@@ -135,6 +215,7 @@ func (s *Store) MetricsSnapshot(ctx context.Context, minute time.Time) (int, err
 			FROM h GROUP BY name
 		), `+queueCountsCTE+`, backlog AS (
 			SELECT queue, pending, COALESCE(EXTRACT(EPOCH FROM now() - oldest)::float8, 0) AS wait FROM qcounts
+			WHERE $3::bool
 		), rows AS (
 			SELECT p.kind, p.subject, p.jobs, p.failed, p.p50, p.p95, p.p99, p.mean,
 			       COALESCE(b.wait, 0) AS wait, COALESCE(b.pending, 0) AS pending
@@ -144,22 +225,21 @@ func (s *Store) MetricsSnapshot(ctx context.Context, minute time.Time) (int, err
 			FROM backlog b WHERE NOT EXISTS (SELECT 1 FROM per p WHERE p.kind = 'queue' AND p.subject = b.queue)
 		), ins AS (
 			INSERT INTO fleet_metrics (taken_at, kind, subject, jobs, failed, jobs_per_minute, runtime_p50_ms,
-			                           runtime_p95_ms, runtime_p99_ms, runtime_mean_ms, wait_secs, clear_secs, pending)
-			SELECT w.lo, r.kind, r.subject, r.jobs, r.failed, r.jobs, COALESCE(r.p50, 0), COALESCE(r.p95, 0),
+			                           runtime_p95_ms, runtime_p99_ms, runtime_mean_ms, wait_secs, clear_secs, pending,
+			                           covered_until, backlog_seen)
+			SELECT $1::timestamptz, r.kind, r.subject, r.jobs, r.failed, r.jobs, COALESCE(r.p50, 0), COALESCE(r.p95, 0),
 			       COALESCE(r.p99, 0), COALESCE(r.mean, 0), r.wait,
-			       CASE WHEN r.pending = 0 THEN 0 WHEN r.jobs = 0 THEN NULL ELSE r.pending::float8 / r.jobs * 60 END,
-			       r.pending
-			FROM rows r, w
-			WHERE w.hi <= now() AND NOT EXISTS (SELECT 1 FROM fleet_metrics m WHERE m.taken_at = w.lo)
+			       CASE WHEN NOT $3::bool THEN NULL WHEN r.pending = 0 THEN 0 WHEN r.jobs = 0 THEN NULL
+			            ELSE r.pending::float8 / r.jobs * 60 END,
+			       r.pending, $4::timestamptz, $3::bool
+			FROM rows r
 			ON CONFLICT (taken_at, kind, subject) DO NOTHING
 			RETURNING 1
 		)
-		SELECT (SELECT count(*) FROM ins), hi <= now() FROM w`, minute).Scan(&n, &over)
+		SELECT count(*) FROM ins`, minute, cut, seen, covered).Scan(&n)
+	})
 	if err != nil {
-		return 0, fmt.Errorf("write metrics snapshot of %s: %w", minute.UTC().Format(time.RFC3339), err)
-	}
-	if !over {
-		return 0, fmt.Errorf("write metrics snapshot of %s: the minute is not over", minute.UTC().Format(time.RFC3339))
+		return 0, fmt.Errorf("write metrics snapshot of %s: %w", label, err)
 	}
 	return n, nil
 }

@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"math"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -537,13 +538,15 @@ func TestMetricsSnapshot(t *testing.T) {
 	pool := pgtest.Pool(t)
 	st := store.New(pool)
 	ctx := context.Background()
+	tablesCreatedLongAgo(t, pool)
 	// mail has two ready jobs (one 5 s old) and a delayed one; slow has a
 	// job ready for 90 s and no history.
 	exec(t, pool, `INSERT INTO queue_jobs (queue, name, available_at) VALUES
 		('mail', 'send', now()), ('mail', 'send', now() - interval '5 seconds'), ('mail', 'send', now() + interval '1 hour'),
 		('slow', 'x', now() - interval '90 seconds')`)
-	// An explicit past minute: three minutes ago, well over by the clock.
-	lo := scalar[time.Time](t, pool, `SELECT date_trunc('minute', now()) - interval '3 minutes'`)
+	// The minute before now: over by the clock, and recent enough for the
+	// backlog measured now to count as its own.
+	lo := scalar[time.Time](t, pool, `SELECT date_trunc('minute', now()) - interval '1 minute'`)
 	// Ten attempts finished during that minute, runtimes 10..100, the last
 	// one failed, plus a lost one; two attempts just outside it.
 	exec(t, pool, `
@@ -556,14 +559,14 @@ func TestMetricsSnapshot(t *testing.T) {
 		    (11, 'mail', 'bounce', 1, 'lost', $1::timestamptz, $1::timestamptz + interval '59.999 seconds', 99999),
 		    (12, 'mail', 'send', 1, 'completed', $1::timestamptz, $1::timestamptz - interval '1 millisecond', 5000),
 		    (13, 'mail', 'send', 1, 'completed', $1::timestamptz, $1::timestamptz + interval '1 minute', 5000)`, lo)
-	first, err := st.MetricsSnapshot(ctx, lo)
+	first, err := st.MetricsSnapshot(ctx, store.SnapshotParams{Minute: lo, Watched: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Written again, even with a new queue's backlog since, the minute
 	// stays as it was.
 	exec(t, pool, `INSERT INTO queue_jobs (queue, name, available_at) VALUES ('late', 'x', now())`)
-	second, err := st.MetricsSnapshot(ctx, lo)
+	second, err := st.MetricsSnapshot(ctx, store.SnapshotParams{Minute: lo, Watched: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -615,25 +618,149 @@ func TestMetricsSnapshotTakesWholeMinutesThatAreOver(t *testing.T) {
 	pool := pgtest.Pool(t)
 	st := store.New(pool)
 	ctx := context.Background()
+	tablesCreatedLongAgo(t, pool)
 	exec(t, pool, `INSERT INTO queue_jobs (queue, name, available_at) VALUES ('mail', 'send', now())`)
 	ahead := scalar[time.Time](t, pool, `SELECT date_trunc('minute', now()) + interval '10 minutes'`)
-	if n, err := st.MetricsSnapshot(ctx, ahead); err == nil {
+	if n, err := st.MetricsSnapshot(ctx, store.SnapshotParams{Minute: ahead, Watched: true}); err == nil {
 		t.Fatalf("a snapshot of a minute not over wrote %d rows", n)
 	}
+	if n, err := st.MetricsSnapshot(ctx, store.SnapshotParams{Minute: ahead, Partial: true, Watched: true}); err == nil {
+		t.Fatalf("a partial snapshot of a minute not begun wrote %d rows", n)
+	}
 	past := scalar[time.Time](t, pool, `SELECT date_trunc('minute', now()) - interval '2 minutes'`)
-	if n, err := st.MetricsSnapshot(ctx, past.Add(time.Second)); err == nil {
+	if n, err := st.MetricsSnapshot(ctx, store.SnapshotParams{Minute: past.Add(time.Second), Watched: true}); err == nil {
 		t.Fatalf("a snapshot of a part minute wrote %d rows", n)
 	}
 	if n := scalar[int](t, pool, `SELECT count(*) FROM fleet_metrics`); n != 0 {
 		t.Fatalf("%d rows written by refused snapshots", n)
 	}
 	// Each minute is its own: the two before now, written out of order.
-	for _, m := range []time.Time{past.Add(time.Minute), past} {
-		if n, err := st.MetricsSnapshot(ctx, m); err != nil || n != 1 {
-			t.Fatalf("snapshot of %s = %d, %v; want the mail backlog row", m, n, err)
-		}
+	// The minute before now gets the mail backlog; the one before it ended
+	// over BacklogFresh ago, so the backlog measured now is not its own
+	// and, with no attempt in it, it stays absent.
+	if n, err := st.MetricsSnapshot(ctx, store.SnapshotParams{Minute: past.Add(time.Minute), Watched: true}); err != nil || n != 1 {
+		t.Fatalf("snapshot of %s = %d, %v; want the mail backlog row", past.Add(time.Minute), n, err)
 	}
-	if n := scalar[int](t, pool, `SELECT count(DISTINCT taken_at) FROM fleet_metrics WHERE taken_at IN ($1, $2)`, past, past.Add(time.Minute)); n != 2 {
-		t.Fatalf("%d minutes written, want 2", n)
+	if n, err := st.MetricsSnapshot(ctx, store.SnapshotParams{Minute: past, Watched: true}); err != nil || n != 0 {
+		t.Fatalf("late snapshot of %s = %d, %v; want no row", past, n, err)
+	}
+	if n := scalar[int](t, pool, `SELECT count(DISTINCT taken_at) FROM fleet_metrics WHERE taken_at IN ($1, $2)`, past, past.Add(time.Minute)); n != 1 {
+		t.Fatalf("%d minutes written, want 1", n)
+	}
+}
+
+// tablesCreatedLongAgo dates the fleet tables' creation an hour back, so
+// that the minutes a test snapshots are not before it.
+func tablesCreatedLongAgo(t *testing.T, pool *pgxpool.Pool) {
+	t.Helper()
+	exec(t, pool, `UPDATE fleet_state SET updated_at = now() - interval '1 hour' WHERE key = 'tables:created'`)
+}
+
+// TestMetricsSnapshotNoGhosts: a minute that ended before the fleet tables
+// were created is never written, even with attempts dated in it; a minute
+// whose writer did not see its end gets its attempts but not the backlog
+// of now: its rows say backlog_seen false, and a queue with only a
+// backlog gets no row.
+func TestMetricsSnapshotNoGhosts(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	st := store.New(pool)
+	ctx := context.Background()
+	prev := scalar[time.Time](t, pool, `SELECT date_trunc('minute', now()) - interval '1 minute'`)
+	exec(t, pool, `INSERT INTO queue_jobs (queue, name, available_at) VALUES ('mail', 'send', now() - interval '30 seconds'), ('idle', 'x', now())`)
+	exec(t, pool, `
+		INSERT INTO fleet_jobs (job_id, queue, name, attempt, status, started_at, finished_at, runtime_ms)
+		SELECT g, 'mail', 'send', 1, 'completed', $1::timestamptz + g * interval '1 second', $1::timestamptz + g * interval '1 second', 10
+		FROM generate_series(1, 3) g`, prev)
+
+	// Tables created at the minute's end: the minute is before them.
+	exec(t, pool, `UPDATE fleet_state SET updated_at = $1 WHERE key = 'tables:created'`, prev.Add(time.Minute))
+	if n, err := st.MetricsSnapshot(ctx, store.SnapshotParams{Minute: prev, Watched: true}); err != nil || n != 0 {
+		t.Fatalf("snapshot of a minute before the tables = %d, %v; want nothing", n, err)
+	}
+	if n := scalar[int](t, pool, `SELECT count(*) FROM fleet_metrics`); n != 0 {
+		t.Fatalf("%d rows of a minute before the tables", n)
+	}
+
+	// Created within the minute: it is written, by a writer that did not
+	// see its end.
+	exec(t, pool, `UPDATE fleet_state SET updated_at = $1 WHERE key = 'tables:created'`, prev.Add(30*time.Second))
+	if n, err := st.MetricsSnapshot(ctx, store.SnapshotParams{Minute: prev}); err != nil || n != 2 {
+		t.Fatalf("unwatched snapshot = %d, %v; want the mail queue and send job rows", n, err)
+	}
+	type row struct {
+		Kind, Subject string
+		Jobs, Pending int64
+		Wait          float64
+		Clear         *float64
+		Seen          bool
+	}
+	rows, err := pool.Query(ctx, `SELECT kind, subject, jobs, pending, wait_secs, clear_secs, backlog_seen
+		FROM fleet_metrics ORDER BY kind, subject`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := pgx.CollectRows(rows, pgx.RowToStructByPos[row])
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []row{{"job", "send", 3, 0, 0, nil, false}, {"queue", "mail", 3, 0, 0, nil, false}}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("rows %+v, want %+v", got, want)
+	}
+}
+
+// TestMetricsSnapshotPartial: a partial snapshot of the minute in progress
+// counts the attempts finished so far and records up to when; a later one
+// that covers more replaces it; a whole snapshot is never replaced.
+func TestMetricsSnapshotPartial(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	st := store.New(pool)
+	ctx := context.Background()
+	tablesCreatedLongAgo(t, pool)
+	// Keep the minute from ending between the two partial snapshots.
+	if s := scalar[float64](t, pool, `SELECT EXTRACT(SECOND FROM now())`); s > 50 {
+		time.Sleep(time.Duration((61 - s) * float64(time.Second)))
+	}
+	minute := scalar[time.Time](t, pool, `SELECT date_trunc('minute', now())`)
+	finish := func(id int) {
+		exec(t, pool, `INSERT INTO fleet_jobs (job_id, queue, name, attempt, status, started_at, finished_at, runtime_ms)
+			VALUES ($1, 'mail', 'send', 1, 'completed', clock_timestamp(), clock_timestamp(), 10)`, id)
+	}
+	finish(1)
+	partial := store.SnapshotParams{Minute: minute, Partial: true, Watched: true}
+	if n, err := st.MetricsSnapshot(ctx, partial); err != nil || n != 2 {
+		t.Fatalf("first partial snapshot = %d, %v; want 2 rows", n, err)
+	}
+	first := scalar[time.Time](t, pool, `SELECT covered_until FROM fleet_metrics WHERE kind = 'queue'`)
+	if first.Before(minute) || !first.Before(minute.Add(time.Minute)) {
+		t.Fatalf("covered until %s, want within %s's minute", first, minute)
+	}
+	finish(2)
+	finish(3)
+	if n, err := st.MetricsSnapshot(ctx, partial); err != nil || n != 2 {
+		t.Fatalf("second partial snapshot = %d, %v; want 2 rows", n, err)
+	}
+	if got := scalar[int](t, pool, `SELECT sum(jobs)::int FROM fleet_metrics WHERE kind = 'queue' AND covered_until > $1`, first); got != 3 {
+		t.Fatalf("%d jobs after the second partial snapshot, want 3 (it replaced the first)", got)
+	}
+	if n := scalar[int](t, pool, `SELECT count(*) FROM fleet_metrics`); n != 2 {
+		t.Fatalf("%d rows, want 2", n)
+	}
+
+	// A minute that is over and written whole is not replaced by a partial
+	// snapshot, which is then a whole one that finds it written.
+	prev := minute.Add(-time.Minute)
+	exec(t, pool, `INSERT INTO fleet_jobs (job_id, queue, name, attempt, status, started_at, finished_at, runtime_ms)
+		VALUES (9, 'mail', 'send', 1, 'completed', $1, $1, 10)`, prev.Add(time.Second))
+	if n, err := st.MetricsSnapshot(ctx, store.SnapshotParams{Minute: prev, Watched: true}); err != nil || n != 2 {
+		t.Fatalf("whole snapshot = %d, %v; want 2 rows", n, err)
+	}
+	if n, err := st.MetricsSnapshot(ctx, store.SnapshotParams{Minute: prev, Partial: true, Watched: true}); err != nil || n != 0 {
+		t.Fatalf("partial snapshot of a written minute = %d, %v; want nothing", n, err)
+	}
+	if n := scalar[int](t, pool, `SELECT count(*) FROM fleet_metrics WHERE taken_at = $1 AND covered_until IS NULL`, prev); n != 2 {
+		t.Fatalf("%d whole rows of the minute before, want 2", n)
 	}
 }
