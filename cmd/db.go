@@ -45,7 +45,7 @@ func explainDatabaseError(err error, fleetCommand bool) error {
 	if err == nil || !errors.As(err, &pg) || !notMigratedCodes[pg.Code] || !missingFleetObject(pg, fleetCommand) {
 		return err
 	}
-	return &exitError{code: 1, err: fmt.Errorf("%w (%s)", errNotMigrated, err.Error())}
+	return fmt.Errorf("%w (%s)", errNotMigrated, err.Error())
 }
 
 // missingFleetObject reports whether an undefined-object error is about

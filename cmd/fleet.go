@@ -333,7 +333,7 @@ func checkSupervisor(cfg *config.Config, name string) error {
 		have = append(have, s.Name)
 	}
 	if !slices.Contains(have, name) {
-		return fmt.Errorf("no supervisor named %q in this app's configuration (have: %s)", name, strings.Join(have, ", "))
+		return notFoundf("no supervisor named %q in this app's configuration (have: %s)", name, strings.Join(have, ", "))
 	}
 	return nil
 }
@@ -358,7 +358,7 @@ func (r *runner) pauseActionCommand(a pauseAction) *cobra.Command {
 				// An explicit empty --queue must not fall through to
 				// "every supervisor".
 				if err := queue.CheckQueue("--queue", queueName); err != nil {
-					return err
+					return usage(err)
 				}
 			}
 			return r.withService(c.Context(), func(cfg *config.Config, svc *fleet.Service) error {
@@ -366,7 +366,7 @@ func (r *runner) pauseActionCommand(a pauseAction) *cobra.Command {
 				var target map[string]any
 				switch {
 				case queueName != "" && len(args) > 0:
-					return errors.New("give a supervisor or --queue, not both")
+					return usagef("give a supervisor or --queue, not both")
 				case queueName != "":
 					if a.verb == "paused" {
 						warnUnworkedQueue(c, cfg, queueName)
@@ -470,8 +470,12 @@ func (r *runner) statusCommand() *cobra.Command {
 					}
 					printPaused(out, p)
 				}
-				if rep.Status == fleet.StatusInactive {
-					return &exitError{code: 1, err: errors.New("no fleet master is live")}
+				switch rep.Status {
+				case fleet.StatusInactive:
+					return &exitError{code: ExitFailure, err: errors.New("no fleet master is live")}
+				case fleet.StatusPaused:
+					// It said so on stdout: no error line.
+					return &exitError{code: ExitPaused, err: errors.New("every live master is paused"), silent: true}
 				}
 				return nil
 			})

@@ -221,17 +221,17 @@ func clip(s string, n int) string {
 func idOrAll(args []string, all bool, search, queue, tag string) (int64, error) {
 	switch {
 	case all && len(args) > 0:
-		return 0, errors.New("give a failed job's ID or --all, not both")
+		return 0, usagef("give a failed job's ID or --all, not both")
 	case all:
 		return 0, nil
 	case len(args) != 1:
-		return 0, errors.New("give a failed job's ID (see fleet:failed) or --all")
+		return 0, usagef("give a failed job's ID (see fleet:failed) or --all")
 	case search != "" || queue != "" || tag != "":
-		return 0, errors.New("--search, --queue and --tag go with --all")
+		return 0, usagef("--search, --queue and --tag go with --all")
 	}
 	id, err := strconv.ParseInt(args[0], 10, 64)
 	if err != nil || id < 1 {
-		return 0, fmt.Errorf("ID %q is not a failed job's id: it must be a positive whole number", args[0])
+		return 0, usagef("ID %q is not a failed job's id: it must be a positive whole number", args[0])
 	}
 	return id, nil
 }
@@ -239,7 +239,7 @@ func idOrAll(args []string, all bool, search, queue, tag string) (int64, error) 
 // notFound turns a missing failed job into one clear line and exit 1.
 func notFound(id int64, err error) error {
 	if errors.Is(err, fleet.ErrFailedJobNotFound) {
-		return &exitError{code: 1, err: fmt.Errorf("no failed job with id %d (see fleet:failed)", id)}
+		return notFoundf("no failed job with id %d (see fleet:failed)", id)
 	}
 	return err
 }
@@ -293,7 +293,7 @@ func (r *runner) failedActionCommand(a failedAction) *cobra.Command {
 			}
 			terminal := stdinIsTerminal(r.app.Stdin)
 			if all && !dryRun && !yes && !terminal {
-				return fmt.Errorf("%s --all acts on every failed job%s: add --yes to confirm (stdin is not a terminal, so it cannot ask), or --dry-run to list them",
+				return usagef("%s --all acts on every failed job%s: add --yes to confirm (stdin is not a terminal, so it cannot ask), or --dry-run to list them",
 					c.Name(), describeFilter(f))
 			}
 			return r.withService(c.Context(), func(_ *config.Config, svc *fleet.Service) error {
@@ -420,7 +420,7 @@ func (r *runner) jobsCommand() *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			if pending == completed {
-				return errors.New("give exactly one of --pending or --completed")
+				return usagef("give exactly one of --pending or --completed")
 			}
 			if err := checkPage(p.Limit, p.Offset); err != nil {
 				return err
@@ -432,7 +432,7 @@ func (r *runner) jobsCommand() *cobra.Command {
 				return err
 			}
 			if completed && p.Tag != "" {
-				return errors.New("--tag goes with --pending (completed attempts are filtered by queue only)")
+				return usagef("--tag goes with --pending (completed attempts are filtered by queue only)")
 			}
 			return r.withService(c.Context(), func(_ *config.Config, svc *fleet.Service) error {
 				out := c.OutOrStdout()

@@ -60,7 +60,7 @@ func TestTokenCommands(t *testing.T) {
 	if r := run(t, dir, env, "fleet:token", "revoke", "ops", "--json"); r.code != 0 || !strings.Contains(r.stdout, `"revoked": "ops"`) {
 		t.Fatalf("revoke: %+v", r)
 	}
-	if r := run(t, dir, env, "fleet:token", "revoke", "ops"); r.code != 1 || !strings.Contains(r.stderr, `no token named "ops"`) {
+	if r := run(t, dir, env, "fleet:token", "revoke", "ops"); r.code != 3 || !strings.Contains(r.stderr, `no token named "ops"`) {
 		t.Fatalf("revoke twice: %+v", r)
 	}
 	if r := run(t, dir, env, "fleet:token", "list"); !strings.Contains(r.stdout, "revoked") {
