@@ -1,9 +1,12 @@
 package cmd_test
 
 import (
+	"context"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/fleet-go/fleet/migrations"
 	"github.com/fleet-go/fleet/pgtest"
@@ -71,5 +74,44 @@ func TestExitCodes(t *testing.T) {
 	}
 	if r := run(t, dir, env, "fleet:masters"); r.code != 5 || !strings.Contains(r.stderr, "not migrated") {
 		t.Errorf("fleet:masters on a half-migrated database: %+v, want exit 5", r)
+	}
+}
+
+// TestMigrateStatusExitsNonZeroWhilePendingOrDirty: `migrate status` exits 7
+// while a set is behind or dirty, with --json too, and 0 once it is not.
+func TestMigrateStatusExitsNonZeroWhilePendingOrDirty(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	env := dbEnv(url)
+	dir := t.TempDir()
+	if r := run(t, dir, env, "migrate", "status"); r.code != 0 {
+		t.Fatalf("status when up to date: %+v", r)
+	}
+	if r := run(t, dir, env, "migrate", "down", "--set", "fleet", "--steps", "1"); r.code != 0 {
+		t.Fatalf("down: %+v", r)
+	}
+	if r := run(t, dir, env, "migrate", "status"); r.code != 7 || !strings.Contains(r.stdout, "1 pending") || r.stderr != "" {
+		t.Fatalf("status with one pending: %+v, want exit 7", r)
+	}
+	if r := run(t, dir, env, "migrate", "status", "--json"); r.code != 7 || !strings.Contains(r.stdout, `"sets"`) {
+		t.Fatalf("status --json with one pending: %+v, want exit 7", r)
+	}
+	if r := run(t, dir, env, "migrate"); r.code != 0 {
+		t.Fatalf("migrate: %+v", r)
+	}
+	if r := run(t, dir, env, "migrate", "status"); r.code != 0 {
+		t.Fatalf("status after migrate: %+v", r)
+	}
+	// Dirty: a migration that failed half-way leaves the flag set.
+	conn, err := pgx.Connect(t.Context(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(t.Context(), "UPDATE queue_schema_migrations SET dirty = true"); err != nil {
+		t.Fatal(err)
+	}
+	if r := run(t, dir, env, "migrate", "status"); r.code != 7 || !strings.Contains(r.stdout, "DIRTY") {
+		t.Fatalf("status with a dirty set: %+v, want exit 7", r)
 	}
 }
