@@ -63,7 +63,7 @@ func (r *runner) tokenCreateCommand() *cobra.Command {
 		},
 	}
 	c.Flags().StringVar(&name, "name", "", "the token's name, for listing and revoking (letters, digits, . _ - : @)")
-	c.Flags().StringVar(&ability, "ability", "view", "view, or view,operate (operate implies view)")
+	c.Flags().StringVar(&ability, "ability", "view", "view, or view,operate (operate implies view); fleet.view and fleet.operate name the same")
 	c.Flags().DurationVar(&expires, "expires", 0, "valid for this long, e.g. 720h (0: until revoked)")
 	c.Flags().BoolVar(&asJSON, "json", false, "print the token and its details as JSON")
 	_ = c.MarkFlagRequired("name")
