@@ -34,6 +34,9 @@ const (
 	// ExitJobTimedOut is the exit status of a worker that gave up on a job
 	// that ignored its timeout; its supervisor replaces it.
 	ExitJobTimedOut = 8
+	// ExitTimedOut: fleet:terminate --wait gave up at --timeout with
+	// masters still live.
+	ExitTimedOut = 9
 	// ExitInterrupted is the exit status of a demo stopped by SIGINT or
 	// SIGTERM (or its context) before its jobs were done: 128 + SIGINT, as
 	// shells do.
