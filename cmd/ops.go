@@ -128,6 +128,84 @@ func (r *runner) mastersCommand() *cobra.Command {
 	return c
 }
 
+// supervisorRow is one supervisor of one live master, as fleet:supervisors
+// lists it.
+type supervisorRow struct {
+	Master     string         `json:"master"`
+	Instance   string         `json:"instance"`
+	Liveness   string         `json:"liveness"`
+	Supervisor string         `json:"supervisor"`
+	Queues     []string       `json:"queues"`
+	Balance    string         `json:"balance"`
+	Paused     bool           `json:"paused"`
+	Processes  map[string]int `json:"processes"`
+	Running    int            `json:"running"`
+}
+
+func (r *runner) supervisorsCommand() *cobra.Command {
+	var asJSON bool
+	c := &cobra.Command{
+		Use:   "fleet:supervisors [--json]",
+		Short: "List the supervisors of the live masters: queues, balance, paused, processes per group",
+		Args:  cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			return r.withService(c.Context(), func(_ *config.Config, svc *fleet.Service) error {
+				v, err := svc.Masters(c.Context(), false)
+				if err != nil {
+					return err
+				}
+				rows := []supervisorRow{}
+				for _, m := range v.Masters {
+					var sups []struct {
+						Name      string         `json:"name"`
+						Queues    []string       `json:"queues"`
+						Balance   string         `json:"balance"`
+						Paused    bool           `json:"paused"`
+						Processes map[string]int `json:"processes"`
+						Running   int            `json:"running"`
+					}
+					if len(m.Supervisors) > 0 && json.Unmarshal(m.Supervisors, &sups) != nil {
+						continue // a report this release cannot read
+					}
+					for _, s := range sups {
+						rows = append(rows, supervisorRow{
+							Master: m.Name, Instance: m.Instance, Liveness: m.Liveness,
+							Supervisor: s.Name, Queues: s.Queues, Balance: s.Balance, Paused: s.Paused,
+							Processes: s.Processes, Running: s.Running,
+						})
+					}
+				}
+				if asJSON {
+					return printJSON(c.OutOrStdout(), map[string]any{"at": v.At, "supervisors": rows})
+				}
+				tw := table(c.OutOrStdout())
+				fmt.Fprintln(tw, "MASTER\tSUPERVISOR\tSTATE\tQUEUES\tBALANCE\tPROCESSES\t")
+				for _, s := range rows {
+					state := "running"
+					if s.Paused {
+						state = "paused"
+					}
+					if s.Liveness != "online" {
+						state += " (" + s.Liveness + ")"
+					}
+					var procs []string
+					for g, n := range s.Processes {
+						procs = append(procs, fmt.Sprintf("%s:%d", g, n))
+					}
+					slices.Sort(procs)
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t\n", s.Master, s.Supervisor, state, strings.Join(s.Queues, ","), s.Balance, strings.Join(procs, " "))
+				}
+				if len(rows) == 0 {
+					fmt.Fprintln(tw, "(no supervisor: no live master)")
+				}
+				return tw.Flush()
+			})
+		},
+	}
+	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return c
+}
+
 // supervisorsSummary renders a master's supervisors column:
 // "default[default:1 mail:3] exports(paused)[exports,default:2]".
 func supervisorsSummary(raw json.RawMessage) string {

@@ -228,6 +228,7 @@ func (r *runner) rootCommand() *cobra.Command {
 		r.terminateCommand(),
 		r.workloadCommand(),
 		r.mastersCommand(),
+		r.supervisorsCommand(),
 		r.failedCommand(),
 		r.retryCommand(),
 		r.forgetCommand(),
