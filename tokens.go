@@ -29,19 +29,21 @@ const (
 )
 
 // ParseAbilities reads a comma-separated list such as "view,operate".
-// Operate implies view, so the result always holds view; it is sorted
-// and without repeats.
+// Each ability may also be named with the prefix "fleet." ("fleet.view",
+// "fleet.operate"), as the dashboard's documentation names them. Operate
+// implies view, so the result always holds view; it is sorted and without
+// repeats.
 func ParseAbilities(s string) ([]Ability, error) {
 	out := []Ability{AbilityView}
 	for part := range strings.SplitSeq(s, ",") {
-		switch a := Ability(strings.TrimSpace(part)); a {
+		switch a := Ability(strings.TrimPrefix(strings.TrimSpace(part), "fleet.")); a {
 		case AbilityView:
 		case AbilityOperate:
 			if !slices.Contains(out, a) {
 				out = append(out, a)
 			}
 		default:
-			return nil, fmt.Errorf("unknown ability %q (abilities: view, operate)", part)
+			return nil, fmt.Errorf("unknown ability %q (abilities: view, operate, or fleet.view, fleet.operate)", part)
 		}
 	}
 	return out, nil

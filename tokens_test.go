@@ -135,7 +135,8 @@ func TestTokens(t *testing.T) {
 }
 
 func TestParseAbilities(t *testing.T) {
-	for in, want := range map[string]string{"view": "view", "operate": "view,operate", "view,operate": "view,operate", " operate , view ": "view,operate"} {
+	for in, want := range map[string]string{"view": "view", "operate": "view,operate", "view,operate": "view,operate", " operate , view ": "view,operate",
+		"fleet.view": "view", "fleet.operate": "view,operate", "fleet.view,fleet.operate": "view,operate", "fleet.operate,view": "view,operate"} {
 		got, err := fleet.ParseAbilities(in)
 		if err != nil {
 			t.Fatalf("%q: %v", in, err)
@@ -148,7 +149,7 @@ func TestParseAbilities(t *testing.T) {
 			t.Errorf("%q: %v, want %s", in, s, want)
 		}
 	}
-	for _, bad := range []string{"", "admin", "view,"} {
+	for _, bad := range []string{"", "admin", "view,", "fleet.", "fleet.admin", "fleetview", "fleet.fleet.view"} {
 		if _, err := fleet.ParseAbilities(bad); err == nil || !strings.Contains(err.Error(), "ability") {
 			t.Errorf("%q: %v", bad, err)
 		}

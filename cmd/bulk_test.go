@@ -31,7 +31,7 @@ func TestBulkActionsNeedConfirmation(t *testing.T) {
 	// Without a terminal and without --yes: refused, nothing touched.
 	for _, args := range [][]string{{"fleet:retry", "--all"}, {"fleet:forget", "--all", "--queue", "mail"}} {
 		r := noTTY(args...)
-		if r.code == 0 || !strings.Contains(r.stderr, "add --yes to confirm (stdin is not a terminal, so it cannot ask)") {
+		if r.code != 2 || !strings.Contains(r.stderr, "add --yes to confirm (stdin is not a terminal, so it cannot ask)") {
 			t.Errorf("%v: %+v", args, r)
 		}
 	}
@@ -69,7 +69,7 @@ func TestBulkActionsNeedConfirmation(t *testing.T) {
 	if r := noTTY("fleet:retry", jsonID(dry.Jobs[0].ID), "--dry-run"); r.code != 0 || !strings.Contains(r.stdout, "would retry 1 failed job(s)") {
 		t.Fatalf("dry run of one: %+v", r)
 	}
-	if r := noTTY("fleet:forget", "999999", "--dry-run"); r.code != 1 || !strings.Contains(r.stderr, "no failed job with id 999999") {
+	if r := noTTY("fleet:forget", "999999", "--dry-run"); r.code != 3 || !strings.Contains(r.stderr, "no failed job with id 999999") {
 		t.Fatalf("dry run of a missing one: %+v", r)
 	}
 	if n := failed(); n != 5 {

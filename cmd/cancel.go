@@ -2,7 +2,6 @@ package cmd
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/user"
@@ -29,21 +28,21 @@ func (r *runner) cancelCommand() *cobra.Command {
 		RunE: func(c *cobra.Command, args []string) error {
 			switch {
 			case all && len(args) > 0:
-				return errors.New("give job IDs or --queue Q --all, not both")
+				return usagef("give job IDs or --queue Q --all, not both")
 			case all && queueName == "":
-				return errors.New("--all needs --queue Q: the queue whose jobs to cancel")
+				return usagef("--all needs --queue Q: the queue whose jobs to cancel")
 			case !all && c.Flags().Changed("queue"):
-				return errors.New("--queue goes with --all")
+				return usagef("--queue goes with --all")
 			case !all && len(args) == 0:
-				return errors.New("give the IDs of the jobs to cancel (see fleet:jobs --pending), or --queue Q --all")
+				return usagef("give the IDs of the jobs to cancel (see fleet:jobs --pending), or --queue Q --all")
 			case !all && (yes || dryRun):
-				return errors.New("--yes and --dry-run go with --all")
+				return usagef("--yes and --dry-run go with --all")
 			}
 			ids := make([]int64, len(args))
 			for i, a := range args {
 				id, err := strconv.ParseInt(a, 10, 64)
 				if err != nil || id < 1 {
-					return fmt.Errorf("ID %q is not a job id: it must be a positive whole number", a)
+					return usagef("ID %q is not a job id: it must be a positive whole number", a)
 				}
 				ids[i] = id
 			}
@@ -51,7 +50,7 @@ func (r *runner) cancelCommand() *cobra.Command {
 				return err
 			}
 			if all && !dryRun && !yes && !stdinIsTerminal(r.app.Stdin) {
-				return fmt.Errorf("%s --all cancels every job of queue %q: add --yes to confirm (stdin is not a terminal, so it cannot ask), or --dry-run to count them",
+				return usagef("%s --all cancels every job of queue %q: add --yes to confirm (stdin is not a terminal, so it cannot ask), or --dry-run to count them",
 					c.Name(), queueName)
 			}
 			return r.withService(c.Context(), func(_ *config.Config, svc *fleet.Service) error {
@@ -132,7 +131,7 @@ func cancelIDs(ctx context.Context, c *cobra.Command, svc *fleet.Service, ids []
 	for i, id := range res.NotFound {
 		names[i] = strconv.FormatInt(id, 10)
 	}
-	return &exitError{code: 1, err: fmt.Errorf("no queued job with id %s", strings.Join(names, ", "))}
+	return notFoundf("no queued job with id %s", strings.Join(names, ", "))
 }
 
 // cliActor is who a cancel from this shell is recorded as made by:

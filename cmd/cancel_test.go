@@ -25,9 +25,9 @@ func TestCancelCommand(t *testing.T) {
 	must("dispatch", "--name", "demo.noop", "--delay", "1h")
 	must("dispatch", "--name", "demo.noop", "--queue", "mail", "--count", "4")
 
-	// Two jobs by id and one that is not there: exit 1, naming it.
+	// Two jobs by id and one that is not there: exit 3 (not found), naming it.
 	r := run(t, dir, env, "fleet:cancel", "1", "3", "999999")
-	if r.code != 1 || !strings.Contains(r.stdout, "job 1: cancelled") || !strings.Contains(r.stdout, "job 3: cancelled") ||
+	if r.code != 3 || !strings.Contains(r.stdout, "job 1: cancelled") || !strings.Contains(r.stdout, "job 3: cancelled") ||
 		!strings.Contains(r.stdout, "job 999999: not found") || !strings.Contains(r.stderr, "no queued job with id 999999") {
 		t.Fatalf("fleet:cancel 1 3 999999: %+v", r)
 	}

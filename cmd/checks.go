@@ -1,8 +1,6 @@
 package cmd
 
 import (
-	"fmt"
-
 	"github.com/spf13/cobra"
 
 	"github.com/fleet-go/fleet/queue"
@@ -12,10 +10,10 @@ import (
 // same way on every command: --limit at least 1, --offset at least 0.
 func checkPage(limit, offset int) error {
 	if limit < 1 {
-		return fmt.Errorf("--limit must be at least 1, got %d", limit)
+		return usagef("--limit must be at least 1, got %d", limit)
 	}
 	if offset < 0 {
-		return fmt.Errorf("--offset must be at least 0, got %d", offset)
+		return usagef("--offset must be at least 0, got %d", offset)
 	}
 	return nil
 }
@@ -35,5 +33,5 @@ func checkQueueFilter(c *cobra.Command, q string) error {
 	if !c.Flags().Changed("queue") {
 		return nil
 	}
-	return queue.CheckQueue("--queue", q)
+	return usage(queue.CheckQueue("--queue", q))
 }

@@ -1,7 +1,6 @@
 package cmd
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/spf13/cobra"
@@ -27,13 +26,13 @@ func (r *runner) clearCommand() *cobra.Command {
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			if !c.Flags().Changed("queue") {
-				return errors.New("--queue is required: the queue whose jobs to delete")
+				return usagef("--queue is required: the queue whose jobs to delete")
 			}
 			if err := queue.CheckQueue("--queue", q); err != nil {
-				return err
+				return usage(err)
 			}
 			if !dryRun && !yes && !stdinIsTerminal(r.app.Stdin) {
-				return fmt.Errorf("%s deletes every job of queue %q that is not running: add --yes to confirm (stdin is not a terminal, so it cannot ask), or --dry-run to count them",
+				return usagef("%s deletes every job of queue %q that is not running: add --yes to confirm (stdin is not a terminal, so it cannot ask), or --dry-run to count them",
 					c.Name(), q)
 			}
 			return r.withService(c.Context(), func(_ *config.Config, svc *fleet.Service) error {

@@ -36,8 +36,8 @@ func TestClearCommand(t *testing.T) {
 		"fleet:clear --queue mail --colour x": "unknown flag: --colour",
 	} {
 		r := noTTY(strings.Fields(args)...)
-		if r.code != 1 || !strings.Contains(r.stderr, want) || strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 {
-			t.Errorf("%s: %+v, want one line with %q", args, r, want)
+		if r.code != 2 || !strings.Contains(r.stderr, want) || strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 {
+			t.Errorf("%s: %+v, want exit 2 and one line with %q", args, r, want)
 		}
 	}
 	if n := mail(); n != 10 {

@@ -139,7 +139,7 @@ func TestWorkRefusesBadQueueNames(t *testing.T) {
 		strings.Repeat("q", 300): "--queue must be at most",
 	} {
 		r := run(t, t.TempDir(), env, "fleet:work", "--queue", arg)
-		if r.code != 1 || !strings.Contains(r.stderr, want) || strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 {
+		if r.code != 2 || !strings.Contains(r.stderr, want) || strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 {
 			t.Errorf("--queue %q: %+v, want one line with %q", arg, r, want)
 		}
 	}

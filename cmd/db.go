@@ -15,8 +15,55 @@ import (
 )
 
 // errUnreachable marks an openPool that failed because the server did not
-// answer (or refused), as opposed to a bad connection string.
+// answer (or refused), as opposed to a bad connection string. Every
+// connectError is one (errors.Is).
 var errUnreachable = errors.New("the server does not answer")
+
+// connectError is a failed first connection: the URL (without its
+// password) and what went wrong, in PostgreSQL's words when it answered.
+type connectError struct {
+	url    string // redacted
+	reason string
+	err    error
+}
+
+func (e *connectError) Error() string {
+	return fmt.Sprintf("cannot reach database %s: %s", e.url, e.reason)
+}
+func (e *connectError) Unwrap() error        { return e.err }
+func (e *connectError) Is(target error) bool { return target == errUnreachable }
+
+// newConnectError explains err, the failure of a first connection to url
+// as user to database db. A server that answered with an error gets its
+// SQLSTATE and message, and a hint for the usual causes; one that did not
+// answer is errUnreachable's "the server does not answer". The password
+// is never part of it: PostgreSQL's messages do not carry it and the URL
+// is redacted.
+func newConnectError(url, user, db string, err error) error {
+	e := &connectError{url: config.RedactURL(url), err: err}
+	var pg *pgconn.PgError
+	if !errors.As(err, &pg) {
+		e.reason = fmt.Sprintf("%s: %s", errUnreachable, err)
+		return e
+	}
+	said := fmt.Sprintf("SQLSTATE %s: %s", pg.Code, pg.Message)
+	if pg.Detail != "" {
+		said += " (" + pg.Detail + ")"
+	}
+	switch pg.Code {
+	case "53300": // too_many_connections
+		e.reason = fmt.Sprintf("the server has no connection left (%s): raise its max_connections or the role's connection limit, lower database.max_conns, or put a pooler in front", said)
+	case "08P01": // protocol_violation
+		e.reason = fmt.Sprintf("the server, or a pooler in front of it, rejected the connection's startup (%s); a pooler may refuse the startup parameter jit that fleet sends (PgBouncer: add jit to ignore_startup_parameters)", said)
+	case "28P01", "28000": // invalid_password, invalid_authorization_specification
+		e.reason = fmt.Sprintf("authentication failed for user %q (%s): check the user and password of database.url and the server's pg_hba.conf", user, said)
+	case "3D000": // invalid_catalog_name
+		e.reason = fmt.Sprintf("database %q does not exist (%s): create it, or fix database.url", db, said)
+	default:
+		e.reason = fmt.Sprintf("the server refused the connection (%s)", said)
+	}
+	return e
+}
 
 // errNoDatabase explains what to do when database.url is missing.
 var errNoDatabase = errors.New("database.url is not set: set it in config/app.toml or APP_DATABASE__URL (or run 'app demo', which starts a private database)")
@@ -45,7 +92,7 @@ func explainDatabaseError(err error, fleetCommand bool) error {
 	if err == nil || !errors.As(err, &pg) || !notMigratedCodes[pg.Code] || !missingFleetObject(pg, fleetCommand) {
 		return err
 	}
-	return &exitError{code: 1, err: fmt.Errorf("%w (%s)", errNotMigrated, err.Error())}
+	return fmt.Errorf("%w (%s)", errNotMigrated, err.Error())
 }
 
 // missingFleetObject reports whether an undefined-object error is about
@@ -124,7 +171,7 @@ func openPool(ctx context.Context, url string, maxConns int) (*pgxpool.Pool, err
 	defer cancel()
 	if err := pool.Ping(pingCtx); err != nil {
 		pool.Close()
-		return nil, fmt.Errorf("cannot reach database %s: %w: %w", config.RedactURL(url), errUnreachable, err)
+		return nil, newConnectError(url, pc.ConnConfig.User, pc.ConnConfig.Database, err)
 	}
 	return pool, nil
 }

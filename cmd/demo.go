@@ -40,10 +40,6 @@ const demoDir = ".fleet"
 // commands it prints, as they name it: relative to the working directory.
 const demoConfigFile = demoDir + "/demo.toml"
 
-// ExitInterrupted is the exit status of a demo stopped by SIGINT or SIGTERM
-// (or its context) before its jobs were done: 128 + SIGINT, as shells do.
-const ExitInterrupted = 130
-
 type demoFlags struct {
 	keep, stop bool
 }

@@ -2,7 +2,6 @@ package cmd
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -47,10 +46,10 @@ func (f dispatchFlags) unique(c *cobra.Command) (*queue.Unique, error) {
 		}
 	}
 	if fl.Changed("unique-for") && f.uniqueFor < time.Second {
-		return nil, fmt.Errorf("--unique-for must be at least 1s, got %s", f.uniqueFor)
+		return nil, usagef("--unique-for must be at least 1s, got %s", f.uniqueFor)
 	}
 	if f.uniqueCompleted && f.uniqueFor == 0 {
-		return nil, errors.New("--unique-completed needs --unique-for: the period a completed job counts for")
+		return nil, usagef("--unique-completed needs --unique-for: the period a completed job counts for")
 	}
 	return &queue.Unique{Key: f.uniqueKey, ByArgs: f.uniqueByArgs, Period: f.uniqueFor, Completed: f.uniqueCompleted}, nil
 }
@@ -96,31 +95,31 @@ func (r *runner) dispatch(c *cobra.Command, f dispatchFlags) error {
 	}
 	if c.Flags().Changed("queue") {
 		if err := queue.CheckQueue("--queue", f.queue); err != nil {
-			return err
+			return usage(err)
 		}
 	}
 	if f.count < 1 {
-		return fmt.Errorf("--count must be at least 1, got %d", f.count)
+		return usagef("--count must be at least 1, got %d", f.count)
 	}
 	if f.tries < 0 || (f.tries == 0 && c.Flags().Changed("tries")) {
-		return fmt.Errorf("--tries must be at least 1, got %d", f.tries)
+		return usagef("--tries must be at least 1, got %d", f.tries)
 	}
 	if f.delay < 0 {
-		return fmt.Errorf("--delay must not be negative, got %s", f.delay)
+		return usagef("--delay must not be negative, got %s", f.delay)
 	}
 	if f.timeout < 0 {
-		return fmt.Errorf("--timeout must not be negative, got %s", f.timeout)
+		return usagef("--timeout must not be negative, got %s", f.timeout)
 	}
 	limited := c.Flags().Changed("limit-key") || c.Flags().Changed("limit")
 	if limited {
 		if !c.Flags().Changed("limit-key") || !c.Flags().Changed("limit") {
-			return errors.New("--limit-key and --limit go together: give both, e.g. --limit-key tenant:42 --limit 2")
+			return usagef("--limit-key and --limit go together: give both, e.g. --limit-key tenant:42 --limit 2")
 		}
 		if err := queue.CheckLimitKey("--limit-key", f.limitKey); err != nil {
 			return err
 		}
 		if f.limit < 1 {
-			return fmt.Errorf("--limit must be at least 1, got %d", f.limit)
+			return usagef("--limit must be at least 1, got %d", f.limit)
 		}
 	}
 	if err := queue.CheckPriority("--priority", f.priority); err != nil {
@@ -134,7 +133,7 @@ func (r *runner) dispatch(c *cobra.Command, f dispatchFlags) error {
 	if f.metadata != "" {
 		meta = json.RawMessage(f.metadata)
 		if !json.Valid(meta) || !strings.HasPrefix(strings.TrimSpace(f.metadata), "{") {
-			return errors.New(`--meta must be a JSON object, e.g. --meta '{"source":"shell"}'`)
+			return usagef(`--meta must be a JSON object, e.g. --meta '{"source":"shell"}'`)
 		}
 	}
 	backoff, err := parseBackoff(f.backoff)
@@ -146,7 +145,7 @@ func (r *runner) dispatch(c *cobra.Command, f dispatchFlags) error {
 		return err
 	}
 	if unique != nil && f.count != 1 {
-		return fmt.Errorf("--count must be 1 for a unique job (its copies would be duplicates), got %d", f.count)
+		return usagef("--count must be 1 for a unique job (its copies would be duplicates), got %d", f.count)
 	}
 	cfg, err := r.loadConfig()
 	if err != nil {
@@ -258,7 +257,7 @@ func (r *runner) readPayload(arg string, limit int) (json.RawMessage, error) {
 		path := strings.TrimPrefix(arg, "@")
 		what = "--payload " + arg
 		if path == "" {
-			return nil, errors.New("--payload @: name a file after @, e.g. --payload @job.json")
+			return nil, usagef("--payload @: name a file after @, e.g. --payload @job.json")
 		}
 		if !filepath.IsAbs(path) {
 			path = filepath.Join(r.app.Dir, path)
@@ -275,12 +274,12 @@ func (r *runner) readPayload(arg string, limit int) (json.RawMessage, error) {
 		raw = []byte(arg)
 	}
 	if len(raw) > limit {
-		return nil, fmt.Errorf("%s: the payload is larger than queue.max_payload_bytes (%d bytes)", what, limit)
+		return nil, usagef("%s: the payload is larger than queue.max_payload_bytes (%d bytes)", what, limit)
 	}
 	if !json.Valid(raw) {
 		var v any
 		err := json.Unmarshal(raw, &v)
-		return nil, fmt.Errorf("%s is not valid JSON: %w", what, err)
+		return nil, usagef("%s is not valid JSON: %w", what, err)
 	}
 	return raw, nil
 }
@@ -295,7 +294,7 @@ func parseBackoff(s string) ([]int, error) {
 	for i, p := range parts {
 		n, err := strconv.Atoi(strings.TrimSpace(p))
 		if err != nil || n < 0 {
-			return nil, fmt.Errorf("--backoff %q: each value must be a whole number of seconds, 0 or more (e.g. 1,5,30)", s)
+			return nil, usagef("--backoff %q: each value must be a whole number of seconds, 0 or more (e.g. 1,5,30)", s)
 		}
 		out[i] = n
 	}

@@ -333,7 +333,7 @@ func checkSupervisor(cfg *config.Config, name string) error {
 		have = append(have, s.Name)
 	}
 	if !slices.Contains(have, name) {
-		return fmt.Errorf("no supervisor named %q in this app's configuration (have: %s)", name, strings.Join(have, ", "))
+		return notFoundf("no supervisor named %q in this app's configuration (have: %s)", name, strings.Join(have, ", "))
 	}
 	return nil
 }
@@ -358,7 +358,7 @@ func (r *runner) pauseActionCommand(a pauseAction) *cobra.Command {
 				// An explicit empty --queue must not fall through to
 				// "every supervisor".
 				if err := queue.CheckQueue("--queue", queueName); err != nil {
-					return err
+					return usage(err)
 				}
 			}
 			return r.withService(c.Context(), func(cfg *config.Config, svc *fleet.Service) error {
@@ -366,7 +366,7 @@ func (r *runner) pauseActionCommand(a pauseAction) *cobra.Command {
 				var target map[string]any
 				switch {
 				case queueName != "" && len(args) > 0:
-					return errors.New("give a supervisor or --queue, not both")
+					return usagef("give a supervisor or --queue, not both")
 				case queueName != "":
 					if a.verb == "paused" {
 						warnUnworkedQueue(c, cfg, queueName)
@@ -470,8 +470,12 @@ func (r *runner) statusCommand() *cobra.Command {
 					}
 					printPaused(out, p)
 				}
-				if rep.Status == fleet.StatusInactive {
-					return &exitError{code: 1, err: errors.New("no fleet master is live")}
+				switch rep.Status {
+				case fleet.StatusInactive:
+					return &exitError{code: ExitFailure, err: errors.New("no fleet master is live")}
+				case fleet.StatusPaused:
+					// It said so on stdout: no error line.
+					return &exitError{code: ExitPaused, err: errors.New("every live master is paused"), silent: true}
 				}
 				return nil
 			})
@@ -482,28 +486,101 @@ func (r *runner) statusCommand() *cobra.Command {
 }
 
 func (r *runner) terminateCommand() *cobra.Command {
-	var asJSON bool
+	var asJSON, wait bool
+	var timeout time.Duration
 	c := &cobra.Command{
-		Use:   "fleet:terminate [--json]",
+		Use:   "fleet:terminate [--wait [--timeout 5m]] [--json]",
 		Short: "Stop every running master gracefully (a master started afterwards keeps running)",
-		Args:  cobra.NoArgs,
+		Long: "Stop every running master gracefully; a master started afterwards keeps running. " +
+			"With --wait, return once every master that was live is gone (exit 0), or exit 9 at --timeout with those still live.",
+		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
+			if timeout <= 0 {
+				return usagef("--timeout must be positive, got %s", timeout)
+			}
 			return r.withStore(c.Context(), func(_ *config.Config, st *store.Store) error {
-				v, err := fleet.New(st.Pool(), fleet.Options{}).Masters(c.Context(), false)
+				svc := fleet.New(st.Pool(), fleet.Options{})
+				v, err := svc.Masters(c.Context(), false)
 				if err != nil {
 					return err
 				}
 				if err := st.StateSet(c.Context(), store.StateTerminate); err != nil {
 					return err
 				}
-				if asJSON {
-					return printJSON(c.OutOrStdout(), map[string]any{"terminate": map[string]any{"requested": true, "live_masters": len(v.Masters)}})
+				out := c.OutOrStdout()
+				if !wait {
+					if asJSON {
+						return printJSON(out, map[string]any{"terminate": map[string]any{"requested": true, "live_masters": len(v.Masters)}})
+					}
+					fmt.Fprintf(out, "asked %d running master(s) to terminate; each stops its workers gracefully within a tick\n", len(v.Masters))
+					return nil
 				}
-				fmt.Fprintf(c.OutOrStdout(), "asked %d running master(s) to terminate; each stops its workers gracefully within a tick\n", len(v.Masters))
+				if !asJSON {
+					fmt.Fprintf(out, "asked %d running master(s) to terminate; waiting up to %s for them to stop\n", len(v.Masters), timeout)
+				}
+				left, err := waitForMasters(c.Context(), svc, v.Masters, timeout)
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					if err := printJSON(out, map[string]any{"terminate": map[string]any{"requested": true, "live_masters": len(v.Masters), "still_live": append([]string{}, left...)}}); err != nil {
+						return err
+					}
+				} else if len(left) == 0 {
+					fmt.Fprintf(out, "all %d master(s) stopped\n", len(v.Masters))
+				}
+				if len(left) > 0 {
+					return &exitError{code: ExitTimedOut, err: fmt.Errorf("%d master(s) still live after %s: %s", len(left), timeout, strings.Join(left, ", "))}
+				}
 				return nil
 			})
 		},
 	}
 	c.Flags().BoolVar(&asJSON, "json", false, "print what changed as JSON")
+	c.Flags().BoolVar(&wait, "wait", false, "wait until every master that was live has stopped")
+	c.Flags().DurationVar(&timeout, "timeout", 5*time.Minute, "with --wait: how long to wait before giving up (exit 9)")
 	return c
+}
+
+// waitForMasters polls the membership until none of masters (those live
+// when the terminate was asked) is live any more, or timeout passes. It
+// returns the names of those still live.
+func waitForMasters(ctx context.Context, svc *fleet.Service, masters []fleet.Master, timeout time.Duration) ([]string, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		v, err := svc.Masters(ctx, false)
+		if err != nil && ctx.Err() == nil {
+			return nil, err
+		}
+		var left []string
+		if err == nil {
+			live := map[string]bool{}
+			for _, m := range v.Masters {
+				live[m.Instance] = true
+			}
+			for _, m := range masters {
+				if live[m.Instance] {
+					left = append(left, m.Name)
+				}
+			}
+			if len(left) == 0 {
+				return nil, nil
+			}
+		} else {
+			for _, m := range masters {
+				left = append(left, m.Name)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			if parent := context.Cause(ctx); parent != nil && !errors.Is(parent, context.DeadlineExceeded) {
+				return nil, parent
+			}
+			return left, nil
+		case <-tick.C:
+		}
+	}
 }

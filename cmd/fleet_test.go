@@ -155,6 +155,10 @@ func TestFleetOperatorCommands(t *testing.T) {
 	eventually(t, 5*time.Second, "Paused", func() bool {
 		return strings.HasPrefix(run(t, dir, env, "fleet:status").stdout, "Paused")
 	})
+	// Paused has its own exit status, and no error line.
+	if r := run(t, dir, env, "fleet:status"); r.code != 6 || !strings.HasPrefix(r.stdout, "Paused") || r.stderr != "" {
+		t.Fatalf("status while paused: %+v, want exit 6", r)
+	}
 	dispatchSleeps(t, url, dir, 3, 10)
 	time.Sleep(1500 * time.Millisecond) // a paused fleet must leave them alone this long
 	if n := query(t, url, `SELECT count(*) FROM queue_jobs WHERE attempts = 0`); n != 3 {
@@ -166,7 +170,7 @@ func TestFleetOperatorCommands(t *testing.T) {
 	eventually(t, 10*time.Second, "the jobs to run after continue", func() bool {
 		return query(t, url, `SELECT count(*) FROM queue_jobs`) == 0
 	})
-	if r := run(t, dir, env, "fleet:pause", "nope"); r.code == 0 || !strings.Contains(r.stderr, `no supervisor named "nope"`) {
+	if r := run(t, dir, env, "fleet:pause", "nope"); r.code != 3 || !strings.Contains(r.stderr, `no supervisor named "nope"`) {
 		t.Fatalf("pause of an unknown supervisor: %+v", r)
 	}
 	if r := run(t, dir, env, "fleet:terminate"); r.code != 0 || !strings.Contains(r.stdout, "asked 1 running master") {

@@ -30,7 +30,7 @@ func (r *runner) jobCommand() *cobra.Command {
 			}
 			id, err := strconv.ParseInt(args[0], 10, 64)
 			if err != nil || id < 1 {
-				return fmt.Errorf("ID %q is not a %s's id: it must be a positive whole number", args[0], what)
+				return usagef("ID %q is not a %s's id: it must be a positive whole number", args[0], what)
 			}
 			return r.withService(c.Context(), func(_ *config.Config, svc *fleet.Service) error {
 				var story fleet.JobStory
@@ -41,13 +41,13 @@ func (r *runner) jobCommand() *cobra.Command {
 				}
 				switch {
 				case errors.Is(err, fleet.ErrFailedJobNotFound):
-					return &exitError{code: 1, err: fmt.Errorf("no failed job with id %d (see fleet:failed)", id)}
+					return notFoundf("no failed job with id %d (see fleet:failed)", id)
 				case errors.Is(err, fleet.ErrJobNotFound):
 					msg := fmt.Sprintf("no job with id %d: it is not queued, not failed and has no recorded attempt", id)
 					if _, ferr := svc.FailedJob(c.Context(), id); ferr == nil {
 						msg += fmt.Sprintf(" (there is a failed job %d: see fleet:job --failed %d)", id, id)
 					}
-					return &exitError{code: 1, err: errors.New(msg)}
+					return &notFoundError{err: errors.New(msg)}
 				case err != nil:
 					return err
 				}

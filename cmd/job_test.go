@@ -154,15 +154,16 @@ func TestJobStory(t *testing.T) {
 	// Ids nobody knows.
 	for _, c := range []struct {
 		args []string
+		code int
 		want string
 	}{
-		{[]string{"999999"}, "no job with id 999999"},
-		{[]string{"--failed", "999999"}, "no failed job with id 999999"},
-		{[]string{"abc"}, `ID "abc" is not a job's id`},
+		{[]string{"999999"}, 3, "no job with id 999999"},
+		{[]string{"--failed", "999999"}, 3, "no failed job with id 999999"},
+		{[]string{"abc"}, 2, `ID "abc" is not a job's id`},
 	} {
 		r := run(t, dir, env, append([]string{"fleet:job"}, c.args...)...)
-		if r.code != 1 || !strings.Contains(r.stderr, c.want) {
-			t.Errorf("%v: %+v, want exit 1 and %q", c.args, r, c.want)
+		if r.code != c.code || !strings.Contains(r.stderr, c.want) {
+			t.Errorf("%v: %+v, want exit %d and %q", c.args, r, c.code, c.want)
 		}
 	}
 }

@@ -52,7 +52,9 @@ func (r *runner) migrateCommand() *cobra.Command {
 	status := &cobra.Command{
 		Use:   "status",
 		Short: "Print each migration set's version and whether it is dirty",
-		Args:  cobra.NoArgs,
+		Long: "Print each migration set's version and whether it is dirty. " +
+			"Exits 7 while a set has pending migrations or is dirty, so a deploy script can wait for or refuse it.",
+		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			url, err := r.migrationURL(c.Context())
 			if err != nil {
@@ -63,10 +65,13 @@ func (r *runner) migrateCommand() *cobra.Command {
 				return err
 			}
 			if asJSON {
-				return printJSON(c.OutOrStdout(), migrateResult{Sets: statuses})
+				if err := printJSON(c.OutOrStdout(), migrateResult{Sets: statuses}); err != nil {
+					return err
+				}
+			} else {
+				printMigrationStatus(c, statuses)
 			}
-			printMigrationStatus(c, statuses)
-			return nil
+			return migrationsPending(statuses)
 		},
 	}
 	var set string
@@ -119,6 +124,17 @@ func (r *runner) migrationURL(ctx context.Context) (string, error) {
 	}
 	pool.Close()
 	return url, nil
+}
+
+// migrationsPending returns an ExitMigrationsPending error, silent (the
+// status says it), when a set is dirty or behind its latest version.
+func migrationsPending(statuses []migrations.SetStatus) error {
+	for _, s := range statuses {
+		if s.Dirty || s.Version < s.Latest {
+			return &exitError{code: ExitMigrationsPending, err: fmt.Errorf("migration set %s is not up to date", s.Set), silent: true}
+		}
+	}
+	return nil
 }
 
 func printMigrationStatus(c *cobra.Command, statuses []migrations.SetStatus) {

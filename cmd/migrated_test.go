@@ -24,7 +24,7 @@ func TestUnmigratedDatabaseSaysRunMigrate(t *testing.T) {
 		t.Helper()
 		for _, args := range cmds {
 			r := run(t, dir, env, args...)
-			if r.code != 1 || !strings.Contains(r.stderr, "the database is not migrated (or only partly): run `app migrate`") ||
+			if r.code != 5 || !strings.Contains(r.stderr, "the database is not migrated (or only partly): run `app migrate`") ||
 				strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 {
 				t.Errorf("%s: %v: %+v", stage, args, r)
 			}
@@ -84,7 +84,7 @@ func TestAppsOwnMissingTableIsNotNotMigrated(t *testing.T) {
 		t.Errorf("the app's own table: %d %q", code, stderr)
 	}
 	code, stderr = exec("fleet_nosuch")
-	if code != 1 || !strings.Contains(stderr, "the database is not migrated (or only partly): run `app migrate`") {
+	if code != 5 || !strings.Contains(stderr, "the database is not migrated (or only partly): run `app migrate`") {
 		t.Errorf("a table of fleet's: %d %q", code, stderr)
 	}
 }

@@ -137,6 +137,84 @@ func (r *runner) mastersCommand() *cobra.Command {
 	return c
 }
 
+// supervisorRow is one supervisor of one live master, as fleet:supervisors
+// lists it.
+type supervisorRow struct {
+	Master     string         `json:"master"`
+	Instance   string         `json:"instance"`
+	Liveness   string         `json:"liveness"`
+	Supervisor string         `json:"supervisor"`
+	Queues     []string       `json:"queues"`
+	Balance    string         `json:"balance"`
+	Paused     bool           `json:"paused"`
+	Processes  map[string]int `json:"processes"`
+	Running    int            `json:"running"`
+}
+
+func (r *runner) supervisorsCommand() *cobra.Command {
+	var asJSON bool
+	c := &cobra.Command{
+		Use:   "fleet:supervisors [--json]",
+		Short: "List the supervisors of the live masters: queues, balance, paused, processes per group",
+		Args:  cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			return r.withService(c.Context(), func(_ *config.Config, svc *fleet.Service) error {
+				v, err := svc.Masters(c.Context(), false)
+				if err != nil {
+					return err
+				}
+				rows := []supervisorRow{}
+				for _, m := range v.Masters {
+					var sups []struct {
+						Name      string         `json:"name"`
+						Queues    []string       `json:"queues"`
+						Balance   string         `json:"balance"`
+						Paused    bool           `json:"paused"`
+						Processes map[string]int `json:"processes"`
+						Running   int            `json:"running"`
+					}
+					if len(m.Supervisors) > 0 && json.Unmarshal(m.Supervisors, &sups) != nil {
+						continue // a report this release cannot read
+					}
+					for _, s := range sups {
+						rows = append(rows, supervisorRow{
+							Master: m.Name, Instance: m.Instance, Liveness: m.Liveness,
+							Supervisor: s.Name, Queues: s.Queues, Balance: s.Balance, Paused: s.Paused,
+							Processes: s.Processes, Running: s.Running,
+						})
+					}
+				}
+				if asJSON {
+					return printJSON(c.OutOrStdout(), map[string]any{"at": v.At, "supervisors": rows})
+				}
+				tw := table(c.OutOrStdout())
+				fmt.Fprintln(tw, "MASTER\tSUPERVISOR\tSTATE\tQUEUES\tBALANCE\tPROCESSES\t")
+				for _, s := range rows {
+					state := "running"
+					if s.Paused {
+						state = "paused"
+					}
+					if s.Liveness != "online" {
+						state += " (" + s.Liveness + ")"
+					}
+					var procs []string
+					for g, n := range s.Processes {
+						procs = append(procs, fmt.Sprintf("%s:%d", g, n))
+					}
+					slices.Sort(procs)
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t\n", s.Master, s.Supervisor, state, strings.Join(s.Queues, ","), s.Balance, strings.Join(procs, " "))
+				}
+				if len(rows) == 0 {
+					fmt.Fprintln(tw, "(no supervisor: no live master)")
+				}
+				return tw.Flush()
+			})
+		},
+	}
+	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return c
+}
+
 // supervisorsSummary renders a master's supervisors column:
 // "default[default:1 mail:3] exports(paused)[exports,default:2]".
 func supervisorsSummary(raw json.RawMessage) string {
@@ -230,17 +308,17 @@ func clip(s string, n int) string {
 func idOrAll(args []string, all bool, search, queue, tag string) (int64, error) {
 	switch {
 	case all && len(args) > 0:
-		return 0, errors.New("give a failed job's ID or --all, not both")
+		return 0, usagef("give a failed job's ID or --all, not both")
 	case all:
 		return 0, nil
 	case len(args) != 1:
-		return 0, errors.New("give a failed job's ID (see fleet:failed) or --all")
+		return 0, usagef("give a failed job's ID (see fleet:failed) or --all")
 	case search != "" || queue != "" || tag != "":
-		return 0, errors.New("--search, --queue and --tag go with --all")
+		return 0, usagef("--search, --queue and --tag go with --all")
 	}
 	id, err := strconv.ParseInt(args[0], 10, 64)
 	if err != nil || id < 1 {
-		return 0, fmt.Errorf("ID %q is not a failed job's id: it must be a positive whole number", args[0])
+		return 0, usagef("ID %q is not a failed job's id: it must be a positive whole number", args[0])
 	}
 	return id, nil
 }
@@ -248,7 +326,7 @@ func idOrAll(args []string, all bool, search, queue, tag string) (int64, error) 
 // notFound turns a missing failed job into one clear line and exit 1.
 func notFound(id int64, err error) error {
 	if errors.Is(err, fleet.ErrFailedJobNotFound) {
-		return &exitError{code: 1, err: fmt.Errorf("no failed job with id %d (see fleet:failed)", id)}
+		return notFoundf("no failed job with id %d (see fleet:failed)", id)
 	}
 	return err
 }
@@ -302,7 +380,7 @@ func (r *runner) failedActionCommand(a failedAction) *cobra.Command {
 			}
 			terminal := stdinIsTerminal(r.app.Stdin)
 			if all && !dryRun && !yes && !terminal {
-				return fmt.Errorf("%s --all acts on every failed job%s: add --yes to confirm (stdin is not a terminal, so it cannot ask), or --dry-run to list them",
+				return usagef("%s --all acts on every failed job%s: add --yes to confirm (stdin is not a terminal, so it cannot ask), or --dry-run to list them",
 					c.Name(), describeFilter(f))
 			}
 			return r.withService(c.Context(), func(_ *config.Config, svc *fleet.Service) error {
@@ -429,7 +507,7 @@ func (r *runner) jobsCommand() *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			if pending == completed {
-				return errors.New("give exactly one of --pending or --completed")
+				return usagef("give exactly one of --pending or --completed")
 			}
 			if err := checkPage(p.Limit, p.Offset); err != nil {
 				return err
@@ -441,7 +519,7 @@ func (r *runner) jobsCommand() *cobra.Command {
 				return err
 			}
 			if completed && p.Tag != "" {
-				return errors.New("--tag goes with --pending (completed attempts are filtered by queue only)")
+				return usagef("--tag goes with --pending (completed attempts are filtered by queue only)")
 			}
 			return r.withService(c.Context(), func(_ *config.Config, svc *fleet.Service) error {
 				out := c.OutOrStdout()

@@ -77,7 +77,7 @@ func TestFailedRetryForgetCommands(t *testing.T) {
 	}
 	for _, args := range [][]string{{"fleet:forget", "999999"}, {"fleet:retry", "999999"}} {
 		r := run(t, dir, env, args...)
-		if r.code != 1 || !strings.Contains(r.stderr, "no failed job with id 999999") {
+		if r.code != 3 || !strings.Contains(r.stderr, "no failed job with id 999999") {
 			t.Errorf("%v: %+v", args, r)
 		}
 	}

@@ -91,7 +91,7 @@ func (r *runner) periodicCommand() *cobra.Command {
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			if recent < 0 {
-				return fmt.Errorf("--recent must be at least 0, got %d", recent)
+				return usagef("--recent must be at least 0, got %d", recent)
 			}
 			cfg, err := r.loadConfig()
 			if err != nil {

@@ -50,17 +50,6 @@ type App struct {
 	OnLongWait func(context.Context, fleet.LongWaitDetected)
 }
 
-// exitError carries a specific exit status out of a command.
-type exitError struct {
-	code int
-	err  error
-	// silent: the command has said what happened itself; no error line.
-	silent bool
-}
-
-func (e *exitError) Error() string { return e.err.Error() }
-func (e *exitError) Unwrap() error { return e.err }
-
 // Execute runs the command line and returns the process exit status. Errors
 // are printed as one line on stderr, never with a stack trace.
 func Execute(app App) int {
@@ -97,23 +86,67 @@ func ExecuteContext(ctx context.Context, app App) int {
 		fmt.Fprintf(app.Stderr, "error: %s\n", oneLine(err.Error()))
 		return 1
 	}
+	started := markStarted(root)
 	root.SetArgs(app.Args)
 	root.SetOut(app.Stdout)
 	root.SetErr(app.Stderr)
 	ran, err := root.ExecuteContextC(ctx)
+	if err != nil && !*started {
+		// cobra refused the command line before any command ran: an
+		// unknown command or flag, a wrong number of arguments, a
+		// required flag missing.
+		err = &usageError{err: err}
+	}
 	err = explainDatabaseError(err, !appCommands.ran(ran))
 	if err == nil {
-		return 0
+		return ExitOK
 	}
 	var ee *exitError
 	if errors.As(err, &ee) && ee.silent {
 		return ee.code
 	}
 	fmt.Fprintf(app.Stderr, "error: %s\n", oneLine(err.Error()))
-	if ee != nil {
-		return ee.code
+	return exitCode(err)
+}
+
+// markStarted wraps the Run and RunE of root and every command below it
+// so that the flag returned is set once one of them starts (or a pre-run
+// hook fails): an error returned while it is unset came from cobra's own
+// checks of the command line.
+func markStarted(root *cobra.Command) *bool {
+	started := new(bool)
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		if run := c.RunE; run != nil {
+			c.RunE = func(c *cobra.Command, args []string) error {
+				*started = true
+				return run(c, args)
+			}
+		}
+		if run := c.Run; run != nil {
+			c.Run = func(c *cobra.Command, args []string) {
+				*started = true
+				run(c, args)
+			}
+		}
+		// A pre-run hook's error is the command's own, not cobra's.
+		for _, hook := range []*func(*cobra.Command, []string) error{&c.PersistentPreRunE, &c.PreRunE} {
+			if run := *hook; run != nil {
+				*hook = func(c *cobra.Command, args []string) error {
+					err := run(c, args)
+					if err != nil {
+						*started = true
+					}
+					return err
+				}
+			}
+		}
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
 	}
-	return 1
+	walk(root)
+	return started
 }
 
 // appCommands are the commands an app added (cmd.App.Commands).
@@ -195,6 +228,7 @@ func (r *runner) rootCommand() *cobra.Command {
 		r.terminateCommand(),
 		r.workloadCommand(),
 		r.mastersCommand(),
+		r.supervisorsCommand(),
 		r.failedCommand(),
 		r.retryCommand(),
 		r.forgetCommand(),

@@ -22,7 +22,7 @@ func (r *runner) tokenCommand() *cobra.Command {
 			"The dashboard (fleet.path on fleet.http.addr) and its API take it as Authorization: Bearer TOKEN.",
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
-			return fmt.Errorf("give a subcommand: create, list or revoke (see '%s --help')", c.CommandPath())
+			return usagef("give a subcommand: create, list or revoke (see '%s --help')", c.CommandPath())
 		},
 	}
 	c.AddCommand(r.tokenCreateCommand(), r.tokenListCommand(), r.tokenRevokeCommand())
@@ -39,14 +39,14 @@ func (r *runner) tokenCreateCommand() *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			if err := fleet.CheckTokenName("--name", name); err != nil {
-				return err
+				return usage(err)
 			}
 			abilities, err := fleet.ParseAbilities(ability)
 			if err != nil {
-				return fmt.Errorf("--ability: %w", err)
+				return usagef("--ability: %w", err)
 			}
 			if expires < 0 || (expires > 0 && expires < time.Minute) {
-				return fmt.Errorf("--expires must be at least 1m (or 0: never), got %s", expires)
+				return usagef("--expires must be at least 1m (or 0: never), got %s", expires)
 			}
 			return r.withService(c.Context(), func(_ *config.Config, svc *fleet.Service) error {
 				secret, t, err := svc.CreateToken(c.Context(), fleet.TokenParams{Name: name, Abilities: abilities, ExpiresIn: expires})
@@ -63,7 +63,7 @@ func (r *runner) tokenCreateCommand() *cobra.Command {
 		},
 	}
 	c.Flags().StringVar(&name, "name", "", "the token's name, for listing and revoking (letters, digits, . _ - : @)")
-	c.Flags().StringVar(&ability, "ability", "view", "view, or view,operate (operate implies view)")
+	c.Flags().StringVar(&ability, "ability", "view", "view, or view,operate (operate implies view); fleet.view and fleet.operate name the same")
 	c.Flags().DurationVar(&expires, "expires", 0, "valid for this long, e.g. 720h (0: until revoked)")
 	c.Flags().BoolVar(&asJSON, "json", false, "print the token and its details as JSON")
 	_ = c.MarkFlagRequired("name")
@@ -131,12 +131,12 @@ func (r *runner) tokenRevokeCommand() *cobra.Command {
 		Args:  cobra.ExactArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
 			if err := fleet.CheckTokenName("NAME", args[0]); err != nil {
-				return err
+				return usage(err)
 			}
 			return r.withService(c.Context(), func(_ *config.Config, svc *fleet.Service) error {
 				t, err := svc.RevokeToken(c.Context(), args[0])
 				if errors.Is(err, fleet.ErrTokenNotFound) {
-					return &exitError{code: 1, err: err}
+					return &notFoundError{err: err}
 				}
 				if err != nil {
 					return err

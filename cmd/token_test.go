@@ -60,7 +60,7 @@ func TestTokenCommands(t *testing.T) {
 	if r := run(t, dir, env, "fleet:token", "revoke", "ops", "--json"); r.code != 0 || !strings.Contains(r.stdout, `"revoked": "ops"`) {
 		t.Fatalf("revoke: %+v", r)
 	}
-	if r := run(t, dir, env, "fleet:token", "revoke", "ops"); r.code != 1 || !strings.Contains(r.stderr, `no token named "ops"`) {
+	if r := run(t, dir, env, "fleet:token", "revoke", "ops"); r.code != 3 || !strings.Contains(r.stderr, `no token named "ops"`) {
 		t.Fatalf("revoke twice: %+v", r)
 	}
 	if r := run(t, dir, env, "fleet:token", "list"); !strings.Contains(r.stdout, "revoked") {
@@ -163,4 +163,34 @@ func TestDashboardOnTheMaster(t *testing.T) {
 func secretPart(token string) string {
 	_, secret, _ := strings.Cut(strings.TrimPrefix(token, "fleet_"), "_")
 	return secret
+}
+
+// TestTokenAbilitiesWithFleetPrefix: --ability takes fleet.view and
+// fleet.operate for view and operate, alone or mixed with the short names.
+func TestTokenAbilitiesWithFleetPrefix(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	env, dir := dbEnv(url), t.TempDir()
+	for name, c := range map[string]struct{ ability, want string }{
+		"a": {"fleet.view", "view"},
+		"b": {"fleet.operate", "view,operate"},
+		"c": {"fleet.view,fleet.operate", "view,operate"},
+		"d": {"view,fleet.operate", "view,operate"},
+	} {
+		r := run(t, dir, env, "fleet:token", "create", "--name", name, "--ability", c.ability, "--json")
+		var created struct {
+			Abilities []string `json:"abilities"`
+		}
+		if r.code != 0 || json.Unmarshal([]byte(r.stdout), &created) != nil || strings.Join(created.Abilities, ",") != c.want {
+			t.Errorf("--ability %s: %+v, want %s", c.ability, r, c.want)
+		}
+	}
+	r := run(t, dir, env, "fleet:token", "list", "--json")
+	if r.code != 0 || strings.Count(r.stdout, `"operate"`) != 3 {
+		t.Errorf("list: %+v, want three tokens with operate", r)
+	}
+	r = run(t, dir, env, "fleet:token", "create", "--name", "e", "--ability", "fleet.admin")
+	if r.code != 2 || !strings.Contains(r.stderr, `unknown ability "fleet.admin"`) {
+		t.Errorf("--ability fleet.admin: %+v, want exit 2", r)
+	}
 }

@@ -27,10 +27,6 @@ import (
 	"github.com/fleet-go/fleet/worker"
 )
 
-// ExitJobTimedOut is the exit status of a worker that gave up on a job that
-// ignored its timeout.
-const ExitJobTimedOut = 2
-
 type workFlags struct {
 	queues        string
 	supervisor    string
@@ -194,23 +190,23 @@ func workerConfig(cfg *config.Config, f workFlags) (worker.Config, error) {
 		for _, q := range strings.Split(f.queues, ",") {
 			q = strings.TrimSpace(q)
 			if err := queue.CheckQueue("--queue", q); err != nil {
-				return worker.Config{}, fmt.Errorf("%w (a comma-separated list of queue names, e.g. --queue default,mail)", err)
+				return worker.Config{}, usagef("%w (a comma-separated list of queue names, e.g. --queue default,mail)", err)
 			}
 			queues = append(queues, q)
 		}
 	}
 	switch {
 	case f.concurrency < 0:
-		return worker.Config{}, errors.New("--concurrency must be at least 1")
+		return worker.Config{}, usagef("--concurrency must be at least 1")
 	case f.maxJobs < 0, f.maxTimeSecs < 0, f.maxMemoryMB < 0:
-		return worker.Config{}, errors.New("--max-jobs, --max-time and --max-memory-mb must not be negative")
+		return worker.Config{}, usagef("--max-jobs, --max-time and --max-memory-mb must not be negative")
 	}
 	concurrency := f.concurrency
 	if concurrency == 0 {
 		concurrency = cfg.Queue.Workers
 	}
 	if f.tries < 0 || f.timeout < 0 {
-		return worker.Config{}, errors.New("--tries and --timeout must not be negative")
+		return worker.Config{}, usagef("--tries and --timeout must not be negative")
 	}
 	backoff := cfg.Queue.Backoff
 	if f.backoff != "" {

@@ -54,6 +54,10 @@ type QueueConfig struct {
 	Limits map[string]int `toml:"limits"`
 }
 
+// MaxMasterNameBytes is the longest fleet.name, in bytes: the name is the
+// key of the master's row and appears in every log line and worker id.
+const MaxMasterNameBytes = 200
+
 // MaxLimitPatternBytes is the longest pattern of queue.limits, in bytes:
 // its limit key, "name:" + pattern, must fit queue.MaxLimitKeyBytes (200).
 const MaxLimitPatternBytes = 195

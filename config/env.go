@@ -268,10 +268,10 @@ func parseBool(s string) (bool, error) {
 	return false, fmt.Errorf("invalid boolean %q", s)
 }
 
-// quoteValue quotes a value for an error message, masking what could be a
-// database password: a connection string is redacted, and every known
-// secret is replaced.
-func quoteValue(v string, secrets []string) string {
+// quoteValue quotes a value for an error message, cut when it is long,
+// masking what could be a database password: a connection string is
+// redacted, and every known secret is replaced.
+func quoteValue(v string, secrets []string) shown {
 	if hasScheme(v) || isPasswordKey(v) {
 		v = RedactURL(v)
 	}
@@ -280,5 +280,8 @@ func quoteValue(v string, secrets []string) string {
 			v = strings.ReplaceAll(v, s, mask)
 		}
 	}
-	return strconv.Quote(v)
+	if len(v) > maxValueBytes {
+		return shown(fmt.Sprintf("%q", longValue(v)))
+	}
+	return shown(strconv.Quote(v))
 }

@@ -175,7 +175,7 @@ func TestQuoteValue(t *testing.T) {
 		{"tab\there", nil, `"tab\there"`},
 	}
 	for _, tt := range tests {
-		if got := quoteValue(tt.value, tt.secrets); got != tt.want {
+		if got := quoteValue(tt.value, tt.secrets); string(got) != tt.want {
 			t.Errorf("quoteValue(%q) = %s, want %s", tt.value, got, tt.want)
 		}
 	}

@@ -83,7 +83,9 @@ func (c *Config) Validate() error {
 		errs = append(errs, invalid("fleet.beat_interval_ms",
 			"must be below half of fleet.master_ttl_secs (%d ms ≥ %d s / 2)", f.BeatIntervalMs, f.MasterTTLSecs))
 	}
-	if strings.ContainsAny(f.Name, "\t\n\r{}") {
+	if len(f.Name) > MaxMasterNameBytes {
+		errs = append(errs, invalid("fleet.name", "must be at most %d bytes, got %d bytes (%q)", MaxMasterNameBytes, len(f.Name), f.Name))
+	} else if strings.ContainsAny(f.Name, "\t\n\r{}") {
 		errs = append(errs, invalid("fleet.name", "must hold no tab, newline or brace, got %q", f.Name))
 	}
 	if err := checkDashboardPath(f.Path); err != nil {
@@ -178,7 +180,7 @@ func limitPattern(key, pattern string, n int) error {
 
 // invalid returns the error for key.
 func invalid(key, format string, args ...any) error {
-	return &sourceError{where: key, msg: fmt.Sprintf(format, args...)}
+	return &sourceError{where: key, msg: fmt.Sprintf(format, shortValues(args)...)}
 }
 
 // oneOf checks that got is one of allowed. The message quotes got, with

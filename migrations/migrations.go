@@ -48,11 +48,13 @@ type SetStatus struct {
 }
 
 // Up applies every pending migration of every set, in order. Running it again
-// changes nothing. It reports how many migrations it applied.
+// changes nothing. It reports how many migrations it applied itself: runs
+// at the same time on one database take turns per set, and each counts only
+// the migrations it applied, so together they report each migration once.
 func Up(ctx context.Context, databaseURL string) (int, error) {
 	applied := 0
 	for _, set := range Sets() {
-		n, err := withMigrate(ctx, databaseURL, set, func(m *migrate.Migrate) (int, error) {
+		n, err := withMigrate(ctx, databaseURL, set, true, func(m *migrate.Migrate) (int, error) {
 			before, _, err := version(m)
 			if err != nil {
 				return 0, err
@@ -83,7 +85,7 @@ func Down(ctx context.Context, databaseURL, setName string, steps int) error {
 	if !ok {
 		return fmt.Errorf("unknown migration set %q (sets: queue, fleet)", setName)
 	}
-	_, err := withMigrate(ctx, databaseURL, set, func(m *migrate.Migrate) (int, error) {
+	_, err := withMigrate(ctx, databaseURL, set, true, func(m *migrate.Migrate) (int, error) {
 		err := m.Steps(-steps)
 		if errors.Is(err, migrate.ErrNoChange) {
 			return 0, nil
@@ -105,7 +107,7 @@ func Status(ctx context.Context, databaseURL string) ([]SetStatus, error) {
 			return nil, err
 		}
 		st := SetStatus{Set: set.Name, Latest: latest}
-		_, err = withMigrate(ctx, databaseURL, set, func(m *migrate.Migrate) (int, error) {
+		_, err = withMigrate(ctx, databaseURL, set, false, func(m *migrate.Migrate) (int, error) {
 			v, dirty, err := version(m)
 			st.Version, st.Dirty, st.Applied = v, dirty, v > 0
 			return 0, err
@@ -195,8 +197,13 @@ func version(m *migrate.Migrate) (uint, bool, error) {
 
 // withMigrate opens a connection for one set and runs fn with a migrator
 // bound to that set's table. golang-migrate takes no context, so ctx only
-// bounds opening the connection.
-func withMigrate(ctx context.Context, databaseURL string, set Set, fn func(*migrate.Migrate) (int, error)) (int, error) {
+// bounds opening the connection (and waiting for the set's lock).
+//
+// With exclusive, fn runs holding a session advisory lock of the set's
+// own, taken before fn reads the version it starts from: golang-migrate
+// locks only around each of its calls, so two runs could both read the
+// version before either migrated and both count the other's migrations.
+func withMigrate(ctx context.Context, databaseURL string, set Set, exclusive bool, fn func(*migrate.Migrate) (int, error)) (int, error) {
 	db, err := sql.Open("pgx", databaseURL)
 	if err != nil {
 		return 0, fmt.Errorf("open database: %w", err)
@@ -204,6 +211,18 @@ func withMigrate(ctx context.Context, databaseURL string, set Set, fn func(*migr
 	defer db.Close()
 	if err := db.PingContext(ctx); err != nil {
 		return 0, fmt.Errorf("connect to database: %w", err)
+	}
+	if exclusive {
+		lock, err := db.Conn(ctx)
+		if err != nil {
+			return 0, fmt.Errorf("connect to database: %w", err)
+		}
+		defer lock.Close()
+		key := "fleet migrations " + set.Table
+		if _, err := lock.ExecContext(ctx, "SELECT pg_advisory_lock(hashtext($1))", key); err != nil {
+			return 0, fmt.Errorf("lock migration set %q: %w", set.Name, err)
+		}
+		defer func() { _, _ = lock.ExecContext(context.Background(), "SELECT pg_advisory_unlock(hashtext($1))", key) }()
 	}
 	driver, err := pgxmigrate.WithInstance(db, &pgxmigrate.Config{MigrationsTable: set.Table})
 	if err != nil {

@@ -79,7 +79,7 @@ func (s *Spawner) Spawn(ctx context.Context, spec spawner.Spec, events chan<- sp
 		if err != nil {
 			exit.Code, exit.Err = 1, err
 			if errors.Is(err, worker.ErrJobTimedOut) {
-				exit.Code = 2
+				exit.Code = 8 // cmd.ExitJobTimedOut
 			}
 		}
 		events <- spawner.Event{Process: p, Exit: exit}
