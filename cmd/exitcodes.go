@@ -3,6 +3,8 @@ package cmd
 import (
 	"errors"
 	"fmt"
+
+	"github.com/fleet-go/fleet"
 )
 
 // Exit statuses of the app's commands. Every command exits with one of
@@ -102,7 +104,7 @@ func exitCode(err error) int {
 		return ExitNotMigrated
 	case errors.Is(err, errUnreachable):
 		return ExitUnreachable
-	case errors.As(err, &nf):
+	case errors.As(err, &nf), errors.Is(err, fleet.ErrUnknownSupervisor):
 		return ExitNotFound
 	case errors.As(err, &ue):
 		return ExitUsage
