@@ -41,11 +41,15 @@ func TestDispatchWithALimitShowsLimitedJobs(t *testing.T) {
 		t.Fatal(err)
 	}
 	r = run(t, dir, env, "fleet:workload", "--json")
-	var loads []struct {
-		Queue                               string
-		Pending, Delayed, Limited, Reserved int64
+	var listed struct {
+		Queues []struct {
+			Queue                               string
+			Pending, Delayed, Limited, Reserved int64
+		}
 	}
-	if err := json.Unmarshal([]byte(r.stdout), &loads); err != nil || len(loads) != 1 {
+	err := json.Unmarshal([]byte(r.stdout), &listed)
+	loads := listed.Queues
+	if err != nil || len(loads) != 1 {
 		t.Fatalf("workload: %v, %+v", err, r)
 	}
 	if l := loads[0]; l.Pending != 2 || l.Delayed != 0 || l.Limited != 3 {

@@ -1,6 +1,7 @@
 package cmd
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -33,6 +34,27 @@ func printJSON(w io.Writer, v any) error {
 	return enc.Encode(v)
 }
 
+// printList writes a listing as --json gives every list: an object with
+// the items under key, never a bare array. A paged listing (limit > 0)
+// adds its page: count (items here), limit, offset, and next_offset, the
+// offset of the next page, or null when this page was not full (so
+// nothing follows).
+func printList[T any](w io.Writer, key string, items []T, limit, offset int) error {
+	if items == nil {
+		items = []T{}
+	}
+	v := map[string]any{key: items}
+	if limit > 0 {
+		var next *int
+		if len(items) >= limit {
+			n := offset + len(items)
+			next = &n
+		}
+		v["count"], v["limit"], v["offset"], v["next_offset"] = len(items), limit, offset, next
+	}
+	return printJSON(w, v)
+}
+
 func table(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 4, 2, ' ', 0) }
 
 func (r *runner) workloadCommand() *cobra.Command {
@@ -50,7 +72,7 @@ func (r *runner) workloadCommand() *cobra.Command {
 					return err
 				}
 				if asJSON {
-					return printJSON(c.OutOrStdout(), loads)
+					return printList(c.OutOrStdout(), "queues", loads, 0, 0)
 				}
 				tw := table(c.OutOrStdout())
 				fmt.Fprintln(tw, "QUEUE\tPENDING\tDELAYED\tRUNNING\tLIMITED\tOLDEST WAIT\tAVG RUNTIME\tWORKLOAD\tPROCESSES\tJOBS/MIN\t")
@@ -265,10 +287,7 @@ func (r *runner) failedCommand() *cobra.Command {
 					return err
 				}
 				if asJSON {
-					if jobs == nil {
-						jobs = []fleet.FailedJob{}
-					}
-					return printJSON(c.OutOrStdout(), jobs)
+					return printList(c.OutOrStdout(), "failed_jobs", jobs, f.Limit, max(f.Offset, 0))
 				}
 				tw := table(c.OutOrStdout())
 				fmt.Fprintln(tw, "ID\tJOB\tQUEUE\tNAME\tATTEMPTS\tFAILED AT\tERROR\tTAGS\tPAYLOAD\t")
@@ -530,10 +549,7 @@ func (r *runner) jobsCommand() *cobra.Command {
 						return err
 					}
 					if asJSON {
-						if jobs == nil {
-							jobs = []fleet.QueuedJob{}
-						}
-						return printJSON(out, jobs)
+						return printList(out, "jobs", jobs, cmp.Or(p.Limit, 50), max(p.Offset, 0))
 					}
 					fmt.Fprintln(tw, "ID\tQUEUE\tNAME\tSTATE\tPRIORITY\tATTEMPTS\tAVAILABLE AT\tTAGS\tPAYLOAD\t")
 					for _, j := range jobs {
@@ -547,10 +563,7 @@ func (r *runner) jobsCommand() *cobra.Command {
 					return err
 				}
 				if asJSON {
-					if jobs == nil {
-						jobs = []fleet.FinishedJob{}
-					}
-					return printJSON(out, jobs)
+					return printList(out, "attempts", jobs, cmp.Or(p.Limit, 50), max(p.Offset, 0))
 				}
 				fmt.Fprintln(tw, "JOB\tQUEUE\tNAME\tATTEMPT\tFINISHED AT\tRUNTIME\t")
 				for _, j := range jobs {
@@ -596,10 +609,7 @@ func (r *runner) metricsCommand() *cobra.Command {
 					}
 				}
 				if asJSON {
-					if kept == nil {
-						kept = []fleet.MetricsRow{}
-					}
-					return printJSON(c.OutOrStdout(), kept)
+					return printList(c.OutOrStdout(), "metrics", kept, 0, 0)
 				}
 				tw := table(c.OutOrStdout())
 				fmt.Fprintln(tw, "AT\tKIND\tNAME\tJOBS\tFAILED\tJOBS/MIN\tP50\tP95\tP99\tMEAN\tWAIT\tPENDING\t")

@@ -37,10 +37,20 @@ func TestFailedRetryForgetCommands(t *testing.T) {
 	list := func() []failed {
 		t.Helper()
 		r := must("fleet:failed", "--json")
-		var out []failed
-		if err := json.Unmarshal([]byte(r.stdout), &out); err != nil {
+		var page struct {
+			Jobs       []failed `json:"failed_jobs"`
+			Count      int      `json:"count"`
+			Limit      int      `json:"limit"`
+			Offset     int      `json:"offset"`
+			NextOffset *int     `json:"next_offset"`
+		}
+		if err := json.Unmarshal([]byte(r.stdout), &page); err != nil {
 			t.Fatalf("fleet:failed --json: %v\n%s", err, r.stdout)
 		}
+		if page.Count != len(page.Jobs) || page.Limit != 100 || page.Offset != 0 || page.NextOffset != nil {
+			t.Fatalf("fleet:failed --json paging: count %d limit %d offset %d next %v", page.Count, page.Limit, page.Offset, page.NextOffset)
+		}
+		out := page.Jobs
 		if strings.Contains(r.stdout, "hunter2") {
 			t.Fatalf("fleet:failed --json leaks the password:\n%s", r.stdout)
 		}
@@ -85,8 +95,13 @@ func TestFailedRetryForgetCommands(t *testing.T) {
 		t.Errorf("bad id: %+v", r)
 	}
 	completed := must("fleet:jobs", "--completed", "--json")
-	var done []map[string]any
-	if err := json.Unmarshal([]byte(completed.stdout), &done); err != nil || len(done) != 3 {
+	var donePage struct {
+		Attempts   []map[string]any `json:"attempts"`
+		Limit      int              `json:"limit"`
+		NextOffset *int             `json:"next_offset"`
+	}
+	err := json.Unmarshal([]byte(completed.stdout), &donePage)
+	if done := donePage.Attempts; err != nil || len(done) != 3 || donePage.Limit != 50 || donePage.NextOffset != nil {
 		t.Fatalf("completed jobs: %v %s", err, completed.stdout)
 	}
 	if r := must("fleet:forget", "--all", "--yes"); !strings.Contains(r.stdout, "forgot 4") {
@@ -112,13 +127,17 @@ func TestWorkloadAndQueuePauseCommands(t *testing.T) {
 		}
 	}
 	r := run(t, dir, env, "fleet:workload", "--json")
-	var loads []struct {
-		Queue   string `json:"queue"`
-		Pending int    `json:"pending"`
-		Delayed int    `json:"delayed"`
-		Paused  bool   `json:"paused"`
+	var listed struct {
+		Queues []struct {
+			Queue   string `json:"queue"`
+			Pending int    `json:"pending"`
+			Delayed int    `json:"delayed"`
+			Paused  bool   `json:"paused"`
+		} `json:"queues"`
 	}
-	if err := json.Unmarshal([]byte(r.stdout), &loads); err != nil || len(loads) != 2 {
+	err := json.Unmarshal([]byte(r.stdout), &listed)
+	loads := listed.Queues
+	if err != nil || len(loads) != 2 {
 		t.Fatalf("workload: %v %+v", err, r)
 	}
 	if l := loads[0]; l.Queue != "default" || l.Pending != 7 || l.Delayed != 0 || l.Paused {
@@ -157,7 +176,7 @@ func TestWorkloadAndQueuePauseCommands(t *testing.T) {
 	if r := run(t, dir, env, "fleet:metrics", "--period", "month"); r.code == 0 || !strings.Contains(r.stderr, "--period: period must be hour, day or week") {
 		t.Errorf("metrics with a bad period: %+v", r)
 	}
-	if r := run(t, dir, env, "fleet:metrics", "--json"); r.code != 0 || strings.TrimSpace(r.stdout) != "[]" {
+	if r := run(t, dir, env, "fleet:metrics", "--json"); r.code != 0 || strings.Join(strings.Fields(r.stdout), "") != `{"metrics":[]}` {
 		t.Errorf("metrics: %+v", r)
 	}
 }

@@ -98,7 +98,7 @@ func (r *runner) tokenListCommand() *cobra.Command {
 					return err
 				}
 				if asJSON {
-					return printJSON(c.OutOrStdout(), tokens)
+					return printList(c.OutOrStdout(), "tokens", tokens, 0, 0)
 				}
 				tw := table(c.OutOrStdout())
 				fmt.Fprintln(tw, "NAME\tABILITIES\tSTATE\tCREATED\tLAST USED\tEXPIRES\t")

@@ -45,8 +45,11 @@ func TestTokenCommands(t *testing.T) {
 		t.Fatalf("list: %+v", r)
 	}
 	r = run(t, dir, env, "fleet:token", "list", "--json")
-	var list []map[string]any
-	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &list) != nil || len(list) != 2 || list[0]["name"] != "ops" || list[0]["last_used_at"] != nil {
+	var listed struct {
+		Tokens []map[string]any `json:"tokens"`
+	}
+	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &listed) != nil || len(listed.Tokens) != 2 || listed.Tokens[0]["name"] != "ops" ||
+		listed.Tokens[0]["last_used_at"] != nil {
 		t.Fatalf("list --json: %+v", r)
 	}
 	for _, out := range []string{r.stdout, run(t, dir, env, "fleet:token", "list").stdout} {
