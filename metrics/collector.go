@@ -9,7 +9,7 @@
 //	fleet_queue_jobs{queue,state}                gauge: state is pending, delayed, reserved or limited
 //	fleet_queue_oldest_wait_seconds{queue}       gauge: age of the oldest ready job, 0 with none
 //	fleet_queue_paused{queue}                    gauge: 1 for each paused queue
-//	fleet_processes{supervisor,group}            gauge: worker processes over the live masters
+//	fleet_processes{[master,]supervisor,group}   gauge: worker processes of this master (of the live masters without Options.Instance)
 //	fleet_jobs_processed_total{queue}            counter: from fleet_counters
 //	fleet_jobs_failed_total{queue}               counter: from fleet_counters
 //	fleet_job_runtime_seconds{queue,stat}        gauge: stat is mean or p95, over the last 5 minutes
@@ -24,10 +24,23 @@
 //
 // When a read fails, a scrape holds only fleet_scrape_errors_total and the
 // beat metrics, which come from the process rather than the database.
+//
+// Several masters: a master's collector (Options.Instance set) exports the
+// fleet-wide families (queues, counters, runtimes, masters, pause
+// switches) only while its master holds the exporter lease, a fleet_state
+// row that the scrape statement itself takes or renews, so that at any
+// moment of the database clock one master carries them; fleet_processes
+// shows only the master's own children. Summing any family over every
+// master's scrape then gives the fleet's value. Per-master families
+// (fleet_processes, the beat families and fleet_metrics_exporter) carry
+// master=<name>.
+//
+//	fleet_metrics_exporter{master}               gauge: 1 on the master exporting the fleet-wide families, else 0
 package metrics
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net/http"
 	"slices"
@@ -66,7 +79,25 @@ type Options struct {
 	Logger *slog.Logger
 	// Beat, when set, adds the master's own beat stats.
 	Beat BeatStats
+	// Master and Instance, when Instance is set, make the collector one
+	// master's of several: it exports the fleet-wide families only while
+	// its master holds the exporter lease (see store.ScrapeReadAs), and
+	// fleet_processes only for its own master's workers; every per-master
+	// family carries the label master=Master. Without Instance the
+	// collector exports the whole fleet's values, as for a single reader.
+	Master   string
+	Instance string
+	// ExportLease is how long the exporter lease lasts without a scrape of
+	// its holder; zero or less means DefaultExportLease. It is raised to
+	// twice CacheTTL when shorter, so that a holder's cached read never
+	// outlives its lease.
+	ExportLease time.Duration
 }
+
+// DefaultExportLease is the exporter lease when Options.ExportLease is not
+// set: longer than any usual scrape interval, so that the masters being
+// scraped do not trade the role back and forth.
+const DefaultExportLease = 2 * time.Minute
 
 // BeatStats is implemented by the master's membership service.
 type BeatStats interface {
@@ -86,16 +117,20 @@ type BeatStats interface {
 // scrapes within CacheTTL share one ScrapeRead. It is safe for concurrent
 // use.
 type Collector struct {
-	read func(context.Context) (store.Scrape, error)
-	ttl  time.Duration
-	now  func() time.Time
-	log  *slog.Logger
-	beat BeatStats
+	read    func(context.Context) (store.Scrape, error)
+	release func(context.Context) error
+	ownOnly bool   // one master's of several: fleet_processes from its own row
+	master  string // the master's name, with ownOnly
+	ttl     time.Duration
+	now     func() time.Time
+	log     *slog.Logger
+	beat    BeatStats
 
 	queueJobs    *prometheus.Desc
 	queueOldest  *prometheus.Desc
 	queuePaused  *prometheus.Desc
 	processes    *prometheus.Desc
+	exporter     *prometheus.Desc
 	processed    *prometheus.Desc
 	failed       *prometheus.Desc
 	runtime      *prometheus.Desc
@@ -116,17 +151,48 @@ type Collector struct {
 	lastErr error
 	errors  uint64 // failed reads
 	failing bool   // the last read failed: the streak is logged already
+	// released is set by Release: the collector no longer reads.
+	released bool
 }
 
 // NewCollector returns a Collector reading from pool (open it with
 // jit=off, as fleet's own pools are).
 func NewCollector(pool *pgxpool.Pool, opts Options) *Collector {
+	st := store.New(pool)
+	if opts.CacheTTL <= 0 {
+		opts.CacheTTL = DefaultCacheTTL
+	}
+	var per prometheus.Labels // the labels of a per-master family
+	processLabels := []string{"supervisor", "group"}
+	processHelp := "Worker processes of a supervisor's group (a queue, or queues joined by commas), summed over the live masters."
+	read := st.ScrapeRead
+	release := func(context.Context) error { return nil }
+	if opts.Instance != "" {
+		lease := opts.ExportLease
+		if lease <= 0 {
+			lease = DefaultExportLease
+		}
+		lease = max(lease, 2*opts.CacheTTL)
+		as := store.ScrapeAs{Instance: opts.Instance, Lease: lease}
+		read = func(ctx context.Context) (store.Scrape, error) { return st.ScrapeReadAs(ctx, as) }
+		release = func(ctx context.Context) error { return st.ScrapeRelease(ctx, opts.Instance) }
+		per = prometheus.Labels{"master": opts.Master}
+		processLabels = []string{"master", "supervisor", "group"}
+		processHelp = "Worker processes this master runs for a supervisor's group (a queue, or queues joined by commas); sum over the masters for the fleet."
+	}
 	c := &Collector{
-		read: store.New(pool).ScrapeRead,
-		ttl:  opts.CacheTTL,
-		now:  opts.Now,
-		log:  opts.Logger,
-		beat: opts.Beat,
+		read:    read,
+		release: release,
+		ownOnly: opts.Instance != "",
+		ttl:     opts.CacheTTL,
+		now:     opts.Now,
+		log:     opts.Logger,
+		beat:    opts.Beat,
+		master:  opts.Master,
+
+		exporter: prometheus.NewDesc("fleet_metrics_exporter",
+			"1 when this master exports the fleet-wide families (it holds the exporter lease), else 0; sums to 1 over the masters.",
+			nil, per),
 
 		queueJobs: prometheus.NewDesc("fleet_queue_jobs",
 			"Jobs in the queue by state: pending (ready now), delayed (available later), reserved (held by a worker) or limited (waiting for a slot of their concurrency limit).",
@@ -137,9 +203,7 @@ func NewCollector(pool *pgxpool.Pool, opts Options) *Collector {
 		queuePaused: prometheus.NewDesc("fleet_queue_paused",
 			"1 for each queue paused in every supervisor.",
 			[]string{"queue"}, nil),
-		processes: prometheus.NewDesc("fleet_processes",
-			"Worker processes of a supervisor's group (a queue, or queues joined by commas), summed over the live masters.",
-			[]string{"supervisor", "group"}, nil),
+		processes: prometheus.NewDesc("fleet_processes", processHelp, processLabels, nil),
 		processed: prometheus.NewDesc("fleet_jobs_processed_total",
 			"Jobs of the queue processed.",
 			[]string{"queue"}, nil),
@@ -160,16 +224,16 @@ func NewCollector(pool *pgxpool.Pool, opts Options) *Collector {
 			nil, nil),
 		beatErrors: prometheus.NewDesc("fleet_master_beat_errors_total",
 			"Beats of this master that failed.",
-			nil, nil),
+			nil, per),
 		beatDuration: prometheus.NewDesc("fleet_master_beat_duration_seconds",
 			"How long the beats of this master took.",
-			nil, nil),
+			nil, per),
 		viewAge: prometheus.NewDesc("fleet_master_view_age_seconds",
 			"Seconds since this master's last successful beat: the age of its view of the fleet.",
-			nil, nil),
+			nil, per),
 		duplicates: prometheus.NewDesc("fleet_master_duplicate_names_total",
 			"Other live master instances seen under this master's name.",
-			nil, nil),
+			nil, per),
 		scrapeErrors: prometheus.NewDesc("fleet_scrape_errors_total",
 			"Reads of fleet state from the database that failed.",
 			nil, nil),
@@ -193,6 +257,9 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 		c.runtime, c.masters, c.supPaused, c.pausedAll, c.scrapeErrors,
 	} {
 		ch <- d
+	}
+	if c.ownOnly {
+		ch <- c.exporter
 	}
 	if c.beat != nil {
 		ch <- c.beatErrors
@@ -231,8 +298,19 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	for _, q := range sc.PausedQueues {
 		gauge(c.queuePaused, 1, q)
 	}
-	for _, p := range sc.Processes {
-		gauge(c.processes, float64(p.Processes), p.Supervisor, p.Group)
+	if c.ownOnly {
+		exporting := 0.0
+		if sc.Exporter {
+			exporting = 1
+		}
+		gauge(c.exporter, exporting)
+		for _, p := range sc.Own {
+			gauge(c.processes, float64(p.Processes), c.master, p.Supervisor, p.Group)
+		}
+	} else {
+		for _, p := range sc.Processes {
+			gauge(c.processes, float64(p.Processes), p.Supervisor, p.Group)
+		}
 	}
 	for _, n := range sc.Counters {
 		ch <- prometheus.MustNewConstMetric(c.processed, prometheus.CounterValue, float64(n.Processed), n.Queue)
@@ -267,6 +345,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 func (c *Collector) scrape() (store.Scrape, uint64, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.released {
+		return store.Scrape{}, c.errors, errReleased
+	}
 	if now := c.now(); !c.readAt.IsZero() && !now.Before(c.readAt) && now.Sub(c.readAt) < c.ttl {
 		return c.last, c.errors, c.lastErr
 	}
@@ -286,6 +367,21 @@ func (c *Collector) scrape() (store.Scrape, uint64, error) {
 		c.failing = false
 	}
 	return c.last, c.errors, c.lastErr
+}
+
+// errReleased is what a scrape after Release reads: no database families.
+var errReleased = errors.New("metrics: the collector is released")
+
+// Release ends the collector's part in the exporter lease: it gives the
+// lease up when its master holds it, so that another master's next scrape
+// takes it at once, and from then on scrapes carry no family read from
+// the database. Call it once the master's /metrics is no longer served; it
+// does nothing for a collector without Options.Instance.
+func (c *Collector) Release(ctx context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.released = true
+	return c.release(ctx)
 }
 
 // Handler returns an http.Handler serving /metrics for a fresh registry

@@ -32,6 +32,28 @@ type Scrape struct {
 	// Runtimes holds, by queue, the attempts finished within
 	// ScrapeRuntimeWindow (lost ones aside: no worker timed them).
 	Runtimes []ScrapeRuntime `json:"runtimes"`
+	// Exporter says the read holds the fleet-wide families: always for
+	// ScrapeRead, and for ScrapeReadAs when the caller holds the exporter
+	// lease. When it is false, every fleet-wide field above is empty.
+	Exporter bool `json:"exporter"`
+	// Own holds the worker processes of the caller's own master row (by
+	// supervisor then group); only ScrapeReadAs fills it.
+	Own []ScrapeProcesses `json:"own"`
+}
+
+// StateExporter is the fleet_state key of the exporter lease: the master
+// whose /metrics carries the fleet-wide families. Its value names the
+// holder's instance; updated_at is the last renewal.
+const StateExporter = "metrics:exporter"
+
+// ScrapeAs says who reads: a master instance taking part in the exporter
+// lease.
+type ScrapeAs struct {
+	// Instance is the reading master's instance id.
+	Instance string
+	// Lease is how long a holder keeps the exporter role without renewing
+	// it; each read by the holder renews it.
+	Lease time.Duration
 }
 
 // ScrapeQueue is how many jobs of one queue are pending (ready now), delayed
@@ -80,7 +102,15 @@ type ScrapeRuntime struct {
 // array, processes not an object, a count not a number) is skipped rather
 // than failing the scrape.
 var scrapeSQL = `
-	WITH ` + queueCountsCTE + `, ready AS (
+	WITH ex AS (
+		INSERT INTO fleet_state AS s (key, value, updated_at)
+		SELECT $6::text, jsonb_build_object('holder', $5::text), now() WHERE $5::text <> ''
+		ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, updated_at = now()
+		WHERE s.value->>'holder' = $5::text OR s.updated_at <= now() - $7 * interval '1 millisecond'
+		RETURNING true AS held
+	), flag AS (
+		SELECT $5::text = '' OR EXISTS (SELECT 1 FROM ex) AS exporting
+	), ` + queueCountsCTE + `, ready AS (
 		SELECT queue, pending, delayed, limited, oldest FROM qcounts
 	), reserved AS (
 		SELECT queue, reserved FROM qcounts
@@ -95,7 +125,7 @@ var scrapeSQL = `
 		SELECT state, supervisors FROM members WHERE live
 	)
 	SELECT json_build_object(
-		'queues', (
+		'queues', CASE WHEN (SELECT exporting FROM flag) THEN (
 			SELECT COALESCE(json_agg(json_build_object(
 				'queue', n.queue,
 				'pending', COALESCE(r.pending, 0),
@@ -107,11 +137,11 @@ var scrapeSQL = `
 			FROM (SELECT queue FROM ready UNION SELECT queue FROM reserved
 			      UNION SELECT queue FROM counters) n
 			LEFT JOIN ready r ON r.queue = n.queue
-			LEFT JOIN reserved x ON x.queue = n.queue),
-		'masters', (
+			LEFT JOIN reserved x ON x.queue = n.queue) ELSE '[]' END,
+		'masters', CASE WHEN (SELECT exporting FROM flag) THEN (
 			SELECT COALESCE(json_object_agg(state, n), '{}')
-			FROM (SELECT state, count(*) AS n FROM members GROUP BY state) m),
-		'processes', (
+			FROM (SELECT state, count(*) AS n FROM members GROUP BY state) m) ELSE '{}' END,
+		'processes', CASE WHEN (SELECT exporting FROM flag) THEN (
 			SELECT COALESCE(json_agg(json_build_object(
 				'supervisor', supervisor, 'group', grp, 'processes', n
 			) ORDER BY supervisor, grp), '[]')
@@ -124,20 +154,31 @@ var scrapeSQL = `
 				CROSS JOIN LATERAL jsonb_each(CASE WHEN jsonb_typeof(s.value->'processes') = 'object'
 					THEN s.value->'processes' ELSE '{}' END) p
 				WHERE jsonb_typeof(p.value) = 'number' AND s.value->>'name' IS NOT NULL
-				GROUP BY 1, 2) t),
-		'paused_all', EXISTS (SELECT 1 FROM fleet_state WHERE key = $1::text),
-		'paused_supervisors', (
+				GROUP BY 1, 2) t) ELSE '[]' END,
+		'own', (
+			SELECT COALESCE(json_agg(json_build_object(
+				'supervisor', s.value->>'name', 'group', p.key, 'processes', (p.value)::numeric::bigint
+			) ORDER BY s.value->>'name', p.key), '[]')
+			FROM fleet_masters m
+			CROSS JOIN LATERAL jsonb_array_elements(CASE WHEN jsonb_typeof(m.report->'supervisors') = 'array'
+				THEN m.report->'supervisors' ELSE '[]' END) s
+			CROSS JOIN LATERAL jsonb_each(CASE WHEN jsonb_typeof(s.value->'processes') = 'object'
+				THEN s.value->'processes' ELSE '{}' END) p
+			WHERE m.instance = $5::text AND jsonb_typeof(p.value) = 'number' AND s.value->>'name' IS NOT NULL),
+		'exporter', (SELECT exporting FROM flag),
+		'paused_all', (SELECT exporting FROM flag) AND EXISTS (SELECT 1 FROM fleet_state WHERE key = $1::text),
+		'paused_supervisors', CASE WHEN (SELECT exporting FROM flag) THEN (
 			SELECT COALESCE(json_agg(substr(key, length($2::text) + 1) ORDER BY key), '[]')
-			FROM fleet_state WHERE starts_with(key, $2::text)),
-		'paused_queues', (
+			FROM fleet_state WHERE starts_with(key, $2::text)) ELSE '[]' END,
+		'paused_queues', CASE WHEN (SELECT exporting FROM flag) THEN (
 			SELECT COALESCE(json_agg(substr(key, length($3::text) + 1) ORDER BY key), '[]')
-			FROM fleet_state WHERE starts_with(key, $3::text)),
-		'counters', (
+			FROM fleet_state WHERE starts_with(key, $3::text)) ELSE '[]' END,
+		'counters', CASE WHEN (SELECT exporting FROM flag) THEN (
 			SELECT COALESCE(json_agg(json_build_object(
 				'queue', queue, 'processed', processed, 'failed', failed
 			) ORDER BY queue), '[]')
-			FROM counters),
-		'runtimes', (
+			FROM counters) ELSE '[]' END,
+		'runtimes', CASE WHEN (SELECT exporting FROM flag) THEN (
 			SELECT COALESCE(json_agg(json_build_object(
 				'queue', queue, 'jobs', jobs, 'mean_secs', mean_secs, 'p95_secs', p95_secs
 			) ORDER BY queue), '[]')
@@ -147,15 +188,45 @@ var scrapeSQL = `
 				       percentile_cont(0.95) WITHIN GROUP (ORDER BY runtime_ms) / 1000 AS p95_secs
 				FROM fleet_jobs
 				WHERE finished_at > now() - $4 * interval '1 millisecond' AND status <> 'lost'
-				GROUP BY queue) t)
+				GROUP BY queue) t) ELSE '[]' END
 	)`
 
 // ScrapeRead reads everything the fleet_* gauges show in one statement (one
 // round trip), taking every age from the database clock.
 func (s *Store) ScrapeRead(ctx context.Context) (Scrape, error) {
+	return s.scrapeRead(ctx, ScrapeAs{})
+}
+
+// ScrapeReadAs is ScrapeRead for one master of several, in one statement:
+// it takes or renews the exporter lease (StateExporter) for as.Instance
+// when the lease is free, held by as.Instance already, or not renewed
+// within as.Lease, and reads the fleet-wide fields only when it holds it
+// (Exporter). Of masters reading at the same moment of the database clock
+// exactly one holds the lease, so the fleet-wide families appear on one
+// master's /metrics. Own always holds the master's own processes.
+func (s *Store) ScrapeReadAs(ctx context.Context, as ScrapeAs) (Scrape, error) {
+	if as.Instance == "" || as.Lease <= 0 {
+		return Scrape{}, fmt.Errorf("read scrape as %q: an instance and a positive lease are needed", as.Instance)
+	}
+	return s.scrapeRead(ctx, as)
+}
+
+// ScrapeRelease gives up the exporter lease if instance holds it, so that
+// the next master to read takes it at once rather than after the lease.
+func (s *Store) ScrapeRelease(ctx context.Context, instance string) error {
+	_, err := s.pool.Exec(ctx, `
+		UPDATE fleet_state SET updated_at = '-infinity'
+		WHERE key = $1 AND value->>'holder' = $2`, StateExporter, instance)
+	if err != nil {
+		return fmt.Errorf("release the exporter lease of %s: %w", instance, err)
+	}
+	return nil
+}
+
+func (s *Store) scrapeRead(ctx context.Context, as ScrapeAs) (Scrape, error) {
 	var doc []byte
 	err := s.pool.QueryRow(ctx, scrapeSQL, StatePauseAll, StatePauseSupervisorPrefix, StatePauseQueuePrefix,
-		ScrapeRuntimeWindow.Milliseconds()).Scan(&doc)
+		ScrapeRuntimeWindow.Milliseconds(), as.Instance, StateExporter, as.Lease.Milliseconds()).Scan(&doc)
 	if err != nil {
 		return Scrape{}, fmt.Errorf("read scrape: %w", err)
 	}

@@ -5,6 +5,7 @@ import (
 	"math"
 	"reflect"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -44,6 +45,7 @@ func TestScrapeRead(t *testing.T) {
 		Queues: []store.ScrapeQueue{}, Masters: map[string]int{}, Processes: []store.ScrapeProcesses{},
 		PausedSupervisors: []string{}, PausedQueues: []string{},
 		Counters: []store.ScrapeCounter{}, Runtimes: []store.ScrapeRuntime{},
+		Exporter: true, Own: []store.ScrapeProcesses{},
 	}
 	if !reflect.DeepEqual(empty, want) {
 		t.Fatalf("empty database:\n got %+v\nwant %+v", empty, want)
@@ -116,9 +118,69 @@ func TestScrapeRead(t *testing.T) {
 		PausedSupervisors: []string{"batch"},
 		PausedQueues:      []string{"mail", "zeta"},
 		Counters:          []store.ScrapeCounter{{Queue: "drained", Processed: 7}, {Queue: "mail", Processed: 40, Failed: 3}},
+		Exporter:          true,
+		Own:               []store.ScrapeProcesses{},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("scrape:\n got %+v\nwant %+v", got, want)
+	}
+}
+
+// TestScrapeReadAs: of two masters reading, the first holds the exporter
+// lease and reads the fleet-wide fields; the other reads only its own
+// processes, until the holder releases the lease or stops renewing it.
+func TestScrapeReadAs(t *testing.T) {
+	pool := pgtest.Pool(t)
+	st := store.New(pool)
+	ctx := t.Context()
+	scrapeExec(t, pool,
+		`INSERT INTO queue_jobs (queue, name) VALUES ('mail', 'a')`,
+		`INSERT INTO fleet_masters (instance, name, host, pid, state, report, expires_at) VALUES
+			('i-a', 'a', 'h1', 1, 'running', '{"supervisors":[{"name":"default","processes":{"mail":3}}]}', now() + interval '1 minute'),
+			('i-b', 'b', 'h2', 2, 'running', '{"supervisors":[{"name":"default","processes":{"mail":1,"x":"bad"}}]}', now() + interval '1 minute')`)
+	read := func(inst string, lease time.Duration) store.Scrape {
+		t.Helper()
+		sc, err := st.ScrapeReadAs(ctx, store.ScrapeAs{Instance: inst, Lease: lease})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sc
+	}
+	a := read("i-a", time.Minute)
+	b := read("i-b", time.Minute)
+	if !a.Exporter || len(a.Queues) != 1 || len(a.Processes) != 1 || a.Processes[0].Processes != 4 {
+		t.Fatalf("first reader: %+v", a)
+	}
+	if b.Exporter || len(b.Queues) != 0 || len(b.Processes) != 0 || len(b.Counters) != 0 || len(b.PausedQueues) != 0 {
+		t.Fatalf("second reader: %+v", b)
+	}
+	wantA := []store.ScrapeProcesses{{Supervisor: "default", Group: "mail", Processes: 3}}
+	wantB := []store.ScrapeProcesses{{Supervisor: "default", Group: "mail", Processes: 1}}
+	if !reflect.DeepEqual(a.Own, wantA) || !reflect.DeepEqual(b.Own, wantB) {
+		t.Fatalf("own processes: a %+v, b %+v", a.Own, b.Own)
+	}
+	if !read("i-a", time.Minute).Exporter {
+		t.Fatal("the holder lost the lease by renewing it")
+	}
+	if err := st.ScrapeRelease(ctx, "i-b"); err != nil { // not the holder: no change
+		t.Fatal(err)
+	}
+	if read("i-b", time.Minute).Exporter {
+		t.Fatal("a release by a non-holder freed the lease")
+	}
+	if err := st.ScrapeRelease(ctx, "i-a"); err != nil {
+		t.Fatal(err)
+	}
+	if !read("i-b", time.Minute).Exporter || read("i-a", time.Minute).Exporter {
+		t.Fatal("after the release the other master should hold the lease")
+	}
+	// A lease not renewed within its length passes to the next reader.
+	time.Sleep(20 * time.Millisecond)
+	if !read("i-a", 10*time.Millisecond).Exporter {
+		t.Fatal("a lapsed lease was not taken over")
+	}
+	if _, err := st.ScrapeReadAs(ctx, store.ScrapeAs{}); err == nil {
+		t.Fatal("no instance: want an error")
 	}
 }
 
