@@ -202,6 +202,7 @@ func (r *runner) runMaster(ctx context.Context, c *cobra.Command, cfg *config.Co
 		}
 		col := metrics.NewCollector(st.Pool(), metrics.Options{
 			Beat: m.Membership(), Logger: settings.Logger, Master: m.Name(), Instance: m.Instance(),
+			Version: settings.Version, LongWait: cfg.Fleet.LongWait,
 		})
 		stopHTTP, err := serveHTTP(ctx, addr, col, m.Readiness, dash, settings.Logger)
 		if err != nil {

@@ -8,13 +8,13 @@
 //
 //	fleet_queue_jobs{queue,state}                gauge: state is pending, delayed, reserved or limited
 //	fleet_queue_oldest_wait_seconds{queue}       gauge: age of the oldest ready job, 0 with none
-//	fleet_queue_paused{queue}                    gauge: 1 for each paused queue
+//	fleet_queue_paused{queue}                    gauge: 1 for each paused queue, 0 for the others
 //	fleet_processes{[master,]supervisor,group}   gauge: worker processes of this master (of the live masters without Options.Instance)
 //	fleet_jobs_processed_total{queue}            counter: from fleet_counters
 //	fleet_jobs_failed_total{queue}               counter: from fleet_counters
 //	fleet_job_runtime_seconds{queue,stat}        gauge: stat is mean or p95, over the last 5 minutes
 //	fleet_masters{state}                         gauge: masters by liveness on the database clock: online, draining, offline (expired, not yet deleted); all three always
-//	fleet_supervisor_paused{supervisor}          gauge: 1 for each paused supervisor
+//	fleet_supervisor_paused{supervisor}          gauge: 1 for each paused supervisor, 0 for the others
 //	fleet_paused_all                             gauge: 1 when every supervisor is paused, else 0
 //	fleet_master_beat_errors_total               counter: the master's failed beats (with Options.Beat)
 //	fleet_master_beat_duration_seconds           histogram: the master's beats (with Options.Beat)
@@ -36,13 +36,22 @@
 // master=<name>.
 //
 //	fleet_metrics_exporter{master}               gauge: 1 on the master exporting the fleet-wide families, else 0
+//	fleet_build_info{version,go_version}         gauge: 1, per master
+//	fleet_queue_long_wait_threshold_seconds{queue} gauge: the positive thresholds of Options.LongWait
+//
+// fleet_queue_paused shows every queue of the read at 0 or 1, and
+// fleet_supervisor_paused every supervisor of a live master's report, so
+// the series exist before anything is paused.
 package metrics
 
 import (
 	"context"
 	"errors"
 	"log/slog"
+	"maps"
 	"net/http"
+	"runtime"
+	"runtime/debug"
 	"slices"
 	"sync"
 	"time"
@@ -92,6 +101,13 @@ type Options struct {
 	// twice CacheTTL when shorter, so that a holder's cached read never
 	// outlives its lease.
 	ExportLease time.Duration
+	// Version is the app's version shown by fleet_build_info; empty means
+	// the main module's version from the build, else "unknown".
+	Version string
+	// LongWait maps a queue to its long-wait threshold in seconds (as
+	// fleet.long_wait); each positive one is exported by
+	// fleet_queue_long_wait_threshold_seconds.
+	LongWait map[string]int
 }
 
 // DefaultExportLease is the exporter lease when Options.ExportLease is not
@@ -121,16 +137,21 @@ type Collector struct {
 	release func(context.Context) error
 	ownOnly bool   // one master's of several: fleet_processes from its own row
 	master  string // the master's name, with ownOnly
-	ttl     time.Duration
-	now     func() time.Time
-	log     *slog.Logger
-	beat    BeatStats
+	version string
+	// longWait holds the positive thresholds, by queue.
+	thresholds map[string]int
+	ttl        time.Duration
+	now        func() time.Time
+	log        *slog.Logger
+	beat       BeatStats
 
 	queueJobs    *prometheus.Desc
 	queueOldest  *prometheus.Desc
 	queuePaused  *prometheus.Desc
 	processes    *prometheus.Desc
 	exporter     *prometheus.Desc
+	buildInfo    *prometheus.Desc
+	longWait     *prometheus.Desc
 	processed    *prometheus.Desc
 	failed       *prometheus.Desc
 	runtime      *prometheus.Desc
@@ -181,14 +202,23 @@ func NewCollector(pool *pgxpool.Pool, opts Options) *Collector {
 		processHelp = "Worker processes this master runs for a supervisor's group (a queue, or queues joined by commas); sum over the masters for the fleet."
 	}
 	c := &Collector{
-		read:    read,
-		release: release,
-		ownOnly: opts.Instance != "",
-		ttl:     opts.CacheTTL,
-		now:     opts.Now,
-		log:     opts.Logger,
-		beat:    opts.Beat,
-		master:  opts.Master,
+		read:       read,
+		release:    release,
+		ownOnly:    opts.Instance != "",
+		ttl:        opts.CacheTTL,
+		now:        opts.Now,
+		log:        opts.Logger,
+		beat:       opts.Beat,
+		master:     opts.Master,
+		version:    buildVersion(opts.Version),
+		thresholds: positive(opts.LongWait),
+
+		buildInfo: prometheus.NewDesc("fleet_build_info",
+			"1, labelled with the app's version and the Go version it was built with.",
+			[]string{"version", "go_version"}, per),
+		longWait: prometheus.NewDesc("fleet_queue_long_wait_threshold_seconds",
+			"The queue's long-wait threshold (fleet.long_wait): an alert is raised when fleet_queue_oldest_wait_seconds reaches it.",
+			[]string{"queue"}, nil),
 
 		exporter: prometheus.NewDesc("fleet_metrics_exporter",
 			"1 when this master exports the fleet-wide families (it holds the exporter lease), else 0; sums to 1 over the masters.",
@@ -201,7 +231,7 @@ func NewCollector(pool *pgxpool.Pool, opts Options) *Collector {
 			"How long the oldest ready job of the queue has waited since it became available, 0 with none.",
 			[]string{"queue"}, nil),
 		queuePaused: prometheus.NewDesc("fleet_queue_paused",
-			"1 for each queue paused in every supervisor.",
+			"1 for each queue paused in every supervisor, 0 for the other queues.",
 			[]string{"queue"}, nil),
 		processes: prometheus.NewDesc("fleet_processes", processHelp, processLabels, nil),
 		processed: prometheus.NewDesc("fleet_jobs_processed_total",
@@ -217,7 +247,7 @@ func NewCollector(pool *pgxpool.Pool, opts Options) *Collector {
 			"Masters by liveness on the database clock: online, draining, or offline (expired, not yet deleted).",
 			[]string{"state"}, nil),
 		supPaused: prometheus.NewDesc("fleet_supervisor_paused",
-			"1 for each supervisor paused by name.",
+			"1 for each supervisor paused by name, 0 for the others.",
 			[]string{"supervisor"}, nil),
 		pausedAll: prometheus.NewDesc("fleet_paused_all",
 			"1 when every supervisor is paused, else 0.",
@@ -258,6 +288,8 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	} {
 		ch <- d
 	}
+	ch <- c.buildInfo
+	ch <- c.longWait
 	if c.ownOnly {
 		ch <- c.exporter
 	}
@@ -275,6 +307,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	sc, errs, err := c.scrape()
 	ch <- prometheus.MustNewConstMetric(c.scrapeErrors, prometheus.CounterValue, float64(errs))
+	ch <- prometheus.MustNewConstMetric(c.buildInfo, prometheus.GaugeValue, 1, c.version, runtime.Version())
 	if c.beat != nil {
 		ch <- prometheus.MustNewConstMetric(c.beatErrors, prometheus.CounterValue, float64(c.beat.BeatErrors()))
 		buckets, n, sum := c.beat.BeatDurations()
@@ -295,8 +328,22 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		gauge(c.queueJobs, float64(q.Limited), q.Queue, "limited")
 		gauge(c.queueOldest, q.OldestWaitSecs, q.Queue)
 	}
+	// Every queue known to the read shows paused at 0 or 1, so that a
+	// query or alert finds the series before anything is paused.
+	paused := map[string]float64{}
+	for _, q := range sc.Queues {
+		paused[q.Queue] = 0
+	}
 	for _, q := range sc.PausedQueues {
-		gauge(c.queuePaused, 1, q)
+		paused[q] = 1
+	}
+	for _, q := range slices.Sorted(maps.Keys(paused)) {
+		gauge(c.queuePaused, paused[q], q)
+	}
+	if sc.Exporter {
+		for _, q := range slices.Sorted(maps.Keys(c.thresholds)) {
+			gauge(c.longWait, float64(c.thresholds[q]), q)
+		}
 	}
 	if c.ownOnly {
 		exporting := 0.0
@@ -329,14 +376,23 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			gauge(c.masters, float64(n), state)
 		}
 	}
+	supPaused := map[string]float64{}
+	for _, p := range sc.Processes {
+		supPaused[p.Supervisor] = 0
+	}
 	for _, s := range sc.PausedSupervisors {
-		gauge(c.supPaused, 1, s)
+		supPaused[s] = 1
 	}
-	pausedAll := 0.0
-	if sc.PausedAll {
-		pausedAll = 1
+	for _, s := range slices.Sorted(maps.Keys(supPaused)) {
+		gauge(c.supPaused, supPaused[s], s)
 	}
-	gauge(c.pausedAll, pausedAll)
+	if sc.Exporter {
+		pausedAll := 0.0
+		if sc.PausedAll {
+			pausedAll = 1
+		}
+		gauge(c.pausedAll, pausedAll)
+	}
 }
 
 // scrape returns the cached read while it is younger than the TTL, else
@@ -367,6 +423,28 @@ func (c *Collector) scrape() (store.Scrape, uint64, error) {
 		c.failing = false
 	}
 	return c.last, c.errors, c.lastErr
+}
+
+// positive returns the entries of m above 0.
+func positive(m map[string]int) map[string]int {
+	out := map[string]int{}
+	for k, v := range m {
+		if v > 0 {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// buildVersion is v, else the main module's version, else "unknown".
+func buildVersion(v string) string {
+	if v != "" {
+		return v
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+		return bi.Main.Version
+	}
+	return "unknown"
 }
 
 // errReleased is what a scrape after Release reads: no database families.

@@ -7,6 +7,7 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -114,11 +115,14 @@ func (fakeBeat) Duplicates() uint64     { return 1 }
 func TestCollectorFamilies(t *testing.T) {
 	pool := pgtest.Pool(t)
 	seed(t, pool)
-	c := NewCollector(pool, Options{Beat: fakeBeat{}})
+	c := NewCollector(pool, Options{Beat: fakeBeat{}, Version: "v1.2.3", LongWait: map[string]int{"mail": 30, "default": 0}})
 	reg := prometheus.NewPedanticRegistry() // checks Describe against Collect
 	reg.MustRegister(c)
 
-	const want = `
+	want := `
+# HELP fleet_build_info 1, labelled with the app's version and the Go version it was built with.
+# TYPE fleet_build_info gauge
+fleet_build_info{go_version="` + runtime.Version() + `",version="v1.2.3"} 1
 # HELP fleet_jobs_failed_total Jobs of the queue failed.
 # TYPE fleet_jobs_failed_total counter
 fleet_jobs_failed_total{queue="default"} 0
@@ -166,15 +170,21 @@ fleet_queue_jobs{queue="mail",state="delayed"} 1
 fleet_queue_jobs{queue="mail",state="limited"} 0
 fleet_queue_jobs{queue="mail",state="pending"} 3
 fleet_queue_jobs{queue="mail",state="reserved"} 2
-# HELP fleet_queue_paused 1 for each queue paused in every supervisor.
+# HELP fleet_queue_paused 1 for each queue paused in every supervisor, 0 for the other queues.
 # TYPE fleet_queue_paused gauge
+fleet_queue_paused{queue="default"} 0
+fleet_queue_paused{queue="drained"} 0
 fleet_queue_paused{queue="mail"} 1
+# HELP fleet_queue_long_wait_threshold_seconds The queue's long-wait threshold (fleet.long_wait): an alert is raised when fleet_queue_oldest_wait_seconds reaches it.
+# TYPE fleet_queue_long_wait_threshold_seconds gauge
+fleet_queue_long_wait_threshold_seconds{queue="mail"} 30
 # HELP fleet_scrape_errors_total Reads of fleet state from the database that failed.
 # TYPE fleet_scrape_errors_total counter
 fleet_scrape_errors_total 0
-# HELP fleet_supervisor_paused 1 for each supervisor paused by name.
+# HELP fleet_supervisor_paused 1 for each supervisor paused by name, 0 for the others.
 # TYPE fleet_supervisor_paused gauge
 fleet_supervisor_paused{supervisor="batch"} 1
+fleet_supervisor_paused{supervisor="default"} 0
 `
 	// The two families with measured values are checked below.
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want),
@@ -182,6 +192,7 @@ fleet_supervisor_paused{supervisor="batch"} 1
 		"fleet_master_beat_duration_seconds", "fleet_master_beat_errors_total",
 		"fleet_masters", "fleet_paused_all", "fleet_processes", "fleet_queue_jobs",
 		"fleet_queue_paused", "fleet_scrape_errors_total", "fleet_supervisor_paused",
+		"fleet_build_info", "fleet_queue_long_wait_threshold_seconds",
 	); err != nil {
 		t.Error(err)
 	}
@@ -197,8 +208,8 @@ fleet_supervisor_paused{supervisor="batch"} 1
 			got[f.GetName()][labelString(m)] = m.GetGauge().GetValue() + m.GetCounter().GetValue()
 		}
 	}
-	if len(got) != 15 {
-		t.Errorf("got %d families, want 15", len(got))
+	if len(got) != 17 {
+		t.Errorf("got %d families, want 17", len(got))
 	}
 	if got["fleet_master_view_age_seconds"][""] != 1.5 || got["fleet_master_duplicate_names_total"][""] != 1 {
 		t.Errorf("view age %v, duplicates %v; want 1.5 and 1", got["fleet_master_view_age_seconds"], got["fleet_master_duplicate_names_total"])
@@ -338,14 +349,14 @@ func TestCollectorReadError(t *testing.T) {
 # TYPE fleet_scrape_errors_total counter
 fleet_scrape_errors_total ` + strconv.Itoa(errors) + "\n"
 	}
-	if err := testutil.CollectAndCompare(c, strings.NewReader(want(1))); err != nil {
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want(1)), "fleet_scrape_errors_total"); err != nil {
 		t.Error(err)
 	}
-	if err := testutil.CollectAndCompare(c, strings.NewReader(want(1))); err != nil {
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want(1)), "fleet_scrape_errors_total"); err != nil {
 		t.Errorf("within the TTL, the failed read stands: %v", err)
 	}
 	clk.Add(DefaultCacheTTL)
-	if err := testutil.CollectAndCompare(c, strings.NewReader(want(2))); err != nil {
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want(2)), "fleet_scrape_errors_total"); err != nil {
 		t.Errorf("after the TTL: %v", err)
 	}
 	if n := strings.Count(logs.String(), "level=ERROR"); n != 1 {
@@ -361,7 +372,7 @@ fleet_scrape_errors_total ` + strconv.Itoa(errors) + "\n"
 
 	// The beat metrics come from the process and survive a failed read.
 	b := NewCollector(pool, Options{Beat: fakeBeat{}, Logger: slog.New(slog.DiscardHandler)})
-	if n := testutil.CollectAndCount(b); n != 5 {
-		t.Errorf("failed read with Beat: %d metrics, want 5 (scrape errors and four beat metrics)", n)
+	if n := testutil.CollectAndCount(b); n != 6 {
+		t.Errorf("failed read with Beat: %d metrics, want 6 (scrape errors, build info and four beat metrics)", n)
 	}
 }
