@@ -10,8 +10,10 @@
 //	fleet_queue_oldest_wait_seconds{queue}       gauge: age of the oldest ready job, 0 with none
 //	fleet_queue_paused{queue}                    gauge: 1 for each paused queue, 0 for the others
 //	fleet_processes{[master,]supervisor,group}   gauge: worker processes of this master (of the live masters without Options.Instance)
-//	fleet_jobs_processed_total{queue}            counter: from fleet_counters
-//	fleet_jobs_failed_total{queue}               counter: from fleet_counters
+//	fleet_jobs_processed_total{queue}            counter: attempts (not jobs) processed, from fleet_counters
+//	fleet_jobs_failed_total{queue}               counter: attempts failed, timed out or lost, from fleet_counters
+//	fleet_attempts_total{queue,outcome}          counter: attempts by outcome: completed, failed, timed_out, lost, cancelled
+//	fleet_jobs_total{queue,outcome}              counter: jobs by what an attempt made of them: completed, failed (for good), retried, cancelled, lost (released after its worker died)
 //	fleet_job_runtime_seconds{queue,stat}        gauge: stat is mean or p95, over the last 5 minutes
 //	fleet_masters{state}                         gauge: masters by liveness on the database clock: online, draining, offline (expired, not yet deleted); all three always
 //	fleet_supervisor_paused{supervisor}          gauge: 1 for each paused supervisor, 0 for the others
@@ -154,6 +156,8 @@ type Collector struct {
 	longWait     *prometheus.Desc
 	processed    *prometheus.Desc
 	failed       *prometheus.Desc
+	attempts     *prometheus.Desc
+	jobs         *prometheus.Desc
 	runtime      *prometheus.Desc
 	masters      *prometheus.Desc
 	supPaused    *prometheus.Desc
@@ -235,11 +239,17 @@ func NewCollector(pool *pgxpool.Pool, opts Options) *Collector {
 			[]string{"queue"}, nil),
 		processes: prometheus.NewDesc("fleet_processes", processHelp, processLabels, nil),
 		processed: prometheus.NewDesc("fleet_jobs_processed_total",
-			"Jobs of the queue processed.",
+			"Attempts (not jobs) of the queue processed: every attempt but snoozed ones. See fleet_attempts_total and fleet_jobs_total.",
 			[]string{"queue"}, nil),
 		failed: prometheus.NewDesc("fleet_jobs_failed_total",
-			"Jobs of the queue failed.",
+			"Attempts (not jobs) of the queue that failed, timed out or were lost.",
 			[]string{"queue"}, nil),
+		attempts: prometheus.NewDesc("fleet_attempts_total",
+			"Attempts of the queue by outcome: completed, failed, timed_out, lost (its worker died) or cancelled.",
+			[]string{"queue", "outcome"}, nil),
+		jobs: prometheus.NewDesc("fleet_jobs_total",
+			"Jobs of the queue by what their attempt made of them: completed, failed (for good: moved to failed jobs), retried (to run again after a failed or timed out attempt), cancelled, or lost (to run again after its worker died).",
+			[]string{"queue", "outcome"}, nil),
 		runtime: prometheus.NewDesc("fleet_job_runtime_seconds",
 			"Runtime of the queue's attempts finished in the last 5 minutes: mean or 95th percentile (p95).",
 			[]string{"queue", "stat"}, nil),
@@ -283,7 +293,7 @@ func NewCollector(pool *pgxpool.Pool, opts Options) *Collector {
 // Describe sends the descriptors of every family the collector emits.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
-		c.queueJobs, c.queueOldest, c.queuePaused, c.processes, c.processed, c.failed,
+		c.queueJobs, c.queueOldest, c.queuePaused, c.processes, c.processed, c.failed, c.attempts, c.jobs,
 		c.runtime, c.masters, c.supPaused, c.pausedAll, c.scrapeErrors,
 	} {
 		ch <- d
@@ -362,6 +372,18 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	for _, n := range sc.Counters {
 		ch <- prometheus.MustNewConstMetric(c.processed, prometheus.CounterValue, float64(n.Processed), n.Queue)
 		ch <- prometheus.MustNewConstMetric(c.failed, prometheus.CounterValue, float64(n.Failed), n.Queue)
+		for _, o := range []struct {
+			outcome string
+			n       int64
+		}{{"completed", n.Completed}, {"failed", n.AttemptFailed}, {"timed_out", n.TimedOut}, {"lost", n.Lost}, {"cancelled", n.Cancelled}} {
+			ch <- prometheus.MustNewConstMetric(c.attempts, prometheus.CounterValue, float64(o.n), n.Queue, o.outcome)
+		}
+		for _, o := range []struct {
+			outcome string
+			n       int64
+		}{{"completed", n.Completed}, {"failed", n.FailedFinal}, {"retried", n.Retried}, {"cancelled", n.Cancelled}, {"lost", n.Requeued}} {
+			ch <- prometheus.MustNewConstMetric(c.jobs, prometheus.CounterValue, float64(o.n), n.Queue, o.outcome)
+		}
 	}
 	for _, r := range sc.Runtimes {
 		gauge(c.runtime, r.MeanSecs, r.Queue, "mean")

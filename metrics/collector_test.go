@@ -56,7 +56,8 @@ func seed(t *testing.T, pool *pgxpool.Pool) {
 			('mail', 'm', now() - interval '1 hour', 'w1', 'm1', now(), 1),
 			('mail', 'm', now() - interval '1 hour', 'w2', 'm1', now(), 1),
 			('default', 'd', now() - interval '1 hour', 'w3', 'm1', now(), 1)`,
-		`INSERT INTO fleet_counters (queue, processed, failed) VALUES ('mail', 40, 3), ('default', 12, 0), ('drained', 7, 1)`,
+		`INSERT INTO fleet_counters (queue, processed, failed, completed, attempt_failed, timed_out, lost, cancelled, retried, failed_final, requeued)
+		 VALUES ('mail', 40, 3, 36, 1, 1, 1, 1, 2, 0, 1), ('default', 12, 0, 12, 0, 0, 0, 0, 0, 0, 0), ('drained', 7, 1, 6, 1, 0, 0, 0, 0, 1, 0)`,
 		`INSERT INTO fleet_masters (instance, name, host, pid, state, report, expires_at) VALUES
 			('i-m1', 'm1', 'h1', 1, 'running', '{"supervisors":[
 				{"name":"default","queues":["default","mail"],"balance":"auto","paused":false,"processes":{"default":1,"mail":3}},
@@ -123,16 +124,50 @@ func TestCollectorFamilies(t *testing.T) {
 # HELP fleet_build_info 1, labelled with the app's version and the Go version it was built with.
 # TYPE fleet_build_info gauge
 fleet_build_info{go_version="` + runtime.Version() + `",version="v1.2.3"} 1
-# HELP fleet_jobs_failed_total Jobs of the queue failed.
+# HELP fleet_jobs_failed_total Attempts (not jobs) of the queue that failed, timed out or were lost.
 # TYPE fleet_jobs_failed_total counter
 fleet_jobs_failed_total{queue="default"} 0
 fleet_jobs_failed_total{queue="drained"} 1
 fleet_jobs_failed_total{queue="mail"} 3
-# HELP fleet_jobs_processed_total Jobs of the queue processed.
+# HELP fleet_jobs_processed_total Attempts (not jobs) of the queue processed: every attempt but snoozed ones. See fleet_attempts_total and fleet_jobs_total.
 # TYPE fleet_jobs_processed_total counter
 fleet_jobs_processed_total{queue="default"} 12
 fleet_jobs_processed_total{queue="drained"} 7
 fleet_jobs_processed_total{queue="mail"} 40
+# HELP fleet_attempts_total Attempts of the queue by outcome: completed, failed, timed_out, lost (its worker died) or cancelled.
+# TYPE fleet_attempts_total counter
+fleet_attempts_total{outcome="cancelled",queue="default"} 0
+fleet_attempts_total{outcome="cancelled",queue="drained"} 0
+fleet_attempts_total{outcome="cancelled",queue="mail"} 1
+fleet_attempts_total{outcome="completed",queue="default"} 12
+fleet_attempts_total{outcome="completed",queue="drained"} 6
+fleet_attempts_total{outcome="completed",queue="mail"} 36
+fleet_attempts_total{outcome="failed",queue="default"} 0
+fleet_attempts_total{outcome="failed",queue="drained"} 1
+fleet_attempts_total{outcome="failed",queue="mail"} 1
+fleet_attempts_total{outcome="lost",queue="default"} 0
+fleet_attempts_total{outcome="lost",queue="drained"} 0
+fleet_attempts_total{outcome="lost",queue="mail"} 1
+fleet_attempts_total{outcome="timed_out",queue="default"} 0
+fleet_attempts_total{outcome="timed_out",queue="drained"} 0
+fleet_attempts_total{outcome="timed_out",queue="mail"} 1
+# HELP fleet_jobs_total Jobs of the queue by what their attempt made of them: completed, failed (for good: moved to failed jobs), retried (to run again after a failed or timed out attempt), cancelled, or lost (to run again after its worker died).
+# TYPE fleet_jobs_total counter
+fleet_jobs_total{outcome="cancelled",queue="default"} 0
+fleet_jobs_total{outcome="cancelled",queue="drained"} 0
+fleet_jobs_total{outcome="cancelled",queue="mail"} 1
+fleet_jobs_total{outcome="completed",queue="default"} 12
+fleet_jobs_total{outcome="completed",queue="drained"} 6
+fleet_jobs_total{outcome="completed",queue="mail"} 36
+fleet_jobs_total{outcome="failed",queue="default"} 0
+fleet_jobs_total{outcome="failed",queue="drained"} 1
+fleet_jobs_total{outcome="failed",queue="mail"} 0
+fleet_jobs_total{outcome="lost",queue="default"} 0
+fleet_jobs_total{outcome="lost",queue="drained"} 0
+fleet_jobs_total{outcome="lost",queue="mail"} 1
+fleet_jobs_total{outcome="retried",queue="default"} 0
+fleet_jobs_total{outcome="retried",queue="drained"} 0
+fleet_jobs_total{outcome="retried",queue="mail"} 2
 # HELP fleet_master_beat_duration_seconds How long the beats of this master took.
 # TYPE fleet_master_beat_duration_seconds histogram
 fleet_master_beat_duration_seconds_bucket{le="0.01"} 1
@@ -192,7 +227,7 @@ fleet_supervisor_paused{supervisor="default"} 0
 		"fleet_master_beat_duration_seconds", "fleet_master_beat_errors_total",
 		"fleet_masters", "fleet_paused_all", "fleet_processes", "fleet_queue_jobs",
 		"fleet_queue_paused", "fleet_scrape_errors_total", "fleet_supervisor_paused",
-		"fleet_build_info", "fleet_queue_long_wait_threshold_seconds",
+		"fleet_build_info", "fleet_queue_long_wait_threshold_seconds", "fleet_attempts_total", "fleet_jobs_total",
 	); err != nil {
 		t.Error(err)
 	}
@@ -208,8 +243,8 @@ fleet_supervisor_paused{supervisor="default"} 0
 			got[f.GetName()][labelString(m)] = m.GetGauge().GetValue() + m.GetCounter().GetValue()
 		}
 	}
-	if len(got) != 17 {
-		t.Errorf("got %d families, want 17", len(got))
+	if len(got) != 19 {
+		t.Errorf("got %d families, want 19", len(got))
 	}
 	if got["fleet_master_view_age_seconds"][""] != 1.5 || got["fleet_master_duplicate_names_total"][""] != 1 {
 		t.Errorf("view age %v, duplicates %v; want 1.5 and 1", got["fleet_master_view_age_seconds"], got["fleet_master_duplicate_names_total"])

@@ -10,22 +10,35 @@ import (
 )
 
 // counterUpsert and counterConflict wrap a SELECT of (queue, shard,
-// processed, failed) increments into fleet_counters, with counterShard as
-// the shard: one of 16 rows per queue picked by backend, so that concurrent
-// writers rarely wait on one another's row; readers sum the shards. Rows
-// are taken in queue order so concurrent writers never deadlock.
+// processed, failed, completed, attempt_failed, timed_out, lost, cancelled,
+// retried, failed_final, requeued) increments into fleet_counters, with
+// counterShard as the shard: one of 16 rows per queue picked by backend, so
+// that concurrent writers rarely wait on one another's row; readers sum the
+// shards. Rows are taken in queue order so concurrent writers never
+// deadlock.
 const (
-	counterUpsert   = `INSERT INTO fleet_counters AS c (queue, shard, processed, failed)`
+	counterUpsert = `INSERT INTO fleet_counters AS c (queue, shard, processed, failed,
+		completed, attempt_failed, timed_out, lost, cancelled, retried, failed_final, requeued)`
 	counterShard    = `mod(pg_backend_pid(), 16)`
 	counterConflict = `
 		ON CONFLICT (queue, shard) DO UPDATE SET processed = c.processed + EXCLUDED.processed,
-		    failed = c.failed + EXCLUDED.failed, updated_at = now()`
-	// counterIncrements counts, over rows with a status column, the
-	// processed attempts (all but snoozed ones, which do not count as
-	// attempts) and the failed ones (failed, timed out or lost: a
-	// cancelled or snoozed attempt is no failure).
+		    failed = c.failed + EXCLUDED.failed, completed = c.completed + EXCLUDED.completed,
+		    attempt_failed = c.attempt_failed + EXCLUDED.attempt_failed, timed_out = c.timed_out + EXCLUDED.timed_out,
+		    lost = c.lost + EXCLUDED.lost, cancelled = c.cancelled + EXCLUDED.cancelled,
+		    retried = c.retried + EXCLUDED.retried, failed_final = c.failed_final + EXCLUDED.failed_final,
+		    requeued = c.requeued + EXCLUDED.requeued, updated_at = now()`
+	// counterIncrements counts, over rows with a status and a kind column
+	// (the outcome's kind), the processed attempts (all but snoozed ones,
+	// which do not count as attempts), the failed ones (failed, timed out
+	// or lost: a cancelled or snoozed attempt is no failure), the attempts
+	// by status, and the jobs retried and moved to failed jobs. Lost
+	// attempts and requeued jobs come from releaseLost only.
 	counterIncrements = `count(*) FILTER (WHERE status <> 'snoozed'),
-		count(*) FILTER (WHERE status IN ('failed', 'timed_out', 'lost'))`
+		count(*) FILTER (WHERE status IN ('failed', 'timed_out', 'lost')),
+		count(*) FILTER (WHERE status = 'completed'), count(*) FILTER (WHERE status = 'failed'),
+		count(*) FILTER (WHERE status = 'timed_out'), 0, count(*) FILTER (WHERE status = 'cancelled'),
+		count(*) FILTER (WHERE kind = 'retried' AND status IN ('failed', 'timed_out')),
+		count(*) FILTER (WHERE kind = 'failed'), 0`
 )
 
 // PartitionsEnsure creates the missing history partitions from the hour

@@ -77,12 +77,23 @@ type ScrapeProcesses struct {
 	Processes  int    `json:"processes"`
 }
 
-// ScrapeCounter is one row of fleet_counters: the jobs of a queue processed
-// and failed since the counters began.
+// ScrapeCounter is the sum of a queue's rows of fleet_counters since the
+// counters began: its attempts processed and failed (failed, timed out or
+// lost), its attempts by outcome, and its jobs by what became of them
+// (Completed and Cancelled count both: such an attempt ends its job).
 type ScrapeCounter struct {
 	Queue     string `json:"queue"`
 	Processed int64  `json:"processed"`
 	Failed    int64  `json:"failed"`
+
+	Completed     int64 `json:"completed"`      // attempts completed, and so jobs
+	AttemptFailed int64 `json:"attempt_failed"` // attempts that failed with an error
+	TimedOut      int64 `json:"timed_out"`      // attempts that timed out
+	Lost          int64 `json:"lost"`           // attempts whose worker died
+	Cancelled     int64 `json:"cancelled"`      // attempts cancelled, and so jobs
+	Retried       int64 `json:"retried"`        // jobs released to run again after a failed or timed out attempt
+	FailedFinal   int64 `json:"failed_final"`   // jobs moved to failed jobs, their tries spent
+	Requeued      int64 `json:"requeued"`       // jobs released to run again after a lost attempt
 }
 
 // ScrapeRuntime is how many attempts of a queue finished within
@@ -115,7 +126,11 @@ var scrapeSQL = `
 	), reserved AS (
 		SELECT queue, reserved FROM qcounts
 	), counters AS (
-		SELECT queue, sum(processed)::bigint AS processed, sum(failed)::bigint AS failed
+		SELECT queue, sum(processed)::bigint AS processed, sum(failed)::bigint AS failed,
+		       sum(completed)::bigint AS completed, sum(attempt_failed)::bigint AS attempt_failed,
+		       sum(timed_out)::bigint AS timed_out, sum(lost)::bigint AS lost, sum(cancelled)::bigint AS cancelled,
+		       sum(retried)::bigint AS retried, sum(failed_final)::bigint AS failed_final,
+		       sum(requeued)::bigint AS requeued
 		FROM fleet_counters GROUP BY queue
 	), members AS (
 		SELECT CASE WHEN expires_at < now() THEN 'offline' WHEN state = 'draining' THEN 'draining' ELSE 'online' END AS state,
@@ -175,7 +190,9 @@ var scrapeSQL = `
 			FROM fleet_state WHERE starts_with(key, $3::text)) ELSE '[]' END,
 		'counters', CASE WHEN (SELECT exporting FROM flag) THEN (
 			SELECT COALESCE(json_agg(json_build_object(
-				'queue', queue, 'processed', processed, 'failed', failed
+				'queue', queue, 'processed', processed, 'failed', failed,
+				'completed', completed, 'attempt_failed', attempt_failed, 'timed_out', timed_out, 'lost', lost,
+				'cancelled', cancelled, 'retried', retried, 'failed_final', failed_final, 'requeued', requeued
 			) ORDER BY queue), '[]')
 			FROM counters) ELSE '[]' END,
 		'runtimes', CASE WHEN (SELECT exporting FROM flag) THEN (
