@@ -14,7 +14,7 @@
 //	fleet_jobs_failed_total{queue}               counter: attempts failed, timed out or lost, from fleet_counters
 //	fleet_attempts_total{queue,outcome}          counter: attempts by outcome: completed, failed, timed_out, lost, cancelled
 //	fleet_jobs_total{queue,outcome}              counter: jobs by what an attempt made of them: completed, failed (for good), retried, cancelled, lost (released after its worker died)
-//	fleet_job_runtime_seconds{queue,stat}        gauge: stat is mean or p95, over the last 5 minutes
+//	fleet_job_runtime_seconds{queue,name}        histogram: attempts' runtimes, from fleet_runtime_counters (name: a queue's 20 busiest, else "other")
 //	fleet_masters{state}                         gauge: masters by liveness on the database clock: online, draining, offline (expired, not yet deleted); all three always
 //	fleet_supervisor_paused{supervisor}          gauge: 1 for each paused supervisor, 0 for the others
 //	fleet_paused_all                             gauge: 1 when every supervisor is paused, else 0
@@ -251,8 +251,8 @@ func NewCollector(pool *pgxpool.Pool, opts Options) *Collector {
 			"Jobs of the queue by what their attempt made of them: completed, failed (for good: moved to failed jobs), retried (to run again after a failed or timed out attempt), cancelled, or lost (to run again after its worker died).",
 			[]string{"queue", "outcome"}, nil),
 		runtime: prometheus.NewDesc("fleet_job_runtime_seconds",
-			"Runtime of the queue's attempts finished in the last 5 minutes: mean or 95th percentile (p95).",
-			[]string{"queue", "stat"}, nil),
+			"Runtime of the attempts a worker timed, by queue and job name (a queue's 20 busiest names; the others as \"other\").",
+			[]string{"queue", "name"}, nil),
 		masters: prometheus.NewDesc("fleet_masters",
 			"Masters by liveness on the database clock: online, draining, or offline (expired, not yet deleted).",
 			[]string{"state"}, nil),
@@ -385,9 +385,8 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(c.jobs, prometheus.CounterValue, float64(o.n), n.Queue, o.outcome)
 		}
 	}
-	for _, r := range sc.Runtimes {
-		gauge(c.runtime, r.MeanSecs, r.Queue, "mean")
-		gauge(c.runtime, r.P95Secs, r.Queue, "p95")
+	for _, h := range runtimeHistograms(sc.Runtimes) {
+		ch <- prometheus.MustNewConstHistogram(c.runtime, h.count, h.sum, h.buckets, h.queue, h.name)
 	}
 	states := masterStates()
 	for _, state := range states {
@@ -445,6 +444,37 @@ func (c *Collector) scrape() (store.Scrape, uint64, error) {
 		c.failing = false
 	}
 	return c.last, c.errors, c.lastErr
+}
+
+// histogram is one runtime histogram: cumulative counts by upper bound in
+// seconds, the count and the sum in seconds.
+type histogram struct {
+	queue, name string
+	buckets     map[float64]uint64
+	count       uint64
+	sum         float64
+}
+
+// runtimeHistograms turns the bucket rows of a read (sorted by queue, name
+// and bucket) into one histogram per queue and name.
+func runtimeHistograms(rows []store.ScrapeRuntime) []histogram {
+	var out []histogram
+	for _, r := range rows {
+		if len(out) == 0 || out[len(out)-1].queue != r.Queue || out[len(out)-1].name != r.Name {
+			b := make(map[float64]uint64, len(store.RuntimeBoundsMs))
+			for _, le := range store.RuntimeBoundsMs {
+				b[le/1000] = 0
+			}
+			out = append(out, histogram{queue: r.Queue, name: r.Name, buckets: b})
+		}
+		h := &out[len(out)-1]
+		h.count += uint64(r.N)
+		h.sum += r.SumMs / 1000
+		for i := max(r.Bucket, 0); i < len(store.RuntimeBoundsMs); i++ {
+			h.buckets[store.RuntimeBoundsMs[i]/1000] += uint64(r.N)
+		}
+	}
+	return out
 }
 
 // positive returns the entries of m above 0.

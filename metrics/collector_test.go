@@ -66,12 +66,12 @@ func seed(t *testing.T, pool *pgxpool.Pool) {
 			('i-m2', 'm2', 'h2', 2, 'draining', '{"supervisors":[{"name":"default","queues":["mail"],"processes":{"mail":1}}]}', now() + interval '1 minute'),
 			('i-gone', 'gone', 'h3', 3, 'paused', '{"supervisors":[{"name":"default","processes":{"mail":50}}]}', now() - interval '1 second')`,
 		`INSERT INTO fleet_state (key) VALUES ('pause:*'), ('pause:supervisor:batch'), ('pause:queue:mail'), ('terminate')`,
-		// mail ran 100..1000 ms within the last 5 minutes; older attempts do not count.
+		// mail's job m ran 100..1000 ms: 1 at most 100 ms, 4 more at most
+		// 500 ms, 5 more at most 1 s; history is not read for runtimes.
+		`INSERT INTO fleet_runtime_counters (queue, name, shard, bucket, n, sum_ms) VALUES
+			('mail', 'm', 0, 4, 1, 100), ('mail', 'm', 3, 6, 4, 1400), ('mail', 'm', 0, 7, 2, 1300), ('mail', 'm', 9, 7, 3, 2700)`,
 		`INSERT INTO fleet_jobs (job_id, queue, name, attempt, status, started_at, finished_at, runtime_ms)
-		 SELECT g, 'mail', 'm', 1, 'completed', now(), now() - interval '1 minute', g * 100
-		 FROM generate_series(1, 10) g`,
-		`INSERT INTO fleet_jobs (job_id, queue, name, attempt, status, started_at, finished_at, runtime_ms)
-		 VALUES (11, 'default', 'd', 1, 'completed', now(), now() - interval '1 hour', 5000)`,
+		 VALUES (11, 'default', 'd', 1, 'completed', now(), now(), 5000)`,
 	)
 }
 
@@ -254,9 +254,23 @@ fleet_supervisor_paused{supervisor="default"} 0
 		!between(wait["queue=default"], 2, 32) {
 		t.Errorf("fleet_queue_oldest_wait_seconds: got %v, want mail ~30 s, default ~2 s, drained 0", wait)
 	}
-	rt := got["fleet_job_runtime_seconds"]
-	if len(rt) != 2 || math.Abs(rt["queue=mail,stat=mean"]-0.55) > 1e-9 || math.Abs(rt["queue=mail,stat=p95"]-0.955) > 1e-9 {
-		t.Errorf("fleet_job_runtime_seconds: got %v, want mail mean 0.55, p95 0.955, nothing for default", rt)
+	var hists []*dto.Metric
+	for _, f := range families {
+		if f.GetName() == "fleet_job_runtime_seconds" {
+			hists = f.GetMetric()
+		}
+	}
+	if len(hists) != 1 || labelString(hists[0]) != "name=m,queue=mail" {
+		t.Fatalf("fleet_job_runtime_seconds: %v", hists)
+	}
+	h := hists[0].GetHistogram()
+	cum := map[float64]uint64{}
+	for _, b := range h.GetBucket() {
+		cum[b.GetUpperBound()] = b.GetCumulativeCount()
+	}
+	if h.GetSampleCount() != 10 || math.Abs(h.GetSampleSum()-5.5) > 1e-9 || cum[0.05] != 0 || cum[0.1] != 1 ||
+		cum[0.25] != 1 || cum[0.5] != 5 || cum[1] != 10 || cum[1800] != 10 || len(cum) != len(store.RuntimeBoundsMs) {
+		t.Errorf("fleet_job_runtime_seconds{queue=mail,name=m}: count %d, sum %v, buckets %v", h.GetSampleCount(), h.GetSampleSum(), cum)
 	}
 
 	if problems, err := testutil.CollectAndLint(c); err != nil || len(problems) > 0 {

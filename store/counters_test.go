@@ -1,6 +1,7 @@
 package store_test
 
 import (
+	"reflect"
 	"testing"
 	"time"
 
@@ -66,5 +67,11 @@ func TestOutcomeCounters(t *testing.T) {
 		Retried: 2, FailedFinal: 2, Requeued: 2}
 	if len(sc.Counters) != 1 || sc.Counters[0] != want {
 		t.Fatalf("counters:\n got %+v\nwant %+v", sc.Counters, want)
+	}
+	// The five attempts a worker timed (0 ms each) are in the runtime
+	// histogram's first bucket; lost ones are not.
+	wantRT := []store.ScrapeRuntime{{Queue: "q", Name: "n", Bucket: 0, N: 5}}
+	if !reflect.DeepEqual(sc.Runtimes, wantRT) {
+		t.Fatalf("runtimes:\n got %+v\nwant %+v", sc.Runtimes, wantRT)
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -40,6 +42,37 @@ const (
 		count(*) FILTER (WHERE kind = 'retried' AND status IN ('failed', 'timed_out')),
 		count(*) FILTER (WHERE kind = 'failed'), 0`
 )
+
+// RuntimeBoundsMs are the upper bounds, in milliseconds, of the runtime
+// histogram kept in fleet_runtime_counters (fleet_job_runtime_seconds);
+// an attempt counts in the first bucket whose bound is at or above its
+// runtime, or in the one past the last bound.
+var RuntimeBoundsMs = []float64{5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000, 300000, 1800000}
+
+// runtimeBucketSQL is the bucket of runtime (ms): how many bounds lie below
+// it, counted as len(bounds) minus the bounds at or above it (width_bucket
+// over the negated bounds, smallest first).
+func runtimeBucketSQL(runtime string) string {
+	neg := make([]string, len(RuntimeBoundsMs))
+	for i, b := range RuntimeBoundsMs {
+		neg[len(neg)-1-i] = strconv.FormatFloat(-b, 'f', -1, 64)
+	}
+	return fmt.Sprintf("(%d - width_bucket(-(%s)::float8, '{%s}'::float8[]))",
+		len(RuntimeBoundsMs), runtime, strings.Join(neg, ","))
+}
+
+// runtimeCounted returns the CTE body that adds the attempts of rows (with
+// queue, name, status and runtime columns; snoozed ones aside) to
+// fleet_runtime_counters on shard, rows taken in key order so concurrent
+// writers never deadlock.
+func runtimeCounted(rows, shard string) string {
+	return `INSERT INTO fleet_runtime_counters AS r (queue, name, shard, bucket, n, sum_ms)
+		SELECT queue, name, ` + shard + `, bucket, count(*), sum(runtime)
+		FROM (SELECT queue, name, GREATEST(runtime, 0) AS runtime, ` + runtimeBucketSQL("GREATEST(runtime, 0)") + ` AS bucket
+		      FROM ` + rows + ` WHERE status <> 'snoozed' AND runtime IS NOT NULL) t
+		GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3, 4
+		ON CONFLICT (queue, name, shard, bucket) DO UPDATE SET n = r.n + EXCLUDED.n, sum_ms = r.sum_ms + EXCLUDED.sum_ms`
+}
 
 // PartitionsEnsure creates the missing history partitions from the hour
 // (day) before now up to hoursAhead hours (daysAhead days) ahead, and those

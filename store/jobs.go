@@ -462,6 +462,8 @@ func jobFinishStatement(releases bool, shard string) string {
 		` + counterUpsert + `
 		SELECT queue, ` + shard + `, ` + counterIncrements + `
 		FROM written GROUP BY queue ORDER BY queue` + counterConflict + `
+	), timed AS (
+		` + runtimeCounted("written", shard) + `
 	)
 	SELECT id, lease, ` + limitHandedQueues + ` FROM changed`
 }

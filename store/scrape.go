@@ -7,9 +7,14 @@ import (
 	"time"
 )
 
-// ScrapeRuntimeWindow is how far back ScrapeRead looks in fleet_jobs for
-// runtimes.
-const ScrapeRuntimeWindow = 5 * time.Minute
+// ScrapeRuntimeNames is how many job names of a queue the runtime
+// histogram shows by name, those with the most attempts; the others are
+// summed under ScrapeRuntimeOther.
+const ScrapeRuntimeNames = 20
+
+// ScrapeRuntimeOther is the name the runtime histogram gives the job names
+// of a queue beyond its ScrapeRuntimeNames busiest.
+const ScrapeRuntimeOther = "other"
 
 // Scrape is everything the fleet_* gauges show, read in one statement.
 type Scrape struct {
@@ -29,8 +34,10 @@ type Scrape struct {
 	PausedQueues      []string `json:"paused_queues"`
 	// Counters holds the rows of fleet_counters, by queue.
 	Counters []ScrapeCounter `json:"counters"`
-	// Runtimes holds, by queue, the attempts finished within
-	// ScrapeRuntimeWindow (lost ones aside: no worker timed them).
+	// Runtimes holds the runtime histogram buckets that have attempts, by
+	// queue, job name (the ScrapeRuntimeNames busiest of the queue, the
+	// others as ScrapeRuntimeOther) and bucket. Lost attempts are not in
+	// it: no worker timed them.
 	Runtimes []ScrapeRuntime `json:"runtimes"`
 	// Exporter says the read holds the fleet-wide families: always for
 	// ScrapeRead, and for ScrapeReadAs when the caller holds the exporter
@@ -96,20 +103,24 @@ type ScrapeCounter struct {
 	Requeued      int64 `json:"requeued"`       // jobs released to run again after a lost attempt
 }
 
-// ScrapeRuntime is how many attempts of a queue finished within
-// ScrapeRuntimeWindow and their mean and 95th percentile runtime.
+// ScrapeRuntime is one bucket of the runtime histogram of a queue's job
+// name (fleet_runtime_counters summed over its shards): how many attempts
+// took at most store.RuntimeBoundsMs[Bucket] (more than the last bound when
+// Bucket is len(RuntimeBoundsMs)) and more than the bound before, and their
+// summed runtime.
 type ScrapeRuntime struct {
-	Queue    string  `json:"queue"`
-	Jobs     int64   `json:"jobs"`
-	MeanSecs float64 `json:"mean_secs"`
-	P95Secs  float64 `json:"p95_secs"`
+	Queue  string  `json:"queue"`
+	Name   string  `json:"name"`
+	Bucket int     `json:"bucket"`
+	N      int64   `json:"n"`
+	SumMs  float64 `json:"sum_ms"`
 }
 
 // scrapeSQL builds the whole scrape as one json document.
 //
 // Job counts come from queueCountsCTE: the trigger-maintained
-// queue_counts, not a scan of queue_jobs. fleet_jobs is read only with a finished_at bound, so that partitions
-// outside the window are pruned. A malformed supervisors document (not an
+// queue_counts, not a scan of queue_jobs; runtimes come from
+// fleet_runtime_counters, never from the history in fleet_jobs. A malformed supervisors document (not an
 // array, processes not an object, a count not a number) is skipped rather
 // than failing the scrape.
 var scrapeSQL = `
@@ -138,6 +149,9 @@ var scrapeSQL = `
 		FROM fleet_masters WHERE kind = 'master'
 	), live AS (
 		SELECT state, supervisors FROM members WHERE live
+	), runtime_per AS (
+		SELECT queue, name, bucket, sum(n) AS n, sum(sum_ms) AS sum_ms
+		FROM fleet_runtime_counters GROUP BY queue, name, bucket
 	)
 	SELECT json_build_object(
 		'queues', CASE WHEN (SELECT exporting FROM flag) THEN (
@@ -197,15 +211,15 @@ var scrapeSQL = `
 			FROM counters) ELSE '[]' END,
 		'runtimes', CASE WHEN (SELECT exporting FROM flag) THEN (
 			SELECT COALESCE(json_agg(json_build_object(
-				'queue', queue, 'jobs', jobs, 'mean_secs', mean_secs, 'p95_secs', p95_secs
-			) ORDER BY queue), '[]')
+				'queue', queue, 'name', name, 'bucket', bucket, 'n', n, 'sum_ms', sum_ms
+			) ORDER BY queue, name, bucket), '[]')
 			FROM (
-				SELECT queue, count(*) AS jobs,
-				       avg(runtime_ms) / 1000 AS mean_secs,
-				       percentile_cont(0.95) WITHIN GROUP (ORDER BY runtime_ms) / 1000 AS p95_secs
-				FROM fleet_jobs
-				WHERE finished_at > now() - $4 * interval '1 millisecond' AND status <> 'lost'
-				GROUP BY queue) t) ELSE '[]' END
+				SELECT p.queue, CASE WHEN t.rank <= $4 THEN p.name ELSE $8::text END AS name, p.bucket,
+				       sum(p.n)::bigint AS n, sum(p.sum_ms)::float8 AS sum_ms
+				FROM runtime_per p
+				JOIN (SELECT queue, name, row_number() OVER (PARTITION BY queue ORDER BY sum(n) DESC, name) AS rank
+				      FROM runtime_per GROUP BY queue, name) t ON t.queue = p.queue AND t.name = p.name
+				GROUP BY 1, 2, 3) b) ELSE '[]' END
 	)`
 
 // ScrapeRead reads everything the fleet_* gauges show in one statement (one
@@ -243,7 +257,7 @@ func (s *Store) ScrapeRelease(ctx context.Context, instance string) error {
 func (s *Store) scrapeRead(ctx context.Context, as ScrapeAs) (Scrape, error) {
 	var doc []byte
 	err := s.pool.QueryRow(ctx, scrapeSQL, StatePauseAll, StatePauseSupervisorPrefix, StatePauseQueuePrefix,
-		ScrapeRuntimeWindow.Milliseconds(), as.Instance, StateExporter, as.Lease.Milliseconds()).Scan(&doc)
+		ScrapeRuntimeNames, as.Instance, StateExporter, as.Lease.Milliseconds(), ScrapeRuntimeOther).Scan(&doc)
 	if err != nil {
 		return Scrape{}, fmt.Errorf("read scrape: %w", err)
 	}

@@ -2,7 +2,7 @@ package store_test
 
 import (
 	"context"
-	"math"
+	"fmt"
 	"reflect"
 	"testing"
 	"time"
@@ -74,13 +74,11 @@ func TestScrapeRead(t *testing.T) {
 			('i-gone', 'gone', 'h5', 5, 'running', '{"supervisors":[{"name":"default","processes":{"mail":50}}]}', now() - interval '1 second')`,
 		`INSERT INTO fleet_state (key) VALUES ('pause:*'), ('pause:supervisor:batch'), ('pause:queue:mail'),
 			('pause:queue:zeta'), ('terminate')`,
-		// mail ran 100..1000 ms within the window; old and lost attempts do not count.
+		// History is not read for runtimes: only fleet_runtime_counters.
 		`INSERT INTO fleet_jobs (job_id, queue, name, attempt, status, started_at, finished_at, runtime_ms)
-		 SELECT g, 'mail', 'a', 1, CASE WHEN g % 2 = 0 THEN 'completed' ELSE 'failed' END, now(), now() - interval '1 minute', g * 100
-		 FROM generate_series(1, 10) g`,
-		`INSERT INTO fleet_jobs (job_id, queue, name, attempt, status, started_at, finished_at, runtime_ms) VALUES
-			(11, 'mail', 'a', 1, 'completed', now(), now() - interval '10 minutes', 999999),
-			(12, 'mail', 'a', 1, 'lost', now(), now(), 999999)`,
+		 VALUES (11, 'mail', 'a', 1, 'completed', now(), now(), 999999)`,
+		`INSERT INTO fleet_runtime_counters (queue, name, shard, bucket, n, sum_ms) VALUES
+			('mail', 'a', 0, 2, 3, 60), ('mail', 'a', 5, 2, 1, 20), ('mail', 'a', 1, 7, 2, 1500)`,
 	)
 
 	got, err := st.ScrapeRead(ctx)
@@ -93,12 +91,9 @@ func TestScrapeRead(t *testing.T) {
 	if w := got.Queues[2].OldestWaitSecs; w < 60 || w > 90 {
 		t.Errorf("mail oldest wait: got %v s, want about 60", w)
 	}
-	if len(got.Runtimes) != 1 {
-		t.Fatalf("runtimes: got %+v", got.Runtimes)
-	}
-	r := got.Runtimes[0]
-	if r.Queue != "mail" || r.Jobs != 10 || math.Abs(r.MeanSecs-0.55) > 1e-9 || math.Abs(r.P95Secs-0.955) > 1e-9 {
-		t.Errorf("runtimes: got %+v, want mail 10 jobs, mean 0.55 s, p95 0.955 s", r)
+	wantRT := []store.ScrapeRuntime{{Queue: "mail", Name: "a", Bucket: 2, N: 4, SumMs: 80}, {Queue: "mail", Name: "a", Bucket: 7, N: 2, SumMs: 1500}}
+	if !reflect.DeepEqual(got.Runtimes, wantRT) {
+		t.Errorf("runtimes:\n got %+v\nwant %+v", got.Runtimes, wantRT)
 	}
 	got.Queues[2].OldestWaitSecs = 0
 	got.Runtimes = nil
@@ -129,6 +124,32 @@ func TestScrapeRead(t *testing.T) {
 // TestScrapeReadAs: of two masters reading, the first holds the exporter
 // lease and reads the fleet-wide fields; the other reads only its own
 // processes, until the holder releases the lease or stops renewing it.
+// TestScrapeRuntimeNames: the runtime histogram shows a queue's busiest
+// job names by name and sums the others under "other".
+func TestScrapeRuntimeNames(t *testing.T) {
+	pool := pgtest.Pool(t)
+	st := store.New(pool)
+	scrapeExec(t, pool, fmt.Sprintf(`INSERT INTO fleet_runtime_counters (queue, name, shard, bucket, n, sum_ms)
+		SELECT 'q', 'job' || g, 0, 1, 100 + g, g FROM generate_series(1, %d) g`, store.ScrapeRuntimeNames+3))
+	sc, err := st.ScrapeRead(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(sc.Runtimes) != store.ScrapeRuntimeNames+1 {
+		t.Fatalf("%d runtime rows, want %d", len(sc.Runtimes), store.ScrapeRuntimeNames+1)
+	}
+	var other store.ScrapeRuntime
+	for _, r := range sc.Runtimes {
+		if r.Name == store.ScrapeRuntimeOther {
+			other = r
+		}
+	}
+	// job1..job3 have the fewest attempts.
+	if other.N != 101+102+103 || other.SumMs != 6 {
+		t.Fatalf("other: %+v", other)
+	}
+}
+
 func TestScrapeReadAs(t *testing.T) {
 	pool := pgtest.Pool(t)
 	st := store.New(pool)
