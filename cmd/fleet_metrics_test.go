@@ -56,22 +56,26 @@ func scrapeSums(t *testing.T, base string) map[string]float64 {
 }
 
 // dbTotals reads what the fleet-wide families should sum to straight from
-// the database: pending jobs, attempts counted, and the processes in the
-// reports of the live masters.
+// the database: pending jobs, attempts and jobs counted, timed attempts, and
+// the processes in the reports of the live masters.
 func dbTotals(t *testing.T, pool *pgxpool.Pool) map[string]float64 {
 	t.Helper()
-	var pending, processed, procs float64
+	var pending, processed, attempts, jobs, timed, procs float64
 	err := pool.QueryRow(context.Background(), `
 		SELECT (SELECT count(*) FROM queue_jobs WHERE reserved_by IS NULL AND available_at <= now())::float8,
 		       (SELECT COALESCE(sum(processed), 0) FROM fleet_counters)::float8,
+		       (SELECT COALESCE(sum(completed + attempt_failed + timed_out + lost + cancelled), 0) FROM fleet_counters)::float8,
+		       (SELECT COALESCE(sum(completed + failed_final + retried + cancelled + requeued), 0) FROM fleet_counters)::float8,
+		       (SELECT COALESCE(sum(n), 0) FROM fleet_runtime_counters)::float8,
 		       (SELECT COALESCE(sum(p.value::numeric), 0) FROM fleet_masters m
 		        CROSS JOIN LATERAL jsonb_array_elements(m.report->'supervisors') s
 		        CROSS JOIN LATERAL jsonb_each(s.value->'processes') p
-		        WHERE m.kind = 'master' AND m.expires_at >= now())::float8`).Scan(&pending, &processed, &procs)
+		        WHERE m.kind = 'master' AND m.expires_at >= now())::float8`).Scan(&pending, &processed, &attempts, &jobs, &timed, &procs)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return map[string]float64{"pending": pending, "processed": processed, "processes": procs}
+	return map[string]float64{"pending": pending, "processed": processed, "attempts": attempts, "jobs": jobs,
+		"timed": timed, "processes": procs}
 }
 
 // TestMetricsSumOverMasters runs two real masters (fake children) on one
@@ -92,7 +96,10 @@ func TestMetricsSumOverMasters(t *testing.T) {
 	// Jobs of a queue no supervisor works, so they stay pending, and
 	// counters as workers would have left them.
 	mustExec(`INSERT INTO queue_jobs (queue, name) SELECT 'idle', 'j' FROM generate_series(1, 5)`)
-	mustExec(`INSERT INTO fleet_counters (queue, shard, processed, failed) VALUES ('idle', 0, 30, 2), ('idle', 3, 12, 1), ('mail', 1, 8, 0)`)
+	mustExec(`INSERT INTO fleet_counters (queue, shard, processed, failed, completed, attempt_failed, retried, failed_final) VALUES
+		('idle', 0, 30, 2, 28, 2, 1, 1), ('idle', 3, 12, 1, 11, 1, 1, 0), ('mail', 1, 8, 0, 8, 0, 0, 0)`)
+	mustExec(`INSERT INTO fleet_runtime_counters (queue, name, shard, bucket, n, sum_ms) VALUES
+		('idle', 'j', 0, 3, 20, 900), ('idle', 'j', 4, 3, 19, 800), ('mail', 'm', 1, 6, 8, 2000)`)
 
 	type running struct {
 		m    *master.Master
@@ -165,11 +172,14 @@ func TestMetricsSumOverMasters(t *testing.T) {
 		}
 		db := dbTotals(t, pool)
 		for family, want := range map[string]float64{
-			"fleet_metrics_exporter":     1,
-			"fleet_processes":            db["processes"],
-			"fleet_jobs_processed_total": db["processed"],
-			"fleet_jobs_failed_total":    3,
-			"fleet_masters":              float64(len(rs)),
+			"fleet_metrics_exporter":          1,
+			"fleet_processes":                 db["processes"],
+			"fleet_jobs_processed_total":      db["processed"],
+			"fleet_jobs_failed_total":         3,
+			"fleet_attempts_total":            db["attempts"],
+			"fleet_jobs_total":                db["jobs"],
+			"fleet_job_runtime_seconds_count": db["timed"],
+			"fleet_masters":                   float64(len(rs)),
 		} {
 			if total[family] != want {
 				t.Errorf("%s: sum of %s over the masters = %v, want %v", when, family, total[family], want)
