@@ -200,13 +200,26 @@ func (r *runner) runMaster(ctx context.Context, c *cobra.Command, cfg *config.Co
 			defer dashPool.Close()
 			dash = dashboard.New(fleet.FromConfig(dashPool, cfg), dashboard.Options{Path: cfg.Fleet.Path, Logger: settings.Logger})
 		}
-		stopHTTP, err := serveHTTP(ctx, addr, metrics.NewCollector(st.Pool(), metrics.Options{Beat: m.Membership(), Logger: settings.Logger}), m.Readiness, dash, settings.Logger)
+		col := metrics.NewCollector(st.Pool(), metrics.Options{
+			Beat: m.Membership(), Logger: settings.Logger, Master: m.Name(), Instance: m.Instance(),
+			Version: settings.Version, LongWait: cfg.Fleet.LongWait,
+		})
+		stopHTTP, err := serveHTTP(ctx, addr, col, m.Readiness, dash, settings.Logger)
 		if err != nil {
 			// A second master on the host (the default address taken) still
 			// supervises its workers; only its probes and gauges are missing.
 			settings.Logger.Warn("the master runs without its HTTP listener (/metrics, /healthz, /readyz, the dashboard)", "logger", "fleet", "err", err)
 		} else {
-			defer stopHTTP()
+			defer func() {
+				stopHTTP()
+				// Hand the fleet-wide families over to another master now
+				// rather than when the lease runs out.
+				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+				defer cancel()
+				if err := col.Release(rctx); err != nil {
+					settings.Logger.Warn("release the metrics exporter lease", "logger", "fleet", "err", err)
+				}
+			}()
 			fmt.Fprintf(c.OutOrStdout(), "serving /metrics, /healthz and /readyz on http://%s\n", addr)
 			if dash != nil {
 				fmt.Fprintf(c.OutOrStdout(), "serving the dashboard on http://%s%s (sign in with a token of app fleet:token create)\n", addr, dash.Path())

@@ -7,6 +7,7 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -55,7 +56,8 @@ func seed(t *testing.T, pool *pgxpool.Pool) {
 			('mail', 'm', now() - interval '1 hour', 'w1', 'm1', now(), 1),
 			('mail', 'm', now() - interval '1 hour', 'w2', 'm1', now(), 1),
 			('default', 'd', now() - interval '1 hour', 'w3', 'm1', now(), 1)`,
-		`INSERT INTO fleet_counters (queue, processed, failed) VALUES ('mail', 40, 3), ('default', 12, 0), ('drained', 7, 1)`,
+		`INSERT INTO fleet_counters (queue, processed, failed, completed, attempt_failed, timed_out, lost, cancelled, retried, failed_final, requeued)
+		 VALUES ('mail', 40, 3, 36, 1, 1, 1, 1, 2, 0, 1), ('default', 12, 0, 12, 0, 0, 0, 0, 0, 0, 0), ('drained', 7, 1, 6, 1, 0, 0, 0, 0, 1, 0)`,
 		`INSERT INTO fleet_masters (instance, name, host, pid, state, report, expires_at) VALUES
 			('i-m1', 'm1', 'h1', 1, 'running', '{"supervisors":[
 				{"name":"default","queues":["default","mail"],"balance":"auto","paused":false,"processes":{"default":1,"mail":3}},
@@ -64,12 +66,12 @@ func seed(t *testing.T, pool *pgxpool.Pool) {
 			('i-m2', 'm2', 'h2', 2, 'draining', '{"supervisors":[{"name":"default","queues":["mail"],"processes":{"mail":1}}]}', now() + interval '1 minute'),
 			('i-gone', 'gone', 'h3', 3, 'paused', '{"supervisors":[{"name":"default","processes":{"mail":50}}]}', now() - interval '1 second')`,
 		`INSERT INTO fleet_state (key) VALUES ('pause:*'), ('pause:supervisor:batch'), ('pause:queue:mail'), ('terminate')`,
-		// mail ran 100..1000 ms within the last 5 minutes; older attempts do not count.
+		// mail's job m ran 100..1000 ms: 1 at most 100 ms, 4 more at most
+		// 500 ms, 5 more at most 1 s; history is not read for runtimes.
+		`INSERT INTO fleet_runtime_counters (queue, name, shard, bucket, n, sum_ms) VALUES
+			('mail', 'm', 0, 4, 1, 100), ('mail', 'm', 3, 6, 4, 1400), ('mail', 'm', 0, 7, 2, 1300), ('mail', 'm', 9, 7, 3, 2700)`,
 		`INSERT INTO fleet_jobs (job_id, queue, name, attempt, status, started_at, finished_at, runtime_ms)
-		 SELECT g, 'mail', 'm', 1, 'completed', now(), now() - interval '1 minute', g * 100
-		 FROM generate_series(1, 10) g`,
-		`INSERT INTO fleet_jobs (job_id, queue, name, attempt, status, started_at, finished_at, runtime_ms)
-		 VALUES (11, 'default', 'd', 1, 'completed', now(), now() - interval '1 hour', 5000)`,
+		 VALUES (11, 'default', 'd', 1, 'completed', now(), now(), 5000)`,
 	)
 }
 
@@ -114,21 +116,58 @@ func (fakeBeat) Duplicates() uint64     { return 1 }
 func TestCollectorFamilies(t *testing.T) {
 	pool := pgtest.Pool(t)
 	seed(t, pool)
-	c := NewCollector(pool, Options{Beat: fakeBeat{}})
+	c := NewCollector(pool, Options{Beat: fakeBeat{}, Version: "v1.2.3", LongWait: map[string]int{"mail": 30, "default": 0}})
 	reg := prometheus.NewPedanticRegistry() // checks Describe against Collect
 	reg.MustRegister(c)
 
-	const want = `
-# HELP fleet_jobs_failed_total Jobs of the queue failed.
+	want := `
+# HELP fleet_build_info 1, labelled with the app's version and the Go version it was built with.
+# TYPE fleet_build_info gauge
+fleet_build_info{go_version="` + runtime.Version() + `",version="v1.2.3"} 1
+# HELP fleet_jobs_failed_total Attempts (not jobs) of the queue that failed, timed out or were lost.
 # TYPE fleet_jobs_failed_total counter
 fleet_jobs_failed_total{queue="default"} 0
 fleet_jobs_failed_total{queue="drained"} 1
 fleet_jobs_failed_total{queue="mail"} 3
-# HELP fleet_jobs_processed_total Jobs of the queue processed.
+# HELP fleet_jobs_processed_total Attempts (not jobs) of the queue processed: every attempt but snoozed ones. See fleet_attempts_total and fleet_jobs_total.
 # TYPE fleet_jobs_processed_total counter
 fleet_jobs_processed_total{queue="default"} 12
 fleet_jobs_processed_total{queue="drained"} 7
 fleet_jobs_processed_total{queue="mail"} 40
+# HELP fleet_attempts_total Attempts of the queue by outcome: completed, failed, timed_out, lost (its worker died) or cancelled.
+# TYPE fleet_attempts_total counter
+fleet_attempts_total{outcome="cancelled",queue="default"} 0
+fleet_attempts_total{outcome="cancelled",queue="drained"} 0
+fleet_attempts_total{outcome="cancelled",queue="mail"} 1
+fleet_attempts_total{outcome="completed",queue="default"} 12
+fleet_attempts_total{outcome="completed",queue="drained"} 6
+fleet_attempts_total{outcome="completed",queue="mail"} 36
+fleet_attempts_total{outcome="failed",queue="default"} 0
+fleet_attempts_total{outcome="failed",queue="drained"} 1
+fleet_attempts_total{outcome="failed",queue="mail"} 1
+fleet_attempts_total{outcome="lost",queue="default"} 0
+fleet_attempts_total{outcome="lost",queue="drained"} 0
+fleet_attempts_total{outcome="lost",queue="mail"} 1
+fleet_attempts_total{outcome="timed_out",queue="default"} 0
+fleet_attempts_total{outcome="timed_out",queue="drained"} 0
+fleet_attempts_total{outcome="timed_out",queue="mail"} 1
+# HELP fleet_jobs_total Jobs of the queue by what their attempt made of them: completed, failed (for good: moved to failed jobs), retried (to run again after a failed or timed out attempt), cancelled, or lost (to run again after its worker died).
+# TYPE fleet_jobs_total counter
+fleet_jobs_total{outcome="cancelled",queue="default"} 0
+fleet_jobs_total{outcome="cancelled",queue="drained"} 0
+fleet_jobs_total{outcome="cancelled",queue="mail"} 1
+fleet_jobs_total{outcome="completed",queue="default"} 12
+fleet_jobs_total{outcome="completed",queue="drained"} 6
+fleet_jobs_total{outcome="completed",queue="mail"} 36
+fleet_jobs_total{outcome="failed",queue="default"} 0
+fleet_jobs_total{outcome="failed",queue="drained"} 1
+fleet_jobs_total{outcome="failed",queue="mail"} 0
+fleet_jobs_total{outcome="lost",queue="default"} 0
+fleet_jobs_total{outcome="lost",queue="drained"} 0
+fleet_jobs_total{outcome="lost",queue="mail"} 1
+fleet_jobs_total{outcome="retried",queue="default"} 0
+fleet_jobs_total{outcome="retried",queue="drained"} 0
+fleet_jobs_total{outcome="retried",queue="mail"} 2
 # HELP fleet_master_beat_duration_seconds How long the beats of this master took.
 # TYPE fleet_master_beat_duration_seconds histogram
 fleet_master_beat_duration_seconds_bucket{le="0.01"} 1
@@ -166,15 +205,21 @@ fleet_queue_jobs{queue="mail",state="delayed"} 1
 fleet_queue_jobs{queue="mail",state="limited"} 0
 fleet_queue_jobs{queue="mail",state="pending"} 3
 fleet_queue_jobs{queue="mail",state="reserved"} 2
-# HELP fleet_queue_paused 1 for each queue paused in every supervisor.
+# HELP fleet_queue_paused 1 for each queue paused in every supervisor, 0 for the other queues.
 # TYPE fleet_queue_paused gauge
+fleet_queue_paused{queue="default"} 0
+fleet_queue_paused{queue="drained"} 0
 fleet_queue_paused{queue="mail"} 1
+# HELP fleet_queue_long_wait_threshold_seconds The queue's long-wait threshold (fleet.long_wait): an alert is raised when fleet_queue_oldest_wait_seconds reaches it.
+# TYPE fleet_queue_long_wait_threshold_seconds gauge
+fleet_queue_long_wait_threshold_seconds{queue="mail"} 30
 # HELP fleet_scrape_errors_total Reads of fleet state from the database that failed.
 # TYPE fleet_scrape_errors_total counter
 fleet_scrape_errors_total 0
-# HELP fleet_supervisor_paused 1 for each supervisor paused by name.
+# HELP fleet_supervisor_paused 1 for each supervisor paused by name, 0 for the others.
 # TYPE fleet_supervisor_paused gauge
 fleet_supervisor_paused{supervisor="batch"} 1
+fleet_supervisor_paused{supervisor="default"} 0
 `
 	// The two families with measured values are checked below.
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want),
@@ -182,6 +227,7 @@ fleet_supervisor_paused{supervisor="batch"} 1
 		"fleet_master_beat_duration_seconds", "fleet_master_beat_errors_total",
 		"fleet_masters", "fleet_paused_all", "fleet_processes", "fleet_queue_jobs",
 		"fleet_queue_paused", "fleet_scrape_errors_total", "fleet_supervisor_paused",
+		"fleet_build_info", "fleet_queue_long_wait_threshold_seconds", "fleet_attempts_total", "fleet_jobs_total",
 	); err != nil {
 		t.Error(err)
 	}
@@ -197,8 +243,8 @@ fleet_supervisor_paused{supervisor="batch"} 1
 			got[f.GetName()][labelString(m)] = m.GetGauge().GetValue() + m.GetCounter().GetValue()
 		}
 	}
-	if len(got) != 15 {
-		t.Errorf("got %d families, want 15", len(got))
+	if len(got) != 19 {
+		t.Errorf("got %d families, want 19", len(got))
 	}
 	if got["fleet_master_view_age_seconds"][""] != 1.5 || got["fleet_master_duplicate_names_total"][""] != 1 {
 		t.Errorf("view age %v, duplicates %v; want 1.5 and 1", got["fleet_master_view_age_seconds"], got["fleet_master_duplicate_names_total"])
@@ -208,9 +254,23 @@ fleet_supervisor_paused{supervisor="batch"} 1
 		!between(wait["queue=default"], 2, 32) {
 		t.Errorf("fleet_queue_oldest_wait_seconds: got %v, want mail ~30 s, default ~2 s, drained 0", wait)
 	}
-	rt := got["fleet_job_runtime_seconds"]
-	if len(rt) != 2 || math.Abs(rt["queue=mail,stat=mean"]-0.55) > 1e-9 || math.Abs(rt["queue=mail,stat=p95"]-0.955) > 1e-9 {
-		t.Errorf("fleet_job_runtime_seconds: got %v, want mail mean 0.55, p95 0.955, nothing for default", rt)
+	var hists []*dto.Metric
+	for _, f := range families {
+		if f.GetName() == "fleet_job_runtime_seconds" {
+			hists = f.GetMetric()
+		}
+	}
+	if len(hists) != 1 || labelString(hists[0]) != "name=m,queue=mail" {
+		t.Fatalf("fleet_job_runtime_seconds: %v", hists)
+	}
+	h := hists[0].GetHistogram()
+	cum := map[float64]uint64{}
+	for _, b := range h.GetBucket() {
+		cum[b.GetUpperBound()] = b.GetCumulativeCount()
+	}
+	if h.GetSampleCount() != 10 || math.Abs(h.GetSampleSum()-5.5) > 1e-9 || cum[0.05] != 0 || cum[0.1] != 1 ||
+		cum[0.25] != 1 || cum[0.5] != 5 || cum[1] != 10 || cum[1800] != 10 || len(cum) != len(store.RuntimeBoundsMs) {
+		t.Errorf("fleet_job_runtime_seconds{queue=mail,name=m}: count %d, sum %v, buckets %v", h.GetSampleCount(), h.GetSampleSum(), cum)
 	}
 
 	if problems, err := testutil.CollectAndLint(c); err != nil || len(problems) > 0 {
@@ -338,14 +398,14 @@ func TestCollectorReadError(t *testing.T) {
 # TYPE fleet_scrape_errors_total counter
 fleet_scrape_errors_total ` + strconv.Itoa(errors) + "\n"
 	}
-	if err := testutil.CollectAndCompare(c, strings.NewReader(want(1))); err != nil {
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want(1)), "fleet_scrape_errors_total"); err != nil {
 		t.Error(err)
 	}
-	if err := testutil.CollectAndCompare(c, strings.NewReader(want(1))); err != nil {
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want(1)), "fleet_scrape_errors_total"); err != nil {
 		t.Errorf("within the TTL, the failed read stands: %v", err)
 	}
 	clk.Add(DefaultCacheTTL)
-	if err := testutil.CollectAndCompare(c, strings.NewReader(want(2))); err != nil {
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want(2)), "fleet_scrape_errors_total"); err != nil {
 		t.Errorf("after the TTL: %v", err)
 	}
 	if n := strings.Count(logs.String(), "level=ERROR"); n != 1 {
@@ -361,7 +421,7 @@ fleet_scrape_errors_total ` + strconv.Itoa(errors) + "\n"
 
 	// The beat metrics come from the process and survive a failed read.
 	b := NewCollector(pool, Options{Beat: fakeBeat{}, Logger: slog.New(slog.DiscardHandler)})
-	if n := testutil.CollectAndCount(b); n != 5 {
-		t.Errorf("failed read with Beat: %d metrics, want 5 (scrape errors and four beat metrics)", n)
+	if n := testutil.CollectAndCount(b); n != 6 {
+		t.Errorf("failed read with Beat: %d metrics, want 6 (scrape errors, build info and four beat metrics)", n)
 	}
 }

@@ -19,7 +19,7 @@ import (
 func (s *Store) BenchTablesMissing(ctx context.Context) ([]string, error) {
 	rows, err := s.pool.Query(ctx, `
 		SELECT t FROM unnest($1::text[]) AS t WHERE to_regclass(t) IS NULL ORDER BY t`,
-		[]string{"queue_jobs", "queue_counts", "queue_failed_jobs", "fleet_jobs", "fleet_masters", "fleet_counters", "fleet_metrics", "fleet_state", "fleet_duties"})
+		[]string{"queue_jobs", "queue_counts", "queue_failed_jobs", "fleet_jobs", "fleet_masters", "fleet_counters", "fleet_runtime_counters", "fleet_metrics", "fleet_state", "fleet_duties"})
 	if err != nil {
 		return nil, fmt.Errorf("look for fleet's tables: %w", err)
 	}
@@ -60,6 +60,7 @@ func (s *Store) BenchCleanup(ctx context.Context, prefix string) (BenchCleanupRe
 		{"failed jobs", `DELETE FROM queue_failed_jobs WHERE left(queue, length($1)) = $1`, &res.FailedJobs},
 		{"history", `DELETE FROM fleet_jobs WHERE left(queue, length($1)) = $1`, &res.History},
 		{"counters", `DELETE FROM fleet_counters WHERE left(queue, length($1)) = $1`, nil},
+		{"runtime counters", `DELETE FROM fleet_runtime_counters WHERE left(queue, length($1)) = $1`, nil},
 		{"metrics", `DELETE FROM fleet_metrics WHERE kind = 'queue' AND left(subject, length($1)) = $1`, nil},
 	}
 	for _, st := range steps {

@@ -449,7 +449,7 @@ func jobFinishStatement(releases bool, shard string) string {
 		SELECT limit_key AS key, count(*)::integer AS n FROM changed
 		WHERE limit_key IS NOT NULL GROUP BY limit_key
 	), ` + limitHandoffCTEs + `, written AS (
-		SELECT d.id, d.queue, d.name, d.attempt, COALESCE(c.status, d.status) AS status, d.reserved, d.started,
+		SELECT d.id, d.queue, d.name, d.attempt, d.kind, COALESCE(c.status, d.status) AS status, d.reserved, d.started,
 		       d.finished, d.runtime, COALESCE(c.err, d.err) AS err, c.tags
 		FROM d JOIN changed c ON c.id = d.id AND c.lease = d.lease
 	), history AS (
@@ -462,6 +462,8 @@ func jobFinishStatement(releases bool, shard string) string {
 		` + counterUpsert + `
 		SELECT queue, ` + shard + `, ` + counterIncrements + `
 		FROM written GROUP BY queue ORDER BY queue` + counterConflict + `
+	), timed AS (
+		` + runtimeCounted("written", shard) + `
 	)
 	SELECT id, lease, ` + limitHandedQueues + ` FROM changed`
 }

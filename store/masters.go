@@ -248,10 +248,6 @@ func (s *Store) releaseLost(ctx context.Context, cond string, defaultTries int, 
 			       CASE WHEN cancel THEN 'cancelled by ' || COALESCE(cancelled_by, 'an operator') || '; ' || $%d ELSE $%d END,
 			       reserved_master, reserved_by, tags
 			FROM lost
-		), counted AS (
-			`+counterUpsert+`
-			SELECT queue, `+counterShard+`, count(*), count(*) FILTER (WHERE NOT cancel)
-			FROM lost GROUP BY queue ORDER BY queue`+counterConflict+`
 		), cancelled AS (
 			DELETE FROM queue_jobs j USING lost
 			WHERE j.id = lost.id AND lost.cancel
@@ -260,6 +256,13 @@ func (s *Store) releaseLost(ctx context.Context, cond string, defaultTries int, 
 			DELETE FROM queue_jobs j USING lost
 			WHERE j.id = lost.id AND NOT lost.cancel AND j.attempts >= COALESCE(j.max_tries, $%d)
 			RETURNING j.*
+		), counted AS (
+			`+counterUpsert+`
+			SELECT queue, `+counterShard+`, count(*), count(*) FILTER (WHERE NOT cancel),
+			       0, 0, 0, count(*) FILTER (WHERE NOT cancel), count(*) FILTER (WHERE cancel), 0,
+			       count(*) FILTER (WHERE id IN (SELECT id FROM failed)),
+			       count(*) FILTER (WHERE NOT cancel AND id NOT IN (SELECT id FROM failed))
+			FROM lost GROUP BY queue ORDER BY queue`+counterConflict+`
 		), moved AS (
 			INSERT INTO queue_failed_jobs (job_id, queue, name, payload, attempts, max_tries,
 			                               backoff_secs, timeout_ms, error, created_at, retry_of, limit_key, limit_n,

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -416,5 +417,44 @@ func TestJobListInRunOrder(t *testing.T) {
 	}
 	if got, want := names(store.JobListParams{Tag: "t:1", Limit: 10}), []string{"due-high", "delayed-high", "elsewhere"}; !slices.Equal(got, want) {
 		t.Errorf("tagged t:1 anywhere %v, want %v", got, want)
+	}
+}
+
+// TestScrapePlans: the scrape never reads the history, and a master that
+// does not hold the exporter lease reads no fleet-wide table at all: its
+// statement costs its own row and the lease's.
+func TestScrapePlans(t *testing.T) {
+	t.Parallel()
+	db := newGenericDB(t)
+	exec(t, db.pool, `INSERT INTO fleet_jobs (job_id, queue, name, attempt, status, started_at, finished_at, runtime_ms)
+		SELECT g, 'mail', 'n', 1, 'completed', now(), now() - g * interval '1 second', 10 FROM generate_series(1, 5000) g`)
+	exec(t, db.pool, `INSERT INTO queue_jobs (queue, name) SELECT 'q' || (g % 50), 'n' FROM generate_series(1, 2000) g`)
+	exec(t, db.pool, `INSERT INTO fleet_counters (queue, shard, processed) SELECT 'q' || g, 0, g FROM generate_series(1, 50) g`)
+	exec(t, db.pool, `INSERT INTO fleet_runtime_counters (queue, name, shard, bucket, n, sum_ms)
+		SELECT 'q' || (g % 50), 'n', 0, g / 50, 1, 1 FROM generate_series(0, 499) g`)
+	exec(t, db.pool, `ANALYZE`)
+	as := func(inst string) store.ScrapeAs { return store.ScrapeAs{Instance: inst, Lease: time.Minute} }
+	for range 6 { // as a cached statement would have been by now
+		if sc, err := db.st.ScrapeReadAs(t.Context(), as("i-holder")); err != nil || !sc.Exporter {
+			t.Fatalf("holder: exporter %v, %v", sc.Exporter, err)
+		}
+	}
+	read, plan := explainGeneric(t, db, db.rec.last(t))
+	if n := read.of("fleet_jobs"); n != 0 {
+		t.Fatalf("the holder's scrape read %d history rows (%s)\n%s", n, read, plan)
+	}
+	if read.of("fleet_counters") == 0 || read.of("fleet_runtime_counters") == 0 {
+		t.Fatalf("the holder's scrape did not read the counters (%s)", read)
+	}
+	for range 6 {
+		if sc, err := db.st.ScrapeReadAs(t.Context(), as("i-other")); err != nil || sc.Exporter {
+			t.Fatalf("other: exporter %v, %v", sc.Exporter, err)
+		}
+	}
+	read, plan = explainGeneric(t, db, db.rec.last(t))
+	for _, rel := range []string{"fleet_jobs", "fleet_counters", "fleet_runtime_counters", "queue_counts", "queue_jobs"} {
+		if n := read.of(rel); n != 0 {
+			t.Fatalf("a non-holder's scrape read %d rows of %s (%s)\n%s", n, rel, read, plan)
+		}
 	}
 }

@@ -7,9 +7,14 @@ import (
 	"time"
 )
 
-// ScrapeRuntimeWindow is how far back ScrapeRead looks in fleet_jobs for
-// runtimes.
-const ScrapeRuntimeWindow = 5 * time.Minute
+// ScrapeRuntimeNames is how many job names of a queue the runtime
+// histogram shows by name, those with the most attempts; the others are
+// summed under ScrapeRuntimeOther.
+const ScrapeRuntimeNames = 20
+
+// ScrapeRuntimeOther is the name the runtime histogram gives the job names
+// of a queue beyond its ScrapeRuntimeNames busiest.
+const ScrapeRuntimeOther = "other"
 
 // Scrape is everything the fleet_* gauges show, read in one statement.
 type Scrape struct {
@@ -29,9 +34,33 @@ type Scrape struct {
 	PausedQueues      []string `json:"paused_queues"`
 	// Counters holds the rows of fleet_counters, by queue.
 	Counters []ScrapeCounter `json:"counters"`
-	// Runtimes holds, by queue, the attempts finished within
-	// ScrapeRuntimeWindow (lost ones aside: no worker timed them).
+	// Runtimes holds the runtime histogram buckets that have attempts, by
+	// queue, job name (the ScrapeRuntimeNames busiest of the queue, the
+	// others as ScrapeRuntimeOther) and bucket. Lost attempts are not in
+	// it: no worker timed them.
 	Runtimes []ScrapeRuntime `json:"runtimes"`
+	// Exporter says the read holds the fleet-wide families: always for
+	// ScrapeRead, and for ScrapeReadAs when the caller holds the exporter
+	// lease. When it is false, every fleet-wide field above is empty.
+	Exporter bool `json:"exporter"`
+	// Own holds the worker processes of the caller's own master row (by
+	// supervisor then group); only ScrapeReadAs fills it.
+	Own []ScrapeProcesses `json:"own"`
+}
+
+// StateExporter is the fleet_state key of the exporter lease: the master
+// whose /metrics carries the fleet-wide families. Its value names the
+// holder's instance; updated_at is the last renewal.
+const StateExporter = "metrics:exporter"
+
+// ScrapeAs says who reads: a master instance taking part in the exporter
+// lease.
+type ScrapeAs struct {
+	// Instance is the reading master's instance id.
+	Instance string
+	// Lease is how long a holder keeps the exporter role without renewing
+	// it; each read by the holder renews it.
+	Lease time.Duration
 }
 
 // ScrapeQueue is how many jobs of one queue are pending (ready now), delayed
@@ -55,37 +84,64 @@ type ScrapeProcesses struct {
 	Processes  int    `json:"processes"`
 }
 
-// ScrapeCounter is one row of fleet_counters: the jobs of a queue processed
-// and failed since the counters began.
+// ScrapeCounter is the sum of a queue's rows of fleet_counters since the
+// counters began: its attempts processed and failed (failed, timed out or
+// lost), its attempts by outcome, and its jobs by what became of them
+// (Completed and Cancelled count both: such an attempt ends its job).
 type ScrapeCounter struct {
 	Queue     string `json:"queue"`
 	Processed int64  `json:"processed"`
 	Failed    int64  `json:"failed"`
+
+	Completed     int64 `json:"completed"`      // attempts completed, and so jobs
+	AttemptFailed int64 `json:"attempt_failed"` // attempts that failed with an error
+	TimedOut      int64 `json:"timed_out"`      // attempts that timed out
+	Lost          int64 `json:"lost"`           // attempts whose worker died
+	Cancelled     int64 `json:"cancelled"`      // attempts cancelled, and so jobs
+	Retried       int64 `json:"retried"`        // jobs released to run again after a failed or timed out attempt
+	FailedFinal   int64 `json:"failed_final"`   // jobs moved to failed jobs, their tries spent
+	Requeued      int64 `json:"requeued"`       // jobs released to run again after a lost attempt
 }
 
-// ScrapeRuntime is how many attempts of a queue finished within
-// ScrapeRuntimeWindow and their mean and 95th percentile runtime.
+// ScrapeRuntime is one bucket of the runtime histogram of a queue's job
+// name (fleet_runtime_counters summed over its shards): how many attempts
+// took at most store.RuntimeBoundsMs[Bucket] (more than the last bound when
+// Bucket is len(RuntimeBoundsMs)) and more than the bound before, and their
+// summed runtime.
 type ScrapeRuntime struct {
-	Queue    string  `json:"queue"`
-	Jobs     int64   `json:"jobs"`
-	MeanSecs float64 `json:"mean_secs"`
-	P95Secs  float64 `json:"p95_secs"`
+	Queue  string  `json:"queue"`
+	Name   string  `json:"name"`
+	Bucket int     `json:"bucket"`
+	N      int64   `json:"n"`
+	SumMs  float64 `json:"sum_ms"`
 }
 
 // scrapeSQL builds the whole scrape as one json document.
 //
 // Job counts come from queueCountsCTE: the trigger-maintained
-// queue_counts, not a scan of queue_jobs. fleet_jobs is read only with a finished_at bound, so that partitions
-// outside the window are pruned. A malformed supervisors document (not an
+// queue_counts, not a scan of queue_jobs; runtimes come from
+// fleet_runtime_counters, never from the history in fleet_jobs. A malformed supervisors document (not an
 // array, processes not an object, a count not a number) is skipped rather
 // than failing the scrape.
 var scrapeSQL = `
-	WITH ` + queueCountsCTE + `, ready AS (
+	WITH ex AS (
+		INSERT INTO fleet_state AS s (key, value, updated_at)
+		SELECT $6::text, jsonb_build_object('holder', $5::text), now() WHERE $5::text <> ''
+		ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, updated_at = now()
+		WHERE s.value->>'holder' = $5::text OR s.updated_at <= now() - $7 * interval '1 millisecond'
+		RETURNING true AS held
+	), flag AS (
+		SELECT $5::text = '' OR EXISTS (SELECT 1 FROM ex) AS exporting
+	), ` + queueCountsCTE + `, ready AS (
 		SELECT queue, pending, delayed, limited, oldest FROM qcounts
 	), reserved AS (
 		SELECT queue, reserved FROM qcounts
 	), counters AS (
-		SELECT queue, sum(processed)::bigint AS processed, sum(failed)::bigint AS failed
+		SELECT queue, sum(processed)::bigint AS processed, sum(failed)::bigint AS failed,
+		       sum(completed)::bigint AS completed, sum(attempt_failed)::bigint AS attempt_failed,
+		       sum(timed_out)::bigint AS timed_out, sum(lost)::bigint AS lost, sum(cancelled)::bigint AS cancelled,
+		       sum(retried)::bigint AS retried, sum(failed_final)::bigint AS failed_final,
+		       sum(requeued)::bigint AS requeued
 		FROM fleet_counters GROUP BY queue
 	), members AS (
 		SELECT CASE WHEN expires_at < now() THEN 'offline' WHEN state = 'draining' THEN 'draining' ELSE 'online' END AS state,
@@ -93,9 +149,12 @@ var scrapeSQL = `
 		FROM fleet_masters WHERE kind = 'master'
 	), live AS (
 		SELECT state, supervisors FROM members WHERE live
+	), runtime_per AS (
+		SELECT queue, name, bucket, sum(n) AS n, sum(sum_ms) AS sum_ms
+		FROM fleet_runtime_counters GROUP BY queue, name, bucket
 	)
 	SELECT json_build_object(
-		'queues', (
+		'queues', CASE WHEN (SELECT exporting FROM flag) THEN (
 			SELECT COALESCE(json_agg(json_build_object(
 				'queue', n.queue,
 				'pending', COALESCE(r.pending, 0),
@@ -107,11 +166,11 @@ var scrapeSQL = `
 			FROM (SELECT queue FROM ready UNION SELECT queue FROM reserved
 			      UNION SELECT queue FROM counters) n
 			LEFT JOIN ready r ON r.queue = n.queue
-			LEFT JOIN reserved x ON x.queue = n.queue),
-		'masters', (
+			LEFT JOIN reserved x ON x.queue = n.queue) ELSE '[]' END,
+		'masters', CASE WHEN (SELECT exporting FROM flag) THEN (
 			SELECT COALESCE(json_object_agg(state, n), '{}')
-			FROM (SELECT state, count(*) AS n FROM members GROUP BY state) m),
-		'processes', (
+			FROM (SELECT state, count(*) AS n FROM members GROUP BY state) m) ELSE '{}' END,
+		'processes', CASE WHEN (SELECT exporting FROM flag) THEN (
 			SELECT COALESCE(json_agg(json_build_object(
 				'supervisor', supervisor, 'group', grp, 'processes', n
 			) ORDER BY supervisor, grp), '[]')
@@ -124,38 +183,81 @@ var scrapeSQL = `
 				CROSS JOIN LATERAL jsonb_each(CASE WHEN jsonb_typeof(s.value->'processes') = 'object'
 					THEN s.value->'processes' ELSE '{}' END) p
 				WHERE jsonb_typeof(p.value) = 'number' AND s.value->>'name' IS NOT NULL
-				GROUP BY 1, 2) t),
-		'paused_all', EXISTS (SELECT 1 FROM fleet_state WHERE key = $1::text),
-		'paused_supervisors', (
+				GROUP BY 1, 2) t) ELSE '[]' END,
+		'own', (
+			SELECT COALESCE(json_agg(json_build_object(
+				'supervisor', s.value->>'name', 'group', p.key, 'processes', (p.value)::numeric::bigint
+			) ORDER BY s.value->>'name', p.key), '[]')
+			FROM fleet_masters m
+			CROSS JOIN LATERAL jsonb_array_elements(CASE WHEN jsonb_typeof(m.report->'supervisors') = 'array'
+				THEN m.report->'supervisors' ELSE '[]' END) s
+			CROSS JOIN LATERAL jsonb_each(CASE WHEN jsonb_typeof(s.value->'processes') = 'object'
+				THEN s.value->'processes' ELSE '{}' END) p
+			WHERE m.instance = $5::text AND jsonb_typeof(p.value) = 'number' AND s.value->>'name' IS NOT NULL),
+		'exporter', (SELECT exporting FROM flag),
+		'paused_all', (SELECT exporting FROM flag) AND EXISTS (SELECT 1 FROM fleet_state WHERE key = $1::text),
+		'paused_supervisors', CASE WHEN (SELECT exporting FROM flag) THEN (
 			SELECT COALESCE(json_agg(substr(key, length($2::text) + 1) ORDER BY key), '[]')
-			FROM fleet_state WHERE starts_with(key, $2::text)),
-		'paused_queues', (
+			FROM fleet_state WHERE starts_with(key, $2::text)) ELSE '[]' END,
+		'paused_queues', CASE WHEN (SELECT exporting FROM flag) THEN (
 			SELECT COALESCE(json_agg(substr(key, length($3::text) + 1) ORDER BY key), '[]')
-			FROM fleet_state WHERE starts_with(key, $3::text)),
-		'counters', (
+			FROM fleet_state WHERE starts_with(key, $3::text)) ELSE '[]' END,
+		'counters', CASE WHEN (SELECT exporting FROM flag) THEN (
 			SELECT COALESCE(json_agg(json_build_object(
-				'queue', queue, 'processed', processed, 'failed', failed
+				'queue', queue, 'processed', processed, 'failed', failed,
+				'completed', completed, 'attempt_failed', attempt_failed, 'timed_out', timed_out, 'lost', lost,
+				'cancelled', cancelled, 'retried', retried, 'failed_final', failed_final, 'requeued', requeued
 			) ORDER BY queue), '[]')
-			FROM counters),
-		'runtimes', (
+			FROM counters) ELSE '[]' END,
+		'runtimes', CASE WHEN (SELECT exporting FROM flag) THEN (
 			SELECT COALESCE(json_agg(json_build_object(
-				'queue', queue, 'jobs', jobs, 'mean_secs', mean_secs, 'p95_secs', p95_secs
-			) ORDER BY queue), '[]')
+				'queue', queue, 'name', name, 'bucket', bucket, 'n', n, 'sum_ms', sum_ms
+			) ORDER BY queue, name, bucket), '[]')
 			FROM (
-				SELECT queue, count(*) AS jobs,
-				       avg(runtime_ms) / 1000 AS mean_secs,
-				       percentile_cont(0.95) WITHIN GROUP (ORDER BY runtime_ms) / 1000 AS p95_secs
-				FROM fleet_jobs
-				WHERE finished_at > now() - $4 * interval '1 millisecond' AND status <> 'lost'
-				GROUP BY queue) t)
+				SELECT p.queue, CASE WHEN t.rank <= $4 THEN p.name ELSE $8::text END AS name, p.bucket,
+				       sum(p.n)::bigint AS n, sum(p.sum_ms)::float8 AS sum_ms
+				FROM runtime_per p
+				JOIN (SELECT queue, name, row_number() OVER (PARTITION BY queue ORDER BY sum(n) DESC, name) AS rank
+				      FROM runtime_per GROUP BY queue, name) t ON t.queue = p.queue AND t.name = p.name
+				GROUP BY 1, 2, 3) b) ELSE '[]' END
 	)`
 
 // ScrapeRead reads everything the fleet_* gauges show in one statement (one
 // round trip), taking every age from the database clock.
 func (s *Store) ScrapeRead(ctx context.Context) (Scrape, error) {
+	return s.scrapeRead(ctx, ScrapeAs{})
+}
+
+// ScrapeReadAs is ScrapeRead for one master of several, in one statement:
+// it takes or renews the exporter lease (StateExporter) for as.Instance
+// when the lease is free, held by as.Instance already, or not renewed
+// within as.Lease, and reads the fleet-wide fields only when it holds it
+// (Exporter). Of masters reading at the same moment of the database clock
+// exactly one holds the lease, so the fleet-wide families appear on one
+// master's /metrics. Own always holds the master's own processes.
+func (s *Store) ScrapeReadAs(ctx context.Context, as ScrapeAs) (Scrape, error) {
+	if as.Instance == "" || as.Lease <= 0 {
+		return Scrape{}, fmt.Errorf("read scrape as %q: an instance and a positive lease are needed", as.Instance)
+	}
+	return s.scrapeRead(ctx, as)
+}
+
+// ScrapeRelease gives up the exporter lease if instance holds it, so that
+// the next master to read takes it at once rather than after the lease.
+func (s *Store) ScrapeRelease(ctx context.Context, instance string) error {
+	_, err := s.pool.Exec(ctx, `
+		UPDATE fleet_state SET updated_at = '-infinity'
+		WHERE key = $1 AND value->>'holder' = $2`, StateExporter, instance)
+	if err != nil {
+		return fmt.Errorf("release the exporter lease of %s: %w", instance, err)
+	}
+	return nil
+}
+
+func (s *Store) scrapeRead(ctx context.Context, as ScrapeAs) (Scrape, error) {
 	var doc []byte
 	err := s.pool.QueryRow(ctx, scrapeSQL, StatePauseAll, StatePauseSupervisorPrefix, StatePauseQueuePrefix,
-		ScrapeRuntimeWindow.Milliseconds()).Scan(&doc)
+		ScrapeRuntimeNames, as.Instance, StateExporter, as.Lease.Milliseconds(), ScrapeRuntimeOther).Scan(&doc)
 	if err != nil {
 		return Scrape{}, fmt.Errorf("read scrape: %w", err)
 	}

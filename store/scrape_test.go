@@ -2,9 +2,10 @@ package store_test
 
 import (
 	"context"
-	"math"
+	"fmt"
 	"reflect"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -44,6 +45,7 @@ func TestScrapeRead(t *testing.T) {
 		Queues: []store.ScrapeQueue{}, Masters: map[string]int{}, Processes: []store.ScrapeProcesses{},
 		PausedSupervisors: []string{}, PausedQueues: []string{},
 		Counters: []store.ScrapeCounter{}, Runtimes: []store.ScrapeRuntime{},
+		Exporter: true, Own: []store.ScrapeProcesses{},
 	}
 	if !reflect.DeepEqual(empty, want) {
 		t.Fatalf("empty database:\n got %+v\nwant %+v", empty, want)
@@ -72,13 +74,11 @@ func TestScrapeRead(t *testing.T) {
 			('i-gone', 'gone', 'h5', 5, 'running', '{"supervisors":[{"name":"default","processes":{"mail":50}}]}', now() - interval '1 second')`,
 		`INSERT INTO fleet_state (key) VALUES ('pause:*'), ('pause:supervisor:batch'), ('pause:queue:mail'),
 			('pause:queue:zeta'), ('terminate')`,
-		// mail ran 100..1000 ms within the window; old and lost attempts do not count.
+		// History is not read for runtimes: only fleet_runtime_counters.
 		`INSERT INTO fleet_jobs (job_id, queue, name, attempt, status, started_at, finished_at, runtime_ms)
-		 SELECT g, 'mail', 'a', 1, CASE WHEN g % 2 = 0 THEN 'completed' ELSE 'failed' END, now(), now() - interval '1 minute', g * 100
-		 FROM generate_series(1, 10) g`,
-		`INSERT INTO fleet_jobs (job_id, queue, name, attempt, status, started_at, finished_at, runtime_ms) VALUES
-			(11, 'mail', 'a', 1, 'completed', now(), now() - interval '10 minutes', 999999),
-			(12, 'mail', 'a', 1, 'lost', now(), now(), 999999)`,
+		 VALUES (11, 'mail', 'a', 1, 'completed', now(), now(), 999999)`,
+		`INSERT INTO fleet_runtime_counters (queue, name, shard, bucket, n, sum_ms) VALUES
+			('mail', 'a', 0, 2, 3, 60), ('mail', 'a', 5, 2, 1, 20), ('mail', 'a', 1, 7, 2, 1500)`,
 	)
 
 	got, err := st.ScrapeRead(ctx)
@@ -91,12 +91,9 @@ func TestScrapeRead(t *testing.T) {
 	if w := got.Queues[2].OldestWaitSecs; w < 60 || w > 90 {
 		t.Errorf("mail oldest wait: got %v s, want about 60", w)
 	}
-	if len(got.Runtimes) != 1 {
-		t.Fatalf("runtimes: got %+v", got.Runtimes)
-	}
-	r := got.Runtimes[0]
-	if r.Queue != "mail" || r.Jobs != 10 || math.Abs(r.MeanSecs-0.55) > 1e-9 || math.Abs(r.P95Secs-0.955) > 1e-9 {
-		t.Errorf("runtimes: got %+v, want mail 10 jobs, mean 0.55 s, p95 0.955 s", r)
+	wantRT := []store.ScrapeRuntime{{Queue: "mail", Name: "a", Bucket: 2, N: 4, SumMs: 80}, {Queue: "mail", Name: "a", Bucket: 7, N: 2, SumMs: 1500}}
+	if !reflect.DeepEqual(got.Runtimes, wantRT) {
+		t.Errorf("runtimes:\n got %+v\nwant %+v", got.Runtimes, wantRT)
 	}
 	got.Queues[2].OldestWaitSecs = 0
 	got.Runtimes = nil
@@ -116,9 +113,95 @@ func TestScrapeRead(t *testing.T) {
 		PausedSupervisors: []string{"batch"},
 		PausedQueues:      []string{"mail", "zeta"},
 		Counters:          []store.ScrapeCounter{{Queue: "drained", Processed: 7}, {Queue: "mail", Processed: 40, Failed: 3}},
+		Exporter:          true,
+		Own:               []store.ScrapeProcesses{},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("scrape:\n got %+v\nwant %+v", got, want)
+	}
+}
+
+// TestScrapeReadAs: of two masters reading, the first holds the exporter
+// lease and reads the fleet-wide fields; the other reads only its own
+// processes, until the holder releases the lease or stops renewing it.
+// TestScrapeRuntimeNames: the runtime histogram shows a queue's busiest
+// job names by name and sums the others under "other".
+func TestScrapeRuntimeNames(t *testing.T) {
+	pool := pgtest.Pool(t)
+	st := store.New(pool)
+	scrapeExec(t, pool, fmt.Sprintf(`INSERT INTO fleet_runtime_counters (queue, name, shard, bucket, n, sum_ms)
+		SELECT 'q', 'job' || g, 0, 1, 100 + g, g FROM generate_series(1, %d) g`, store.ScrapeRuntimeNames+3))
+	sc, err := st.ScrapeRead(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(sc.Runtimes) != store.ScrapeRuntimeNames+1 {
+		t.Fatalf("%d runtime rows, want %d", len(sc.Runtimes), store.ScrapeRuntimeNames+1)
+	}
+	var other store.ScrapeRuntime
+	for _, r := range sc.Runtimes {
+		if r.Name == store.ScrapeRuntimeOther {
+			other = r
+		}
+	}
+	// job1..job3 have the fewest attempts.
+	if other.N != 101+102+103 || other.SumMs != 6 {
+		t.Fatalf("other: %+v", other)
+	}
+}
+
+func TestScrapeReadAs(t *testing.T) {
+	pool := pgtest.Pool(t)
+	st := store.New(pool)
+	ctx := t.Context()
+	scrapeExec(t, pool,
+		`INSERT INTO queue_jobs (queue, name) VALUES ('mail', 'a')`,
+		`INSERT INTO fleet_masters (instance, name, host, pid, state, report, expires_at) VALUES
+			('i-a', 'a', 'h1', 1, 'running', '{"supervisors":[{"name":"default","processes":{"mail":3}}]}', now() + interval '1 minute'),
+			('i-b', 'b', 'h2', 2, 'running', '{"supervisors":[{"name":"default","processes":{"mail":1,"x":"bad"}}]}', now() + interval '1 minute')`)
+	read := func(inst string, lease time.Duration) store.Scrape {
+		t.Helper()
+		sc, err := st.ScrapeReadAs(ctx, store.ScrapeAs{Instance: inst, Lease: lease})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sc
+	}
+	a := read("i-a", time.Minute)
+	b := read("i-b", time.Minute)
+	if !a.Exporter || len(a.Queues) != 1 || len(a.Processes) != 1 || a.Processes[0].Processes != 4 {
+		t.Fatalf("first reader: %+v", a)
+	}
+	if b.Exporter || len(b.Queues) != 0 || len(b.Processes) != 0 || len(b.Counters) != 0 || len(b.PausedQueues) != 0 {
+		t.Fatalf("second reader: %+v", b)
+	}
+	wantA := []store.ScrapeProcesses{{Supervisor: "default", Group: "mail", Processes: 3}}
+	wantB := []store.ScrapeProcesses{{Supervisor: "default", Group: "mail", Processes: 1}}
+	if !reflect.DeepEqual(a.Own, wantA) || !reflect.DeepEqual(b.Own, wantB) {
+		t.Fatalf("own processes: a %+v, b %+v", a.Own, b.Own)
+	}
+	if !read("i-a", time.Minute).Exporter {
+		t.Fatal("the holder lost the lease by renewing it")
+	}
+	if err := st.ScrapeRelease(ctx, "i-b"); err != nil { // not the holder: no change
+		t.Fatal(err)
+	}
+	if read("i-b", time.Minute).Exporter {
+		t.Fatal("a release by a non-holder freed the lease")
+	}
+	if err := st.ScrapeRelease(ctx, "i-a"); err != nil {
+		t.Fatal(err)
+	}
+	if !read("i-b", time.Minute).Exporter || read("i-a", time.Minute).Exporter {
+		t.Fatal("after the release the other master should hold the lease")
+	}
+	// A lease not renewed within its length passes to the next reader.
+	time.Sleep(20 * time.Millisecond)
+	if !read("i-a", 10*time.Millisecond).Exporter {
+		t.Fatal("a lapsed lease was not taken over")
+	}
+	if _, err := st.ScrapeReadAs(ctx, store.ScrapeAs{}); err == nil {
+		t.Fatal("no instance: want an error")
 	}
 }
 

@@ -1,0 +1,1 @@
+DROP TABLE IF EXISTS fleet_runtime_counters;
