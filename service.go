@@ -564,13 +564,21 @@ func (s *Service) ForgetAll(ctx context.Context, f FailedFilter) (int, error) {
 type Page struct {
 	Queue string
 	// Tag keeps only jobs carrying this tag (pending jobs only).
-	Tag    string
+	Tag string
+	// State keeps only jobs in this state, one of QueuedStates (pending
+	// jobs only).
+	State  string
 	Limit  int
 	Offset int
 }
 
+// QueuedStates are the states a pending job is in: pending (ready),
+// delayed (available later), limited (held by a rate limit) and reserved
+// (running).
+var QueuedStates = slices.Clone(store.QueuedStates)
+
 func (p Page) params() store.JobListParams {
-	return store.JobListParams{Queue: p.Queue, Tag: p.Tag, Limit: cmp.Or(p.Limit, 50), Offset: max(p.Offset, 0)}
+	return store.JobListParams{Queue: p.Queue, Tag: p.Tag, State: p.State, Limit: cmp.Or(p.Limit, 50), Offset: max(p.Offset, 0)}
 }
 
 // PendingJobs lists jobs not finished yet (pending, delayed, limited or

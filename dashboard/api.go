@@ -72,7 +72,7 @@ func (h *Handler) apiRoutes() []route {
 		{method: "GET", path: seg("overview"), ability: view, serve: h.overview},
 		{method: "GET", path: seg("workload"), ability: view, serve: h.workload},
 		{method: "GET", path: seg("masters"), ability: view, serve: h.masters},
-		{method: "GET", path: seg("jobs"), ability: view, params: []string{"status", "queue", "tag", "page"}, serve: h.jobs},
+		{method: "GET", path: seg("jobs"), ability: view, params: []string{"status", "queue", "tag", "state", "page"}, serve: h.jobs},
 		{method: "GET", path: seg("jobs/{id}"), ability: view, serve: h.job},
 		{method: "POST", path: seg("jobs/{id}/cancel"), ability: operate, serve: h.cancel},
 		{method: "GET", path: seg("failed"), ability: view, params: []string{"search", "queue", "tag", "page"}, serve: h.failedList},
@@ -287,6 +287,19 @@ func (c *call) tag() (string, error) {
 	return t[0], nil
 }
 
+// state reads the state filter of pending jobs: one of
+// fleet.QueuedStates ("" when not given).
+func (c *call) state() (string, error) {
+	s, ok := c.query["state"]
+	if !ok {
+		return "", nil
+	}
+	if !slices.Contains(fleet.QueuedStates, s[0]) {
+		return "", badParam("state", "must be one of %s, got %q", strings.Join(fleet.QueuedStates, ", "), s[0])
+	}
+	return s[0], nil
+}
+
 // id reads the path's {id}: a positive whole number.
 func (c *call) id(what string) (int64, error) {
 	s := c.vars["id"]
@@ -361,7 +374,14 @@ func (h *Handler) jobs(ctx context.Context, c *call) (int, any, error) {
 	if tag != "" && status != "pending" {
 		return 0, nil, badParam("tag", "filters pending jobs only (status=pending)")
 	}
-	p := fleet.Page{Queue: q, Tag: tag, Limit: perPage + 1, Offset: (page - 1) * perPage}
+	state, err := c.state()
+	if err != nil {
+		return 0, nil, err
+	}
+	if state != "" && status != "pending" {
+		return 0, nil, badParam("state", "filters pending jobs only (status=pending)")
+	}
+	p := fleet.Page{Queue: q, Tag: tag, State: state, Limit: perPage + 1, Offset: (page - 1) * perPage}
 	var jobs any
 	more := false
 	if status == "pending" {
@@ -379,7 +399,7 @@ func (h *Handler) jobs(ctx context.Context, c *call) (int, any, error) {
 		more, list = len(list) > perPage, list[:min(len(list), perPage)]
 		jobs = list
 	}
-	return http.StatusOK, map[string]any{"status": status, "queue": q, "tag": tag, "page": page, "per_page": perPage, "has_more": more, "jobs": jobs}, nil
+	return http.StatusOK, map[string]any{"status": status, "queue": q, "tag": tag, "state": state, "page": page, "per_page": perPage, "has_more": more, "jobs": jobs}, nil
 }
 
 func (h *Handler) job(ctx context.Context, c *call) (int, any, error) {

@@ -8,9 +8,11 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fleet-go/fleet"
 	"github.com/fleet-go/fleet/dashboard"
+	"github.com/fleet-go/fleet/queue"
 )
 
 // TestDashboardAPIAccess calls every route with no token, a view token
@@ -182,6 +184,9 @@ func TestDashboardAPIRefusals(t *testing.T) {
 		{"GET", "jobs?page=abc", "", "page"},
 		{"GET", "jobs?page=1&page=2", "", "page"},
 		{"GET", "jobs?queue=", "", "queue"},
+		{"GET", "jobs?state=running", "", "state"},
+		{"GET", "jobs?state=", "", "state"},
+		{"GET", "jobs?status=completed&state=pending", "", "state"},
 		{"GET", "jobs?limit=5", "", "limit"},
 		{"GET", "jobs/abc", "", "id"},
 		{"GET", "jobs/0", "", "id"},
@@ -339,5 +344,60 @@ func TestDashboardPage(t *testing.T) {
 	}
 	if resp, _ := get("/nothing"); resp.StatusCode != 404 {
 		t.Errorf("an unknown page: %d", resp.StatusCode)
+	}
+}
+
+// TestDashboardJobStates: pending jobs are filtered by state, alone and
+// with a queue; reserved is the running one.
+func TestDashboardJobStates(t *testing.T) {
+	t.Parallel()
+	b := setup(t, dashboard.Options{})
+	ctx := t.Context()
+	c := queue.NewClient(b.pool, queue.Defaults{})
+	later, err := c.Dispatch(ctx, queue.NewJob("mail.send", nil).OnQueue("mail").Delay(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.pool.Exec(ctx, `UPDATE queue_jobs SET reserved_by = 'w-1', reserved_at = now() WHERE id = $1`, b.pendingJobID); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		query string
+		want  []int64
+		n     int // when want is nil: how many
+	}{
+		{query: "state=delayed", want: []int64{later}},
+		{query: "state=delayed&queue=mail", want: []int64{later}},
+		{query: "state=delayed&queue=default", want: []int64{}},
+		{query: "state=reserved", want: []int64{b.pendingJobID}},
+		{query: "state=reserved&queue=mail", want: []int64{b.pendingJobID}},
+		{query: "state=limited", want: []int64{}},
+		{query: "state=pending", n: 2},
+		{query: "state=pending&queue=mail", n: 1},
+	} {
+		a := b.do(t, "GET", "jobs?"+tc.query, b.view, "")
+		js, _ := a.body["jobs"].([]any)
+		if a.code != http.StatusOK {
+			t.Errorf("%s: %d %s", tc.query, a.code, a.raw)
+			continue
+		}
+		state := strings.TrimPrefix(strings.SplitN(tc.query, "&", 2)[0], "state=")
+		var got []int64
+		for _, j := range js {
+			m := j.(map[string]any)
+			got = append(got, int64(m["id"].(float64)))
+			if m["state"] != state {
+				t.Errorf("%s: a job in state %v: %s", tc.query, m["state"], a.raw)
+			}
+		}
+		if a.body["state"] != state {
+			t.Errorf("%s: the answer's state is %v", tc.query, a.body["state"])
+		}
+		if tc.want != nil && !slices.Equal(got, tc.want) && !(len(got) == 0 && len(tc.want) == 0) {
+			t.Errorf("%s: jobs %v, want %v", tc.query, got, tc.want)
+		}
+		if tc.want == nil && len(got) != tc.n {
+			t.Errorf("%s: %d jobs, want %d: %v", tc.query, len(got), tc.n, got)
+		}
 	}
 }

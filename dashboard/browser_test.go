@@ -192,6 +192,20 @@ func (b *browser) eval(t *testing.T, js string) string {
 	return v
 }
 
+// screenshotDir is where the browser tests save their screenshots (see
+// EnvScreenshots), made when missing.
+func screenshotDir(t *testing.T) string {
+	t.Helper()
+	shots := os.Getenv(EnvScreenshots)
+	if shots == "" {
+		shots = filepath.Join(os.TempDir(), "fleet-dashboard-screenshots")
+	}
+	if err := os.MkdirAll(shots, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return shots
+}
+
 func (b *browser) screenshot(t *testing.T, dir, name string) {
 	t.Helper()
 	png, err := chromedp.Run(b.ctx, chromedp.CaptureScreenshot())
@@ -227,13 +241,7 @@ func (b *browser) confirm(t *testing.T) {
 // violated. It saves desktop and phone screenshots.
 func TestDashboardInBrowser(t *testing.T) {
 	t.Parallel()
-	shots := os.Getenv(EnvScreenshots)
-	if shots == "" {
-		shots = filepath.Join(os.TempDir(), "fleet-dashboard-screenshots")
-	}
-	if err := os.MkdirAll(shots, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	shots := screenshotDir(t)
 	br := newBrowser(t)
 	b := setup(t, dashboard.Options{Refresh: 400 * time.Millisecond})
 	var down atomic.Bool

@@ -99,10 +99,25 @@ type QueuedJob struct {
 
 // JobListParams pages through jobs of one queue (empty: every queue).
 type JobListParams struct {
-	Queue  string
-	Tag    string // only jobs carrying this tag; empty: any
+	Queue string
+	Tag   string // only jobs carrying this tag; empty: any
+	// State keeps only jobs in this state (QueuedStates); empty: any.
+	State  string
 	Limit  int
 	Offset int
+}
+
+// QueuedStates are the states of a queued job, as JobList reports them:
+// reserved is running.
+var QueuedStates = []string{"pending", "delayed", "limited", "reserved"}
+
+// stateConds are the conditions that select a queued state, matching the
+// CASE of queuedColumns.
+var stateConds = map[string]string{
+	"pending":  `reserved_by IS NULL AND available_at <= now()`,
+	"delayed":  `reserved_by IS NULL AND available_at > now() AND available_at <> 'infinity'`,
+	"limited":  `reserved_by IS NULL AND available_at = 'infinity'`,
+	"reserved": `reserved_by IS NOT NULL`,
 }
 
 // queuedColumns are the columns of a QueuedJob.
@@ -128,6 +143,13 @@ func (s *Store) JobList(ctx context.Context, p JobListParams) ([]QueuedJob, erro
 	var sql string
 	if p.Tag != "" {
 		f.add(`tags @> ARRAY[$?]::text[]`, p.Tag)
+	}
+	if p.State != "" {
+		cond, ok := stateConds[p.State]
+		if !ok {
+			return nil, fmt.Errorf("list jobs: unknown state %q", p.State)
+		}
+		f.conds = append(f.conds, cond)
 	}
 	if p.Queue == "" {
 		sql = `SELECT ` + queuedColumns + ` FROM queue_jobs` + f.where() + ` ORDER BY id` + f.page(p.Limit, p.Offset)

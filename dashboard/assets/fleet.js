@@ -15,6 +15,8 @@
   const who = document.getElementById('who');
   const signoutButton = document.getElementById('signout');
   const dialog = document.getElementById('confirm');
+  const gotoForm = document.getElementById('goto');
+  const gotoInput = document.getElementById('goto-id');
 
   let token = sessionStorage.getItem(TOKEN_KEY) || '';
   let abilities = [];
@@ -171,6 +173,7 @@
     generation++;
     view = null;
     nav.hidden = true;
+    gotoForm.hidden = true;
     signoutButton.hidden = true;
     who.textContent = '';
     hideBanner();
@@ -223,12 +226,26 @@
     abilities = me.abilities || [];
     sessionStorage.setItem(TOKEN_KEY, token);
     nav.hidden = false;
+    gotoForm.hidden = false;
     signoutButton.hidden = false;
     who.textContent = can('operate') ? 'signed in: view and operate' : 'signed in: view only';
     route();
   }
 
   signoutButton.addEventListener('click', () => signOut('Signed out.'));
+
+  // The "go to job" field opens a job's story by its id (#/job/ID).
+  gotoForm.addEventListener('submit', (ev) => {
+    ev.preventDefault();
+    const id = gotoInput.value.trim().replace(/^#/, '');
+    if (!/^[0-9]+$/.test(id) || Number(id) < 1) {
+      showBanner('A job id is a whole number from 1, not "' + id + '".');
+      gotoInput.focus();
+      return;
+    }
+    gotoInput.value = '';
+    location.hash = href('/job/' + id);
+  });
 
   // ---- confirmation --------------------------------------------------
 
@@ -283,7 +300,7 @@
     else if (a === 'jobs' && (b === 'pending' || b === 'completed')) {
       view = jobsView(b, query);
       navKey = b;
-    } else if (a === 'job' && b) {
+    } else if ((a === 'job' && b) || (a === 'jobs' && /^[0-9]+$/.test(b || ''))) {
       view = storyView('jobs/' + encodeURIComponent(b), null);
       navKey = '';
     } else if (a === 'failed' && b) {
@@ -349,7 +366,7 @@
     if (!rows.length) return h('div', { class: 'scroll' }, h('p', { class: 'empty' }, empty));
     return h('div', { class: 'scroll' }, h('table', null,
       h('thead', null, h('tr', null, columns.map((c) => h('th', { class: c.cls || null, scope: 'col' }, c.title)))),
-      h('tbody', null, rows.map((r) => h('tr', null, columns.map((c) => h('td', { class: c.cls || null }, c.cell(r))))))));
+      h('tbody', null, rows.map((r) => h('tr', null, columns.map((c) => h('td', { class: c.cls || null, 'data-label': c.title }, c.cell(r))))))));
   }
 
   function pager(page, hasMore, go, note) {
@@ -441,7 +458,7 @@
           { title: 'Workload', cls: 'num', cell: (q) => secs(q.workload_secs) },
           { title: 'Processes', cls: 'num', cell: (q) => num(q.processes) },
           { title: 'Jobs/min', cls: 'num', cell: (q) => num(q.jobs_per_minute) },
-          ...(can('operate') ? [{ title: '', cell: (q) => h('span', { class: 'row-actions' }, pauseButton('queue', q.queue, q.paused), clearButton(q)) }] : []),
+          ...(can('operate') ? [{ title: 'Actions', cls: 'act', cell: (q) => h('span', { class: 'row-actions' }, pauseButton('queue', q.queue, q.paused), clearButton(q)) }] : []),
         ], w.queues, 'No queue has jobs, recent history or processes.');
         queues.id = 'workload';
         const masters = m.masters.length
@@ -488,16 +505,25 @@
     return h('span', { class: 'tags' }, ...(tags || []).map((t) => h('code', null, t)));
   }
 
+  // STATES are the states a pending job can be filtered by: the API's
+  // value and what the page calls it.
+  const STATES = [['pending', 'Pending'], ['delayed', 'Delayed'], ['limited', 'Limited'], ['reserved', 'Running (reserved)']];
+
   function jobsView(status, query) {
     const page = Math.max(parseInt(query.get('page') || '1', 10) || 1, 1);
     const queue = query.get('queue') || '';
-    const tag = status === 'pending' ? query.get('tag') || '' : '';
+    const tagged = status === 'pending' ? query.get('tag') || '' : '';
+    const state = status === 'pending' && STATES.some(([v]) => v === query.get('state')) ? query.get('state') : '';
     const route = '/jobs/' + status;
-    const f = queueFilter(query, route, () => ({}), status === 'pending');
+    const stateSelect = status === 'pending' ? h('select', { id: 'state-filter', 'aria-label': 'state' },
+      h('option', { value: '' }, 'Any state'), STATES.map(([v, label]) => h('option', { value: v, selected: v === state }, label))) : null;
+    const f = queueFilter(query, route, () => (stateSelect && stateSelect.value ? { state: stateSelect.value } : {}), status === 'pending');
+    if (stateSelect) stateSelect.addEventListener('change', f.apply);
+    const filters = { queue, ...(tagged ? { tag: tagged } : {}), ...(state ? { state } : {}) };
     return {
       title: status === 'pending' ? 'Pending jobs' : 'Completed jobs',
-      head: () => [h('div', { class: 'toolbar' }, f.input, f.tagInput, h('button', { type: 'button', onclick: f.apply }, 'Filter'))],
-      load: () => api('GET', 'jobs?' + new URLSearchParams({ status, page, ...(queue ? { queue } : {}), ...(tag ? { tag } : {}) })),
+      head: () => [h('div', { class: 'toolbar' }, f.input, f.tagInput, stateSelect, h('button', { type: 'button', id: 'filter', onclick: f.apply }, 'Filter'))],
+      load: () => api('GET', 'jobs?' + new URLSearchParams({ status, page, ...(queue ? { queue } : {}), ...(tagged ? { tag: tagged } : {}), ...(state ? { state } : {}) })),
       draw: (d) => {
         const cols = status === 'pending' ? [
           { title: 'ID', cls: 'num', cell: (j) => link('/job/' + j.id, null, String(j.id)) },
@@ -510,7 +536,7 @@
           { title: 'Available', cell: (j) => ago(j.available_at) },
           { title: 'Created', cell: (j) => when(j.created_at) },
           { title: 'Reserved by', cls: 'name', cell: (j) => j.reserved_by || '' },
-          ...(can('operate') ? [{ title: '', cell: (j) => cancelButton(j.id, j.state === 'reserved') }] : []),
+          ...(can('operate') ? [{ title: 'Actions', cls: 'act', cell: (j) => cancelButton(j.id, j.state === 'reserved') }] : []),
         ] : [
           { title: 'Job', cls: 'num', cell: (j) => link('/job/' + j.job_id, null, String(j.job_id)) },
           { title: 'Name', cls: 'name', cell: (j) => j.name },
@@ -521,8 +547,9 @@
           { title: 'Worker', cls: 'name', cell: (j) => j.worker || '' },
         ];
         return h('div', null,
-          table(cols, d.jobs, status === 'pending' ? 'No job is waiting or running.' : 'No completed attempt in the history.'),
-          pager(d.page, d.has_more, (p) => { location.hash = href(route, { queue, ...(tag ? { tag } : {}), page: p }); }));
+          table(cols, d.jobs, status === 'pending' ? (queue || tagged || state ? 'No job matches.' : 'No job is waiting or running.')
+            : queue ? 'No completed attempt of this queue in the history.' : 'No completed attempt in the history.'),
+          pager(d.page, d.has_more, (p) => { location.hash = href(route, { ...filters, page: p }); }));
       },
     };
   }
@@ -566,7 +593,7 @@
           { title: 'Failed', cell: (j) => when(j.failed_at) },
           { title: 'Attempts', cls: 'num', cell: (j) => j.attempts + '/' + j.max_tries },
         ];
-        if (can('operate')) cols.push({ title: '', cell: (j) => failedActions(j.id, false) });
+        if (can('operate')) cols.push({ title: 'Actions', cls: 'act', cell: (j) => failedActions(j.id, false) });
         return h('div', null,
           table(cols, d.jobs, search || queue || tagged ? 'No failed job matches.' : 'No failed jobs.'),
           pager(d.page, d.page * d.per_page < d.total, (p) => { location.hash = href('/failed', { search, queue, ...(tagged ? { tag: tagged } : {}), page: p }); }, num(d.total) + ' in all'));
