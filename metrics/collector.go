@@ -9,6 +9,7 @@
 //	fleet_queue_jobs{queue,state}                gauge: state is pending, delayed, reserved or limited
 //	fleet_queue_oldest_wait_seconds{queue}       gauge: age of the oldest ready job, 0 with none
 //	fleet_queue_paused{queue}                    gauge: 1 for each paused queue, 0 for the others
+//	fleet_queue_unworked{queue}                  gauge: 1 for a queue no supervisor of a live master works, 0 for the others (absent with no live master)
 //	fleet_processes{[master,]supervisor,group}   gauge: worker processes of this master (of the live masters without Options.Instance)
 //	fleet_jobs_processed_total{queue}            counter: attempts (not jobs) processed, from fleet_counters
 //	fleet_jobs_failed_total{queue}               counter: attempts failed, timed out or lost, from fleet_counters
@@ -55,6 +56,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -150,6 +152,7 @@ type Collector struct {
 	queueJobs    *prometheus.Desc
 	queueOldest  *prometheus.Desc
 	queuePaused  *prometheus.Desc
+	queueUnwork  *prometheus.Desc
 	processes    *prometheus.Desc
 	exporter     *prometheus.Desc
 	buildInfo    *prometheus.Desc
@@ -237,6 +240,9 @@ func NewCollector(pool *pgxpool.Pool, opts Options) *Collector {
 		queuePaused: prometheus.NewDesc("fleet_queue_paused",
 			"1 for each queue paused in every supervisor, 0 for the other queues.",
 			[]string{"queue"}, nil),
+		queueUnwork: prometheus.NewDesc("fleet_queue_unworked",
+			"1 for a queue that masters are live but no supervisor of theirs works (its jobs wait for a master that works it), 0 for the other queues; absent while no master is live.",
+			[]string{"queue"}, nil),
 		processes: prometheus.NewDesc("fleet_processes", processHelp, processLabels, nil),
 		processed: prometheus.NewDesc("fleet_jobs_processed_total",
 			"Attempts (not jobs) of the queue processed: every attempt but snoozed ones. See fleet_attempts_total and fleet_jobs_total.",
@@ -293,7 +299,7 @@ func NewCollector(pool *pgxpool.Pool, opts Options) *Collector {
 // Describe sends the descriptors of every family the collector emits.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
-		c.queueJobs, c.queueOldest, c.queuePaused, c.processes, c.processed, c.failed, c.attempts, c.jobs,
+		c.queueJobs, c.queueOldest, c.queuePaused, c.queueUnwork, c.processes, c.processed, c.failed, c.attempts, c.jobs,
 		c.runtime, c.masters, c.supPaused, c.pausedAll, c.scrapeErrors,
 	} {
 		ch <- d
@@ -349,6 +355,24 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for _, q := range slices.Sorted(maps.Keys(paused)) {
 		gauge(c.queuePaused, paused[q], q)
+	}
+	// A queue is worked when some live master's supervisor has a group
+	// for it (the groups of every supervisor are reported, with 0
+	// processes too).
+	if live := sc.Masters["online"] + sc.Masters["draining"]; live > 0 && len(sc.Queues) > 0 {
+		worked := map[string]bool{}
+		for _, p := range sc.Processes {
+			for _, q := range strings.Split(p.Group, ",") {
+				worked[q] = true
+			}
+		}
+		for _, q := range sc.Queues {
+			v := 1.0
+			if worked[q.Queue] {
+				v = 0
+			}
+			gauge(c.queueUnwork, v, q.Queue)
+		}
 	}
 	if sc.Exporter {
 		for _, q := range slices.Sorted(maps.Keys(c.thresholds)) {

@@ -220,6 +220,11 @@ fleet_scrape_errors_total 0
 # TYPE fleet_supervisor_paused gauge
 fleet_supervisor_paused{supervisor="batch"} 1
 fleet_supervisor_paused{supervisor="default"} 0
+# HELP fleet_queue_unworked 1 for a queue that masters are live but no supervisor of theirs works (its jobs wait for a master that works it), 0 for the other queues; absent while no master is live.
+# TYPE fleet_queue_unworked gauge
+fleet_queue_unworked{queue="default"} 0
+fleet_queue_unworked{queue="drained"} 1
+fleet_queue_unworked{queue="mail"} 0
 `
 	// The two families with measured values are checked below.
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want),
@@ -228,6 +233,7 @@ fleet_supervisor_paused{supervisor="default"} 0
 		"fleet_masters", "fleet_paused_all", "fleet_processes", "fleet_queue_jobs",
 		"fleet_queue_paused", "fleet_scrape_errors_total", "fleet_supervisor_paused",
 		"fleet_build_info", "fleet_queue_long_wait_threshold_seconds", "fleet_attempts_total", "fleet_jobs_total",
+		"fleet_queue_unworked",
 	); err != nil {
 		t.Error(err)
 	}
@@ -243,8 +249,8 @@ fleet_supervisor_paused{supervisor="default"} 0
 			got[f.GetName()][labelString(m)] = m.GetGauge().GetValue() + m.GetCounter().GetValue()
 		}
 	}
-	if len(got) != 19 {
-		t.Errorf("got %d families, want 19", len(got))
+	if len(got) != 20 {
+		t.Errorf("got %d families, want 20", len(got))
 	}
 	if got["fleet_master_view_age_seconds"][""] != 1.5 || got["fleet_master_duplicate_names_total"][""] != 1 {
 		t.Errorf("view age %v, duplicates %v; want 1.5 and 1", got["fleet_master_view_age_seconds"], got["fleet_master_duplicate_names_total"])
