@@ -214,6 +214,12 @@ type ClaimedJob struct {
 	Metadata    []byte   // nil: none
 	// Snoozes counts the attempts that ended with a snooze.
 	Snoozes int
+	// ClockOffset is the database clock minus this host's, measured by the
+	// claim (ReservedAt against the middle of the round trip, so within
+	// half of it): a worker adds it to the times it takes from its own
+	// clock, so that an attempt's history is on the database clock
+	// throughout and never starts before its reservation.
+	ClockOffset time.Duration
 }
 
 // Lease is the lease of the claimed job.
@@ -249,11 +255,13 @@ func (s *Store) JobClaim(ctx context.Context, p JobClaimParams) ([]ClaimedJob, e
 	if p.Master == "" {
 		sql, args = jobClaimUnfencedSQL, args[:3]
 	}
+	sent := time.Now()
 	rows, err := s.pool.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, fmt.Errorf("claim jobs on %q: %w", p.Queue, err)
 	}
 	defer rows.Close()
+	mid := sent.Add(time.Since(sent) / 2)
 	// The scan's destinations are the fields of one value, reused for
 	// every row: a claim of a thousand jobs then allocates them once, not
 	// once per row, which a drain at full speed feels.
@@ -277,6 +285,7 @@ func (s *Store) JobClaim(ctx context.Context, p JobClaimParams) ([]ClaimedJob, e
 		}
 		j := v.j
 		j.Priority, j.Snoozes = int(v.priority), int(v.snoozes)
+		j.ClockOffset = j.ReservedAt.Sub(mid)
 		if v.backoff != nil {
 			j.BackoffSecs = make([]int, len(v.backoff))
 			for i, b := range v.backoff {

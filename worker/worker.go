@@ -836,7 +836,8 @@ func (w *Worker) outcome(j store.ClaimedJob, started, ended time.Time, kind stor
 	return store.JobOutcome{
 		Lease: j.Lease(), Kind: kind, Status: status, Error: msg, MaxTries: j.MaxTries,
 		Queue: j.Queue, Name: j.Name, Attempt: j.Attempt, ReservedAt: j.ReservedAt,
-		StartedAt: started, FinishedAt: ended,
+		// On the database clock, as ReservedAt (see ClaimedJob.ClockOffset).
+		StartedAt: started.Add(j.ClockOffset), FinishedAt: ended.Add(j.ClockOffset),
 		RuntimeMs: float64(ended.Sub(started).Microseconds()) / 1000,
 	}
 }
