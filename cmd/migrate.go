@@ -103,7 +103,24 @@ func (r *runner) migrateCommand() *cobra.Command {
 	down.Flags().IntVar(&steps, "steps", 1, "how many migrations to roll back")
 	_ = down.MarkFlagRequired("set")
 	c.PersistentFlags().BoolVar(&asJSON, "json", false, "print JSON")
-	c.AddCommand(status, down)
+	var sqlSet string
+	printSQL := &cobra.Command{
+		Use:   "sql [--set queue|fleet]",
+		Short: "Print the SQL of every migration, for a migration tool of your own (needs no database)",
+		Long: "Prints each up migration of the queue then the fleet set (or of --set) as a transaction of its own, " +
+			"which also records its version in the set's table (queue_schema_migrations, fleet_schema_migrations), " +
+			"so that `app migrate` and `app migrate status` agree with a database migrated from it. Run it on a " +
+			"database that has none of them, or keep only the migrations after the version it records.",
+		Args: cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			if err := migrations.WriteSQL(c.OutOrStdout(), sqlSet); err != nil {
+				return usage(err)
+			}
+			return nil
+		},
+	}
+	printSQL.Flags().StringVar(&sqlSet, "set", "", "only this set: queue or fleet")
+	c.AddCommand(status, down, printSQL)
 	return c
 }
 

@@ -11,7 +11,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
+	"slices"
 	"strings"
 
 	"github.com/golang-migrate/migrate/v4"
@@ -262,4 +264,69 @@ func Fingerprint() string {
 		return nil
 	})
 	return hex.EncodeToString(h.Sum(nil))[:12]
+}
+
+// WriteSQL writes every up migration of the named set ("" for both, in
+// the order Up applies them) as one SQL script, for teams that apply
+// migrations with a tool of their own. Each migration is a transaction of
+// its own that also records its version where Up and Status look for it
+// (the set's table), so that `app migrate` and `app migrate status` agree
+// with a database migrated from the script; a migration already recorded
+// is applied again, so run the script on a database that has none of
+// them, or take the migrations after its version.
+func WriteSQL(w io.Writer, setName string) error {
+	if setName != "" {
+		if _, ok := findSet(setName); !ok {
+			return fmt.Errorf("no migration set named %q (want queue or fleet)", setName)
+		}
+	}
+	for _, set := range Sets() {
+		if setName != "" && set.Name != setName {
+			continue
+		}
+		versions, err := versionsOf(set)
+		if err != nil {
+			return err
+		}
+		slices.Sort(versions)
+		for _, v := range versions {
+			name, body, err := upFile(set, v)
+			if err != nil {
+				return err
+			}
+			_, err = fmt.Fprintf(w, `-- fleet migration set %q, version %d (%s)
+BEGIN;
+%s
+CREATE TABLE IF NOT EXISTS %s (version bigint NOT NULL PRIMARY KEY, dirty boolean NOT NULL);
+DELETE FROM %s;
+INSERT INTO %s (version, dirty) VALUES (%d, false);
+COMMIT;
+
+`, set.Name, v, name, strings.TrimSpace(body), set.Table, set.Table, set.Table, v)
+			if err != nil {
+				return fmt.Errorf("write the SQL of set %q: %w", set.Name, err)
+			}
+		}
+	}
+	return nil
+}
+
+// upFile returns the name and text of the up migration of set with
+// version v.
+func upFile(set Set, v uint) (string, string, error) {
+	entries, err := fs.ReadDir(files, set.Name)
+	if err != nil {
+		return "", "", fmt.Errorf("read embedded set %q: %w", set.Name, err)
+	}
+	for _, e := range entries {
+		var n uint
+		if _, err := fmt.Sscanf(e.Name(), "%d_", &n); err == nil && n == v && strings.HasSuffix(e.Name(), ".up.sql") {
+			b, err := fs.ReadFile(files, set.Name+"/"+e.Name())
+			if err != nil {
+				return "", "", fmt.Errorf("read embedded %s: %w", e.Name(), err)
+			}
+			return e.Name(), string(b), nil
+		}
+	}
+	return "", "", fmt.Errorf("embedded set %q has no up migration %d", set.Name, v)
 }
