@@ -242,6 +242,7 @@ func (r *runner) rootCommand() *cobra.Command {
 		r.benchCommand(),
 		r.versionCommand(r.version),
 	)
+	r.completeNames(root)
 	return root
 }
 
