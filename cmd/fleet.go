@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"os/signal"
 	"path/filepath"
 	"slices"
@@ -75,7 +74,6 @@ func masterSettings(cfg *config.Config, sups []supervisor.Supervisor, version st
 		OnStop:          cfg.Fleet.OnStop,
 		Linger:          time.Duration(cfg.Fleet.LingerSecs) * time.Second,
 		StartTimeout:    time.Duration(cfg.Fleet.StartTimeoutSecs) * time.Second,
-		Name:            masterName(cfg),
 		DefaultTries:    cfg.Queue.Tries,
 		DefaultTimeout:  timeout,
 		TimeoutGrace:    time.Duration(cfg.Queue.TimeoutGraceSecs) * time.Second,
@@ -83,16 +81,51 @@ func masterSettings(cfg *config.Config, sups []supervisor.Supervisor, version st
 	}
 }
 
-// masterName is fleet.name, else the variable fleet.name_env names, else
-// empty (the master's default, host:pid:nonce).
-func masterName(cfg *config.Config) string {
+// masterName is fleet.name, else the variable fleet.name_env names (looked
+// up with getenv, in the app's environment), else empty (the master's
+// default, host:pid:nonce).
+func masterName(cfg *config.Config, getenv func(string) string) string {
 	if cfg.Fleet.Name != "" {
 		return cfg.Fleet.Name
 	}
 	if cfg.Fleet.NameEnv != "" {
-		return os.Getenv(cfg.Fleet.NameEnv)
+		return getenv(cfg.Fleet.NameEnv)
 	}
 	return ""
+}
+
+// getenv looks key up in the app's environment (App.Environ), the last
+// entry winning as in a process environment.
+func (r *runner) getenv(key string) string {
+	v := ""
+	for _, kv := range r.app.Environ {
+		if k, val, ok := strings.Cut(kv, "="); ok && k == key {
+			v = val
+		}
+	}
+	return v
+}
+
+// checkNameEnv checks the master name read from the variable
+// fleet.name_env names, as config checks fleet.name: at most
+// config.MaxMasterNameBytes, no tab, newline or brace. An overlong value
+// is cut in the message.
+func checkNameEnv(cfg *config.Config, getenv func(string) string) error {
+	if cfg.Fleet.Name != "" || cfg.Fleet.NameEnv == "" {
+		return nil
+	}
+	v := getenv(cfg.Fleet.NameEnv)
+	shown := v
+	if len(shown) > 64 {
+		shown = strings.ToValidUTF8(shown[:64], "") + "…"
+	}
+	switch {
+	case len(v) > config.MaxMasterNameBytes:
+		return fmt.Errorf("fleet.name_env: $%s must be at most %d bytes, got %d bytes (%q)", cfg.Fleet.NameEnv, config.MaxMasterNameBytes, len(v), shown)
+	case strings.ContainsAny(v, "\t\n\r{}"):
+		return fmt.Errorf("fleet.name_env: $%s must hold no tab, newline or brace, got %q", cfg.Fleet.NameEnv, shown)
+	}
+	return nil
 }
 
 func (r *runner) fleetCommand() *cobra.Command {
@@ -154,7 +187,11 @@ func (r *runner) fleet(c *cobra.Command, _ []string) error {
 // newMaster builds the master the configuration describes, with the app's
 // long-wait listeners; the demo and the fleet command share it.
 func (r *runner) newMaster(cfg *config.Config, sups []supervisor.Supervisor, st *store.Store, sp spawner.Spawner) (*master.Master, master.Settings, error) {
+	if err := checkNameEnv(cfg, r.getenv); err != nil {
+		return nil, master.Settings{}, err
+	}
 	settings := masterSettings(cfg, sups, versionInfo(r.app.Version).Short())
+	settings.Name = masterName(cfg, r.getenv)
 	settings.Logger = r.logger(cfg)
 	onLongWait, err := r.longWaitListeners(cfg, settings.Logger)
 	if err != nil {

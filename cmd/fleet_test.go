@@ -258,3 +258,20 @@ func TestDispatchToAQueueNoMasterWorksWarns(t *testing.T) {
 		t.Fatalf("workload --json: %s", js.stdout)
 	}
 }
+
+// A master name taken from the variable fleet.name_env names is checked as
+// fleet.name is: too long or with a newline, the master does not start,
+// and the error names the key and the variable, with the value cut.
+func TestMasterNameFromTheEnvironmentIsChecked(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	for _, c := range []struct{ value, want string }{
+		{strings.Repeat("n", 300), "fleet.name_env: $FLEET_HOST_LABEL must be at most 200 bytes, got 300 bytes"},
+		{"web\n1", "fleet.name_env: $FLEET_HOST_LABEL must hold no tab, newline or brace"},
+	} {
+		r := run(t, t.TempDir(), fleetEnv(url, "APP_FLEET__NAME_ENV=FLEET_HOST_LABEL", "FLEET_HOST_LABEL="+c.value), "fleet")
+		if r.code == 0 || !strings.Contains(r.stderr, c.want) || strings.Contains(r.stderr, strings.Repeat("n", 100)) {
+			t.Errorf("name %.20q: %+v, want a failure saying %q with the value cut", c.value, r, c.want)
+		}
+	}
+}
