@@ -125,6 +125,11 @@ type MetricsRow struct {
 	WaitSecs      float64   `json:"wait_secs"`
 	ClearSecs     *float64  `json:"clear_secs"`
 	Pending       int64     `json:"pending"`
+	// BacklogSeen says some minute of the bucket recorded its own backlog;
+	// false: Pending, WaitSecs and ClearSecs say nothing of the bucket
+	// (its snapshots were written late, or by a master that did not see
+	// the minute end).
+	BacklogSeen bool `json:"backlog_seen"`
 }
 
 // convert converts store rows to this package's identical types.

@@ -1,6 +1,7 @@
 package dashboard
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -597,8 +598,72 @@ func (h *Handler) metrics(ctx context.Context, c *call) (int, any, error) {
 	span := metricsSpan[period]
 	return http.StatusOK, map[string]any{
 		"period": period, "at": at, "span_secs": span[0].Seconds(), "bucket_secs": span[1].Seconds(),
-		"kind": kind, "subject": subject, "queues": queues, "jobs": jobs, "rows": kept,
+		"kind": kind, "subject": subject, "queues": queues, "jobs": jobs, "rows": metricsPoints(kept, at, span[0], span[1]),
 	}, nil
+}
+
+// metricsPoint is a bucket of the metrics answer. Observed false: no
+// snapshot of the subject exists for the bucket (no master wrote one), and
+// its figures are not zeros but unknown. Pending, WaitSecs and ClearSecs
+// are null when the bucket's snapshots did not see their own backlog.
+type metricsPoint struct {
+	fleet.MetricsRow
+	Observed  bool     `json:"observed"`
+	Pending   *int64   `json:"pending"`
+	WaitSecs  *float64 `json:"wait_secs"`
+	ClearSecs *float64 `json:"clear_secs"`
+}
+
+// metricsGrace is how long after a bucket ends its snapshot may still be
+// on its way: a later bucket without one is not yet a gap.
+const metricsGrace = time.Minute
+
+// metricsPoints gives each subject of rows a point for every bucket of
+// [at-span, at] that ended metricsGrace before at, unobserved where it has
+// no row, ordered like rows: by time, kind and subject.
+func metricsPoints(rows []fleet.MetricsRow, at time.Time, span, bucket time.Duration) []metricsPoint {
+	type key struct {
+		t             int64
+		kind, subject string
+	}
+	type subj struct{ kind, subject string }
+	have := map[key]fleet.MetricsRow{}
+	var subjects []subj
+	for _, r := range rows {
+		have[key{r.TakenAt.UnixNano(), r.Kind, r.Subject}] = r
+		if s := (subj{r.Kind, r.Subject}); !slices.Contains(subjects, s) {
+			subjects = append(subjects, s)
+		}
+	}
+	slices.SortFunc(subjects, func(a, b subj) int {
+		return cmp.Or(cmp.Compare(a.kind, b.kind), cmp.Compare(a.subject, b.subject))
+	})
+	var times []time.Time
+	for t := at.Add(-span).Truncate(bucket); !t.Add(bucket + metricsGrace).After(at); t = t.Add(bucket) {
+		times = append(times, t)
+	}
+	for _, r := range rows { // the bucket in progress, when it has rows
+		if !slices.ContainsFunc(times, r.TakenAt.Equal) {
+			times = append(times, r.TakenAt)
+		}
+	}
+	slices.SortFunc(times, func(a, b time.Time) int { return a.Compare(b) })
+	out := make([]metricsPoint, 0, len(times)*len(subjects))
+	for _, t := range times {
+		for _, s := range subjects {
+			r, ok := have[key{t.UnixNano(), s.kind, s.subject}]
+			if !ok {
+				out = append(out, metricsPoint{MetricsRow: fleet.MetricsRow{TakenAt: t, Kind: s.kind, Subject: s.subject}})
+				continue
+			}
+			p := metricsPoint{MetricsRow: r, Observed: true}
+			if r.BacklogSeen {
+				p.Pending, p.WaitSecs, p.ClearSecs = &r.Pending, &r.WaitSecs, r.ClearSecs
+			}
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // target is the body of pause and continue: a supervisor, a queue, or

@@ -352,6 +352,9 @@ func TestDashboardInBrowser(t *testing.T) {
 	// Metrics, drawn as SVG.
 	br.do(t, "open the metrics", chromedp.Navigate(b.base+"#/metrics?period=hour"))
 	br.wait(t, "the charts", `document.querySelectorAll('#charts svg path').length >= 4`)
+	// The snapshots cover the last 5 minutes of the hour: the minutes
+	// before them are a gap in the jobs-per-minute chart, not zeros.
+	br.wait(t, "a gap in the charts", `document.querySelectorAll('#charts svg rect.gap').length >= 1`)
 	br.screenshot(t, shots, "desktop-metrics.png")
 
 	// A phone: nothing wider than the screen but the tables' own scroll.

@@ -305,13 +305,20 @@ type MetricsRow struct {
 	WaitSecs      float64   `json:"wait_secs"`
 	ClearSecs     *float64  `json:"clear_secs"`
 	Pending       int64     `json:"pending"`
+	// BacklogSeen says some minute of the bucket recorded its own backlog;
+	// false: Pending, WaitSecs and ClearSecs say nothing of the bucket
+	// (its snapshots were written late, or by a master that did not see
+	// the minute end).
+	BacklogSeen bool `json:"backlog_seen"`
 }
 
 // MetricsList returns the snapshots taken since since, oldest first,
 // merged into buckets of bucket (one minute or more): attempts and failures
 // add up, jobs per minute is their rate over the bucket, the mean runtime is
 // weighted by attempts, percentiles, wait and backlog take the bucket's
-// worst minute.
+// worst minute (a minute whose backlog was not seen has 0 there), and
+// BacklogSeen whether any minute of the bucket saw its backlog. A minute
+// without a snapshot has no row.
 func (s *Store) MetricsList(ctx context.Context, since time.Time, bucket time.Duration) ([]MetricsRow, error) {
 	minutes := max(bucket/time.Minute, 1)
 	rows, err := s.pool.Query(ctx, `
@@ -319,7 +326,7 @@ func (s *Store) MetricsList(ctx context.Context, since time.Time, bucket time.Du
 		       sum(jobs)::bigint, sum(failed)::bigint, sum(jobs)::float8 / $2,
 		       max(runtime_p50_ms), max(runtime_p95_ms), max(runtime_p99_ms),
 		       COALESCE(sum(runtime_mean_ms * jobs) / NULLIF(sum(jobs), 0), 0)::float8,
-		       max(wait_secs), max(clear_secs), max(pending)
+		       max(wait_secs), max(clear_secs), max(pending), bool_or(backlog_seen)
 		FROM fleet_metrics WHERE taken_at >= $1
 		GROUP BY t, kind, subject
 		ORDER BY t, kind, subject`, since, int64(minutes))

@@ -591,10 +591,13 @@ func TestMetricsSnapshot(t *testing.T) {
 		t.Fatalf("rows %+v", rows)
 	}
 	near := func(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
-	mail := by["queue:mail"]
+	mail, slow := by["queue:mail"], by["queue:slow"]
 	if mail.Jobs != 11 || mail.Failed != 2 || mail.JobsPerMinute != 11 || !near(mail.RuntimeMeanMs, 55) ||
 		!near(mail.RuntimeP50Ms, 55) || !near(mail.RuntimeP95Ms, 95.5) || !near(mail.RuntimeP99Ms, 99.1) {
 		t.Errorf("mail = %+v", mail)
+	}
+	if !mail.BacklogSeen || !slow.BacklogSeen {
+		t.Errorf("mail and slow rows of a watched minute: BacklogSeen %v, %v; want true", mail.BacklogSeen, slow.BacklogSeen)
 	}
 	if mail.Pending != 2 || mail.WaitSecs < 5 || mail.WaitSecs > 60 || mail.ClearSecs == nil || !near(*mail.ClearSecs, 2.0/11*60) {
 		t.Errorf("mail backlog = pending %d wait %v clear %v; want 2 ready, the oldest 5 s, cleared in %v s",
@@ -607,7 +610,6 @@ func TestMetricsSnapshot(t *testing.T) {
 	if bounce := by["job:bounce"]; bounce.Jobs != 6 || bounce.Failed != 2 || !near(bounce.RuntimeMeanMs, 80) || !near(bounce.RuntimeP50Ms, 80) {
 		t.Errorf("bounce = %+v (the lost attempt counts, its runtime does not)", bounce)
 	}
-	slow := by["queue:slow"]
 	if slow.Jobs != 0 || slow.Pending != 1 || slow.WaitSecs < 90 || slow.ClearSecs != nil || slow.RuntimeP50Ms != 0 {
 		t.Errorf("slow = %+v (no throughput: clear time unknown)", slow)
 	}
@@ -707,6 +709,13 @@ func TestMetricsSnapshotNoGhosts(t *testing.T) {
 	want := []row{{"job", "send", 3, 0, 0, nil, false}, {"queue", "mail", 3, 0, 0, nil, false}}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("rows %+v, want %+v", got, want)
+	}
+	list, err := st.MetricsList(ctx, prev, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list) != 2 || list[0].BacklogSeen || list[1].BacklogSeen {
+		t.Errorf("MetricsList = %+v, want two rows with BacklogSeen false", list)
 	}
 }
 

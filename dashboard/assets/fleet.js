@@ -723,10 +723,13 @@
         return h('div', { class: 'charts', id: 'charts' }, [...groups.values()].map((g) => {
           const byTime = new Map(g.rows.map((r) => [new Date(r.taken_at).getTime(), r]));
           const start = Math.floor(from / step) * step;
-          const through = [];
+          // A bucket without a snapshot (observed false) is unknown, not 0:
+          // the line breaks there over a shaded gap.
+          const through = [], holes = [];
           for (let t = start; t <= to; t += step) {
             const r = byTime.get(t);
-            through.push([t, r ? r.jobs_per_minute : 0]);
+            if (r && r.observed !== false) through.push([t, r.jobs_per_minute]);
+            else if (r) holes.push(t);
           }
           const ran = g.rows.filter((r) => r.jobs > 0).map((r) => [new Date(r.taken_at).getTime(), r]);
           const jobs = g.rows.reduce((n, r) => n + r.jobs, 0);
@@ -735,7 +738,7 @@
             h('h3', null, (g.kind === 'queue' ? 'Queue ' : 'Job ') + g.subject),
             h('div', { class: 'muted' }, num(jobs) + ' attempts, ' + num(failed) + ' failed'),
             h('div', { class: 'legend' }, h('span', null, h('span', { class: 'swatch sw1' }), 'jobs per minute')),
-            lineChart([{ cls: 1, points: through, area: true }], from, to, period, (v) => round(v, v < 10 ? 1 : 0)),
+            lineChart([{ cls: 1, points: through, area: true, gap: step, holes }], from, to, period, (v) => round(v, v < 10 ? 1 : 0)),
             h('div', { class: 'legend' }, h('span', null, h('span', { class: 'swatch sw1' }), 'runtime p50'), h('span', null, h('span', { class: 'swatch sw2' }), 'runtime p95')),
             // Runtimes exist only for buckets that ran jobs: a line is broken
             // across the buckets between, rather than drawn through them.
@@ -749,7 +752,9 @@
   }
 
   // lineChart draws series of [time ms, value] points as SVG lines over
-  // [from, to], with a zero-based y axis labelled by fmt.
+  // [from, to], with a zero-based y axis labelled by fmt. A series' holes
+  // are the times of buckets with no data: each run of them is a shaded
+  // band (class gap) between the points around it.
   function lineChart(series, from, to, period, fmt) {
     const W = 420, H = 150, L = 50, R = 8, T = 8, B = 20;
     const max = niceMax(Math.max(0, ...series.flatMap((s) => s.points.map((p) => p[1]))));
@@ -768,6 +773,17 @@
     kids.push(svg('text', { x: L, y: H - 5, 'text-anchor': 'start' }, label(from)));
     kids.push(svg('text', { x: W - R, y: H - 5, 'text-anchor': 'end' }, label(to)));
     for (const s of series) {
+      const holes = (s.holes || []).slice().sort((a, b) => a - b);
+      for (let i = 0; i < holes.length;) {
+        let j = i;
+        while (j + 1 < holes.length && holes[j + 1] - holes[j] <= 1.5 * s.gap) j++;
+        const x1 = x(Math.max(from, holes[i] - s.gap)), x2 = x(Math.min(to, holes[j] + s.gap));
+        if (x2 > x1) {
+          kids.push(svg('rect', { class: 'gap', x: x1.toFixed(1), y: T, width: (x2 - x1).toFixed(1), height: H - T - B },
+            svg('title', null, 'no snapshot')));
+        }
+        i = j + 1;
+      }
       const pts = s.points.filter((p) => p[0] >= from && p[0] <= to).sort((a, b) => a[0] - b[0]);
       if (!pts.length) continue;
       // A series with a gap starts a new stretch of line after a jump of
@@ -776,7 +792,14 @@
       const alone = (i) => broken(i) && (i === pts.length - 1 || broken(i + 1));
       const d = pts.map((p, i) => (broken(i) ? 'M' : 'L') + x(p[0]).toFixed(1) + ' ' + y(p[1]).toFixed(1)).join(' ');
       if (s.area) {
-        kids.push(svg('path', { class: 'a' + s.cls, d: d + ' L' + x(pts[pts.length - 1][0]).toFixed(1) + ' ' + y(0) + ' L' + x(pts[0][0]).toFixed(1) + ' ' + y(0) + ' Z' }));
+        // Each stretch of line closes its own area down to 0.
+        let area = '';
+        pts.forEach((p, i) => {
+          const px = x(p[0]).toFixed(1), py = y(p[1]).toFixed(1);
+          area += (broken(i) ? (i ? ' ' : '') + 'M' + px + ' ' + y(0) + ' L' : ' L') + px + ' ' + py;
+          if (i === pts.length - 1 || broken(i + 1)) area += ' L' + px + ' ' + y(0) + ' Z';
+        });
+        kids.push(svg('path', { class: 'a' + s.cls, d: area }));
       }
       kids.push(svg('path', { class: 'l' + s.cls, d }));
       pts.forEach((p, i) => {
