@@ -37,6 +37,7 @@ func supervisorOptions(cfg *config.Config, withOnly bool) supervisor.Options {
 		DefaultQueue:       cfg.Queue.DefaultQueue,
 		DefaultConcurrency: cfg.Queue.Workers,
 		Driver:             cfg.Queue.Driver,
+		CheckQueue:         func(q string) error { return queue.CheckQueue("the queue name", q) },
 	}
 	if withOnly {
 		o.Only = cfg.Fleet.Only

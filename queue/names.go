@@ -18,10 +18,20 @@ const (
 )
 
 // CheckQueue reports whether q can be a queue's name: not empty or only
-// spaces, valid UTF-8, no control characters (newline, tab, NUL, ...), at
-// most MaxQueueBytes. The error starts with label, the name of the
+// spaces, valid UTF-8, no control characters (newline, tab, NUL, ...), no
+// comma (a worker's queues are one comma-separated list), at most
+// MaxQueueBytes. The error starts with label, the name of the
 // argument that carried q ("--queue", "Job.Queue").
-func CheckQueue(label, q string) error { return checkName(label, q, MaxQueueBytes) }
+func CheckQueue(label, q string) error {
+	if err := checkName(label, q, MaxQueueBytes); err != nil {
+		return err
+	}
+	if strings.Contains(q, ",") {
+		// Workers take their queues as one comma-separated list.
+		return fmt.Errorf("%s %q must not contain a comma: a worker's --queue is a comma-separated list", label, q)
+	}
+	return nil
+}
 
 // CheckName is CheckQueue for a job's name, of at most MaxNameBytes.
 func CheckName(label, name string) error { return checkName(label, name, MaxNameBytes) }

@@ -96,6 +96,12 @@ type Options struct {
 	// Driver is queue.driver; the master needs "database". Empty is taken
 	// as unset (the configuration's default, "database").
 	Driver string
+	// CheckQueue, when set, applies the rules of a dispatched queue name
+	// (queue.CheckQueue) to every queue of every supervisor, so that a
+	// name the workers cannot be given (a comma, a control character, an
+	// overlong one) fails at boot, naming its key, rather than leaving the
+	// queue unworked. Its error is quoted after the key.
+	CheckQueue func(queue string) error
 }
 
 // Supervisor is one resolved supervisor: every default applied and every
@@ -198,7 +204,7 @@ func Resolve(o Options) ([]Supervisor, error) {
 
 	all := make([]Supervisor, 0, len(names))
 	for _, name := range names {
-		s, serrs := resolveOne(name, tables[name], o.DefaultConcurrency, implicit)
+		s, serrs := resolveOne(name, tables[name], o.DefaultConcurrency, implicit, o.CheckQueue)
 		errs = append(errs, serrs...)
 		all = append(all, s)
 	}
@@ -232,7 +238,7 @@ func Resolve(o Options) ([]Supervisor, error) {
 // resolveOne applies the defaults to one table and checks its rules.
 // implicit says the table is the "default" supervisor made up from
 // queue.queues, which the queue errors then mention.
-func resolveOne(name string, t SupervisorOptions, defaultConcurrency int, implicit bool) (Supervisor, []error) {
+func resolveOne(name string, t SupervisorOptions, defaultConcurrency int, implicit bool, checkQueue func(string) error) (Supervisor, []error) {
 	key := tableKey(name)
 	var errs []error
 	fail := func(k, format string, args ...any) {
@@ -260,6 +266,13 @@ func resolveOne(name string, t SupervisorOptions, defaultConcurrency int, implic
 			queuesOK = false
 			fail(qkey, "must not be empty%s", from)
 			continue
+		}
+		if checkQueue != nil {
+			if err := checkQueue(q); err != nil {
+				queuesOK = false
+				fail(qkey, "%v%s", err, from)
+				continue
+			}
 		}
 		if j, dup := first[q]; dup {
 			queuesOK = false
