@@ -28,7 +28,7 @@ func TestQueueNamesWithACommaAreRefused(t *testing.T) {
 		t.Errorf("Dispatch to x,y: %v", err)
 	}
 	_, err := supervisor.Resolve(supervisor.Options{
-		Supervisors: map[string]supervisor.SupervisorOptions{"exports": {Queues: []string{"exports", "x,y"}}},
+		Supervisors:  map[string]supervisor.SupervisorOptions{"exports": {Queues: []string{"exports", "x,y"}}},
 		DefaultQueue: "default", DefaultConcurrency: 1,
 		CheckQueue: func(q string) error { return queue.CheckQueue("the queue name", q) },
 	})
