@@ -200,7 +200,7 @@ func (r *runner) bench(c *cobra.Command, f benchFlags) error {
 	ctx, stop := signal.NotifyContext(c.Context(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	// The master and the sixteen dispatching goroutines share the pool.
-	pool, err := openPool(ctx, url, max(cfg.Database.MaxConns, 24))
+	pool, err := openPool(ctx, url, max(cfg.Database.MaxConns, 24), "fleet bench")
 	if err != nil {
 		return err
 	}

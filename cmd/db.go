@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"regexp"
 	"strings"
 	"time"
@@ -145,10 +146,16 @@ func databaseURL(cfg *config.Config) (string, error) {
 
 // openPool connects to url and checks the connection, so an unreachable
 // database is one clear error up front. The URL's password never appears.
-func openPool(ctx context.Context, url string, maxConns int) (*pgxpool.Pool, error) {
+func openPool(ctx context.Context, url string, maxConns int, appName string) (*pgxpool.Pool, error) {
 	pc, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("database.url %s is not a valid connection string", config.RedactURL(url))
+	}
+	// Every session says which process of the fleet holds it (in
+	// pg_stat_activity and the server's logs), unless the URL names one
+	// itself. PostgreSQL keeps the first 63 bytes.
+	if _, set := pc.ConnConfig.RuntimeParams["application_name"]; !set && appName != "" {
+		pc.ConnConfig.RuntimeParams["application_name"] = appName
 	}
 	if maxConns > 0 {
 		pc.MaxConns = int32(maxConns)
@@ -174,4 +181,14 @@ func openPool(ctx context.Context, url string, maxConns int) (*pgxpool.Pool, err
 		return nil, newConnectError(url, pc.ConnConfig.User, pc.ConnConfig.Database, err)
 	}
 	return pool, nil
+}
+
+// hostPID is host:pid, how a session names its process when it has no
+// name of its own.
+func hostPID() string {
+	host, err := os.Hostname()
+	if err != nil {
+		host = "?"
+	}
+	return fmt.Sprintf("%s:%d", host, os.Getpid())
 }

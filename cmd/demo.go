@@ -177,7 +177,7 @@ func (r *runner) demoMain(ctx context.Context, out io.Writer, cfg *config.Config
 	}
 	fmt.Fprintf(out, "migrated: %d migration(s) applied\n", n)
 
-	pool, err := openPool(ctx, url, max(cfg.Database.MaxConns, 6))
+	pool, err := openPool(ctx, url, max(cfg.Database.MaxConns, 6), "fleet demo")
 	if err != nil {
 		return 0, err
 	}

@@ -165,7 +165,7 @@ func (r *runner) dispatch(c *cobra.Command, f dispatchFlags) error {
 		return err
 	}
 	ctx := c.Context()
-	pool, err := openPool(ctx, url, 2)
+	pool, err := openPool(ctx, url, 2, "fleet dispatch")
 	if err != nil {
 		return err
 	}

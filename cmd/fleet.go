@@ -1,6 +1,7 @@
 package cmd
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -161,7 +162,7 @@ func (r *runner) fleet(c *cobra.Command, _ []string) error {
 	}
 	ctx, stop := signal.NotifyContext(c.Context(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	pool, err := openPool(ctx, url, max(cfg.Database.MaxConns, 4))
+	pool, err := openPool(ctx, url, max(cfg.Database.MaxConns, 4), "fleet master "+cmp.Or(masterName(cfg, r.getenv), hostPID()))
 	if err != nil {
 		return err
 	}
@@ -365,7 +366,7 @@ func (r *runner) withStore(ctx context.Context, fn func(*config.Config, *store.S
 	if err != nil {
 		return err
 	}
-	pool, err := openPool(ctx, url, 2)
+	pool, err := openPool(ctx, url, 2, "fleet cli")
 	if err != nil {
 		return err
 	}

@@ -275,3 +275,21 @@ func TestMasterNameFromTheEnvironmentIsChecked(t *testing.T) {
 		}
 	}
 }
+
+// Every session of a master and its workers says which process holds it:
+// application_name "fleet master NAME" and "fleet:work WORKER-NAME".
+func TestSessionsNameTheirProcess(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	dir := t.TempDir()
+	startApp(t, dir, fleetEnv(url, "APP_FLEET__NAME=web-1"), "fleet")
+	eventually(t, 10*time.Second, "the master's and its two workers' sessions", func() bool {
+		return query(t, url, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'fleet master web-1'`) >= 1 &&
+			query(t, url, `SELECT count(DISTINCT application_name) FROM pg_stat_activity
+				WHERE datname = current_database() AND application_name LIKE 'fleet:work %/work/%'`) == 2
+	})
+	if n := query(t, url, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND backend_type = 'client backend'
+		AND application_name NOT LIKE 'fleet%' AND pid <> pg_backend_pid()`); n != 0 {
+		t.Errorf("%d sessions of the fleet without a name", n)
+	}
+}

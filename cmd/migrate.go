@@ -135,7 +135,7 @@ func (r *runner) migrationURL(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	pool, err := openPool(ctx, url, 1)
+	pool, err := openPool(ctx, url, 1, "fleet migrate")
 	if err != nil {
 		return "", err
 	}

@@ -124,12 +124,13 @@ func (r *runner) work(c *cobra.Command, f workFlags) error {
 		sink = newCommandSink()
 		go readCommands(r.app.Stdin, sink, log)
 	}
-	pool, err := openPool(ctx, url, max(cfg.Database.MaxConns, 4))
+	appName := "fleet:work " + cmp.Or(f.workerName, hostPID())
+	pool, err := openPool(ctx, url, max(cfg.Database.MaxConns, 4), appName)
 	if err != nil && sink != nil && errors.Is(err, errUnreachable) {
 		// A child started while the database is away waits for it rather
 		// than exiting: a crash would cost the group a restart backoff for
 		// an outage that is nobody's fault.
-		pool, err = waitForDatabase(ctx, sink, url, max(cfg.Database.MaxConns, 4), log, err)
+		pool, err = waitForDatabase(ctx, sink, url, max(cfg.Database.MaxConns, 4), appName, log, err)
 		if pool == nil && err == nil {
 			return nil // stopped while waiting
 		}
@@ -342,7 +343,7 @@ func (s *commandSink) attach(w *worker.Worker) {
 // until the database answers, ctx ends or the master says stop (then it
 // returns nil, nil). The outage is logged once, then at most once a
 // minute with the number of tries, and once when the database is back.
-func waitForDatabase(ctx context.Context, sink *commandSink, url string, maxConns int, log *slog.Logger, first error) (*pgxpool.Pool, error) {
+func waitForDatabase(ctx context.Context, sink *commandSink, url string, maxConns int, appName string, log *slog.Logger, first error) (*pgxpool.Pool, error) {
 	log.Warn("the database is unreachable at start; waiting for it", "err", first)
 	backoff, tries, loggedAt := 500*time.Millisecond, 1, time.Now()
 	for {
@@ -356,7 +357,7 @@ func waitForDatabase(ctx context.Context, sink *commandSink, url string, maxConn
 			return nil, nil
 		case <-t.C:
 		}
-		pool, err := openPool(ctx, url, maxConns)
+		pool, err := openPool(ctx, url, maxConns, appName)
 		tries++
 		if err == nil {
 			log.Info("the database is reachable: starting", "tries", tries)
