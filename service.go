@@ -129,11 +129,7 @@ func (s *Service) Supervisors(ctx context.Context) ([]string, error) {
 		return nil, err
 	}
 	for _, m := range v.Masters {
-		var sups []struct {
-			Name string `json:"name"`
-		}
-		_ = json.Unmarshal(m.Supervisors, &sups) // a report this version cannot read names none
-		for _, sp := range sups {
+		for _, sp := range m.ReportedSupervisors() {
 			names[sp.Name] = true
 		}
 	}
@@ -258,6 +254,28 @@ type Master struct {
 	MemoryMB      float64         `json:"memory_mb"`
 }
 
+// ReportedSupervisor is one supervisor as its master reports it.
+type ReportedSupervisor struct {
+	Name    string   `json:"name"`
+	Queues  []string `json:"queues"`
+	Balance string   `json:"balance"`
+	Paused  bool     `json:"paused"`
+	// Processes counts the live processes of each group (a queue, or
+	// "a,b" for a group working several), 0 included.
+	Processes map[string]int `json:"processes"`
+	Running   int            `json:"running"`
+}
+
+// ReportedSupervisors decodes the master's supervisors; a report this
+// release cannot read gives none.
+func (m Master) ReportedSupervisors() []ReportedSupervisor {
+	var sups []ReportedSupervisor
+	if json.Unmarshal(m.Supervisors, &sups) != nil {
+		return nil
+	}
+	return sups
+}
+
 // MastersView is the masters at one moment of the database clock.
 type MastersView struct {
 	// At is the database's now() when the view was read.
@@ -345,12 +363,7 @@ func (s *Service) workedBy(ctx context.Context) (map[string][]string, error) {
 	}
 	out := map[string][]string{}
 	for _, m := range v.Masters {
-		var sups []struct {
-			Name   string   `json:"name"`
-			Queues []string `json:"queues"`
-		}
-		_ = json.Unmarshal(m.Supervisors, &sups) // an unreadable report names none
-		for _, sup := range sups {
+		for _, sup := range m.ReportedSupervisors() {
 			for _, q := range sup.Queues {
 				if !slices.Contains(out[q], sup.Name) {
 					out[q] = append(out[q], sup.Name)

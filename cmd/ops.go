@@ -187,18 +187,7 @@ func (r *runner) supervisorsCommand() *cobra.Command {
 				}
 				rows := []supervisorRow{}
 				for _, m := range v.Masters {
-					var sups []struct {
-						Name      string         `json:"name"`
-						Queues    []string       `json:"queues"`
-						Balance   string         `json:"balance"`
-						Paused    bool           `json:"paused"`
-						Processes map[string]int `json:"processes"`
-						Running   int            `json:"running"`
-					}
-					if len(m.Supervisors) > 0 && json.Unmarshal(m.Supervisors, &sups) != nil {
-						continue // a report this release cannot read
-					}
-					for _, s := range sups {
+					for _, s := range m.ReportedSupervisors() {
 						rows = append(rows, supervisorRow{
 							Master: m.Name, Instance: m.Instance, Liveness: m.Liveness,
 							Supervisor: s.Name, Queues: s.Queues, Balance: s.Balance, Paused: s.Paused,
