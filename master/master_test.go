@@ -148,6 +148,15 @@ func (b *bundle) count(t *testing.T, sql string, args ...any) int {
 	return n
 }
 
+// byGroup counts the fake spawner's running processes by group.
+func (b *bundle) byGroup() map[string]int {
+	out := map[string]int{}
+	for _, s := range b.fake.RunningSpecs() {
+		out[s.Group()]++
+	}
+	return out
+}
+
 func twoQueues(t *testing.T) []supervisor.Supervisor {
 	return resolve(t, map[string]supervisor.SupervisorOptions{
 		"default": {Queues: []string{"default", "mail"}, MaxProcesses: intp(4), Concurrency: intp(4), MaxJobs: 50},
@@ -372,22 +381,15 @@ func TestMasterBalancesTowardsBacklog(t *testing.T) {
 	if _, err := client.DispatchMany(ctx, jobs); err != nil {
 		t.Fatal(err)
 	}
-	byGroup := func() map[string]int {
-		out := map[string]int{}
-		for _, s := range b.fake.RunningSpecs() {
-			out[s.Group()]++
-		}
-		return out
-	}
-	poll(t, "mail to get three processes", func() bool { g := byGroup(); return g["mail"] == 3 && g["default"] == 1 })
+	poll(t, "mail to get three processes", func() bool { g := b.byGroup(); return g["mail"] == 3 && g["default"] == 1 })
 	// The backlog drains: back to one each, then it stays put.
 	if _, err := b.pool.Exec(ctx, `DELETE FROM queue_jobs`); err != nil {
 		t.Fatal(err)
 	}
-	poll(t, "mail to shrink back", func() bool { g := byGroup(); return g["mail"] == 1 && g["default"] == 1 })
+	poll(t, "mail to shrink back", func() bool { g := b.byGroup(); return g["mail"] == 1 && g["default"] == 1 })
 	spawned := len(b.fake.Specs())
 	time.Sleep(300 * time.Millisecond) // five cooldowns
-	if g := byGroup(); g["mail"] != 1 || g["default"] != 1 || len(b.fake.Specs()) != spawned {
+	if g := b.byGroup(); g["mail"] != 1 || g["default"] != 1 || len(b.fake.Specs()) != spawned {
 		t.Fatalf("idle allocation moved: %v, %d spawned (was %d)", g, len(b.fake.Specs()), spawned)
 	}
 }
@@ -416,15 +418,8 @@ func TestMasterBalancesByRecentRuntime(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := start(t, pool, twoQueues(t), nil)
-	byGroup := func() map[string]int {
-		out := map[string]int{}
-		for _, s := range b.fake.RunningSpecs() {
-			out[s.Group()]++
-		}
-		return out
-	}
 	// 20 × 10 s against 20 × 10 ms: three of the four processes for mail.
-	poll(t, "mail to get three processes", func() bool { g := byGroup(); return g["mail"] == 3 && g["default"] == 1 })
+	poll(t, "mail to get three processes", func() bool { g := b.byGroup(); return g["mail"] == 3 && g["default"] == 1 })
 }
 
 func TestMasterWithInProcessWorkers(t *testing.T) {
@@ -614,16 +609,9 @@ func TestMasterGivesNoSpareProcessesToAPausedQueue(t *testing.T) {
 	if _, err := client.DispatchMany(ctx, jobs); err != nil {
 		t.Fatal(err)
 	}
-	byGroup := func() map[string]int {
-		out := map[string]int{}
-		for _, s := range b.fake.RunningSpecs() {
-			out[s.Group()]++
-		}
-		return out
-	}
-	poll(t, "default to get the spare processes", func() bool { g := byGroup(); return g["default"] == 3 && g["mail"] == 1 })
+	poll(t, "default to get the spare processes", func() bool { g := b.byGroup(); return g["default"] == 3 && g["mail"] == 1 })
 	if _, err := b.st.StateDelete(ctx, store.StatePauseQueuePrefix+"mail"); err != nil {
 		t.Fatal(err)
 	}
-	poll(t, "mail to get its share back", func() bool { g := byGroup(); return g["mail"] == 2 && g["default"] == 2 })
+	poll(t, "mail to get its share back", func() bool { g := b.byGroup(); return g["mail"] == 2 && g["default"] == 2 })
 }
