@@ -260,10 +260,12 @@ type ReportedSupervisor struct {
 	Queues  []string `json:"queues"`
 	Balance string   `json:"balance"`
 	Paused  bool     `json:"paused"`
-	// Processes counts the live processes of each group (a queue, or
-	// "a,b" for a group working several), 0 included.
+	// Processes counts the processes of each group (a queue, or "a,b" for
+	// a group working several) that are not stopping, 0 included.
 	Processes map[string]int `json:"processes"`
-	Running   int            `json:"running"`
+	// Running counts every process of the supervisor, stopping ones
+	// included: what the fleet-wide budget counts.
+	Running int `json:"running"`
 }
 
 // ReportedSupervisors decodes the master's supervisors; a report this

@@ -561,16 +561,10 @@ type masterReport struct {
 	MemoryMB      float64  `json:"memory_mb"`
 }
 
+// supRow is one supervisor of the report: what every reader decodes
+// (fleet.ReportedSupervisor) and what only masters read.
 type supRow struct {
-	Name    string   `json:"name"`
-	Queues  []string `json:"queues"`
-	Balance string   `json:"balance"`
-	Paused  bool     `json:"paused"`
-	// Processes counts the processes of each group that are not stopping.
-	Processes map[string]int `json:"processes"`
-	// Running counts every process of the supervisor, stopping ones
-	// included: what the fleet-wide budget counts.
-	Running int `json:"running"`
+	fleet.ReportedSupervisor
 	// Claim is the ceiling this master may grow to under the fleet-wide
 	// budget (absent without one).
 	Claim *int `json:"claim,omitempty"`
@@ -581,7 +575,9 @@ type supRow struct {
 func (m *Master) publish() {
 	r := &masterReport{Supervisors: make([]supRow, 0, len(m.sups))}
 	for _, s := range m.sups {
-		row := supRow{Name: s.sup.Name, Queues: s.sup.Queues, Balance: string(s.sup.Balance), Paused: s.paused, Processes: map[string]int{}}
+		row := supRow{ReportedSupervisor: fleet.ReportedSupervisor{
+			Name: s.sup.Name, Queues: s.sup.Queues, Balance: string(s.sup.Balance), Paused: s.paused, Processes: map[string]int{},
+		}}
 		for _, g := range s.groups {
 			row.Processes[g.Key] = m.alive(s, g.Key)
 		}
