@@ -11,6 +11,8 @@ import (
 	"time"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/fleet-go/fleet/internal/names"
 )
 
 // Validate checks that values are in range: queue.driver is database or
@@ -18,8 +20,9 @@ import (
 // json; queue.workers and queue.tries are at least 1; queue.backoff values
 // are at least 0; queue.timeout_secs is at least 1;
 // queue.timeout_grace_secs is at least 0; queue.poll_interval_ms is at
-// least 10; queue.max_payload_bytes is at least 2; queue.default_queue and the names in queue.queues are not
-// empty; the fleet section's cooldowns, shift and retentions are at least 1,
+// least 10; queue.max_payload_bytes is at least 2; queue.default_queue and the names in queue.queues are
+// queue names (see queue.CheckQueue: not empty, no comma or control
+// character, at most 200 bytes); the fleet section's cooldowns, shift and retentions are at least 1,
 // queue.limits patterns are path.Match patterns with limits of at least 1;
 // fleet.master_ttl_secs at least 1 with fleet.beat_interval_ms below half
 // of it, fleet.on_stop leave or linger, fleet.name free of tabs, newlines
@@ -41,10 +44,10 @@ func (c *Config) Validate() error {
 	q := c.Queue
 	errs := []error{
 		oneOf("queue.driver", q.Driver, secrets, "database", "memory"),
-		notEmpty("queue.default_queue", q.DefaultQueue),
+		names.CheckQueue("queue.default_queue:", q.DefaultQueue),
 	}
 	for i, name := range q.Queues {
-		errs = append(errs, notEmpty(fmt.Sprintf("queue.queues[%d]", i), name))
+		errs = append(errs, names.CheckQueue(fmt.Sprintf("queue.queues[%d]:", i), name))
 	}
 	errs = append(errs,
 		atLeast("queue.workers", q.Workers, 1),

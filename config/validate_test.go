@@ -98,6 +98,23 @@ func TestValidate(t *testing.T) {
 			want:   "queue.queues[1]: must not be empty",
 		},
 		{
+			// A worker takes its queues as one comma-separated flag: such a
+			// queue would never be worked.
+			name:   "queue name with a comma",
+			modify: func(c *Config) { c.Queue.DefaultQueue = "mail,sms" },
+			want:   `queue.default_queue: "mail,sms" must not contain a comma: a worker's --queue is a comma-separated list`,
+		},
+		{
+			name:   "queue name with a newline",
+			modify: func(c *Config) { c.Queue.Queues = []string{"a\nb"} },
+			want:   `queue.queues[0]: "a\nb" must not contain control characters (U+000A at byte 1)`,
+		},
+		{
+			name:   "overlong queue name",
+			modify: func(c *Config) { c.Queue.Queues = []string{"default", strings.Repeat("q", 201)} },
+			want:   "queue.queues[1]: must be at most 200 bytes, got 201",
+		},
+		{
 			name: "all problems, in key order",
 			modify: func(c *Config) {
 				c.Queue.Workers, c.Queue.Tries = 0, 0

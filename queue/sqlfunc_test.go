@@ -84,6 +84,7 @@ func TestDispatchFromPlainSQL(t *testing.T) {
 		{`SELECT fleet_dispatch('', 'x')`, nil, "queue must not be empty"},
 		{`SELECT fleet_dispatch($1, 'x')`, []any{strings.Repeat("q", queue.MaxQueueBytes+1)}, "queue must be at most 200 bytes, got 201"},
 		{`SELECT fleet_dispatch(E'a\nb', 'x')`, nil, "queue must not contain control characters"},
+		{`SELECT fleet_dispatch('mail,sms', 'x')`, nil, "queue must not contain a comma (a worker's --queue is a comma-separated list), got mail,sms"},
 		{`SELECT fleet_dispatch('q', '  ')`, nil, "name must not be empty"},
 		{`SELECT fleet_dispatch('q', E'x\ty')`, nil, "name must not contain control characters"},
 		{`SELECT fleet_dispatch('q', 'x', priority => 101)`, nil, "priority must be between -100 and 100, got 101"},
