@@ -252,6 +252,39 @@ type Master struct {
 	Supervisors   json.RawMessage `json:"supervisors"`
 	JobsPerMinute float64         `json:"jobs_per_minute"`
 	MemoryMB      float64         `json:"memory_mb"`
+	// Connections is the master's connection budget and what it and its
+	// workers hold open now (nil for a master that reports no budget).
+	Connections *Connections `json:"connections,omitempty"`
+}
+
+// Connections is one master's connections to PostgreSQL: its budget (see
+// fleet.max_connections in the configuration docs) and the sessions open
+// now under its name and its workers' (counted by application_name in
+// pg_stat_activity: "fleet master NAME", "fleet:work NAME/...").
+type Connections struct {
+	// Open is how many are open now.
+	Open int `json:"open"`
+	// Total is the most the master and its workers open together.
+	Total int `json:"total"`
+	// Master, Dashboard and Worker are the pool sizes of the master, its
+	// dashboard and each worker (a worker's count includes its LISTEN
+	// connection).
+	Master    int `json:"master"`
+	Dashboard int `json:"dashboard"`
+	Worker    int `json:"worker"`
+	// Processes is the most worker processes its supervisors run; Limit,
+	// under a cap, the most it keeps at once, stopping ones included.
+	Processes int `json:"processes"`
+	Limit     int `json:"limit,omitempty"`
+	// Cap is fleet.max_connections (0: none).
+	Cap int `json:"cap,omitempty"`
+}
+
+// HostConnections sums the connections of the live masters of one host.
+type HostConnections struct {
+	Host  string `json:"host"`
+	Open  int    `json:"open"`
+	Total int    `json:"total"`
 }
 
 // ReportedSupervisor is one supervisor as its master reports it.
@@ -284,6 +317,9 @@ type MastersView struct {
 	At time.Time `json:"at"`
 	// Masters are sorted by name.
 	Masters []Master `json:"masters"`
+	// Hosts sums the connections of the live masters per host, sorted by
+	// host.
+	Hosts []HostConnections `json:"hosts"`
 }
 
 // Masters returns the live masters (online or draining) sorted by name,
@@ -303,6 +339,7 @@ func (s *Service) Masters(ctx context.Context, all bool) (MastersView, error) {
 			Supervisors   json.RawMessage `json:"supervisors"`
 			JobsPerMinute float64         `json:"jobs_per_minute"`
 			MemoryMB      float64         `json:"memory_mb"`
+			Connections   *Connections    `json:"connections"`
 		}
 		_ = json.Unmarshal(m.Report, &r) // a report this version cannot read shows as empty
 		if len(r.Supervisors) == 0 {
@@ -312,10 +349,56 @@ func (s *Service) Masters(ctx context.Context, all bool) (MastersView, error) {
 			Name: m.Name, Instance: m.Instance, Host: m.Host, PID: m.PID, Version: m.Version, State: m.State,
 			Liveness: m.Liveness(v.At), StartedAt: m.StartedAt, BeatAt: m.BeatAt, ExpiresAt: m.ExpiresAt,
 			BeatAgeSecs: v.At.Sub(m.BeatAt).Seconds(), Supervisors: r.Supervisors,
-			JobsPerMinute: r.JobsPerMinute, MemoryMB: r.MemoryMB,
+			JobsPerMinute: r.JobsPerMinute, MemoryMB: r.MemoryMB, Connections: r.Connections,
 		})
 	}
+	out.Hosts = []HostConnections{}
+	if len(out.Masters) == 0 {
+		return out, nil
+	}
+	sessions, err := s.st.SessionsByApp(ctx, "fleet")
+	if err != nil {
+		return MastersView{}, err
+	}
+	hosts := map[string]*HostConnections{}
+	for i := range out.Masters {
+		m := &out.Masters[i]
+		if m.Connections == nil || m.Liveness == "offline" {
+			continue
+		}
+		m.Connections.Open = openOf(sessions, m.Name)
+		h := hosts[m.Host]
+		if h == nil {
+			h = &HostConnections{Host: m.Host}
+			hosts[m.Host] = h
+		}
+		h.Open += m.Connections.Open
+		h.Total += m.Connections.Total
+	}
+	for _, host := range slices.Sorted(maps.Keys(hosts)) {
+		out.Hosts = append(out.Hosts, *hosts[host])
+	}
 	return out, nil
+}
+
+// maxAppName is how much of application_name PostgreSQL keeps.
+const maxAppName = 63
+
+// openOf counts the sessions of a master named name and of its workers,
+// whose names start with "name/". A name cut at 63 bytes matches by its
+// prefix, so two long names that share 63 bytes share their count.
+func openOf(sessions map[string]int, name string) int {
+	own, workers := "fleet master "+name, "fleet:work "+name+"/"
+	n := 0
+	for app, c := range sessions {
+		switch {
+		case app == own, len(app) == maxAppName && strings.HasPrefix(own, app):
+			n += c
+		case strings.HasPrefix(app, workers), len(app) == maxAppName && strings.HasPrefix(workers, app):
+			n += c
+		}
+	}
+	return n
 }
 
 // QueueWorkload is one queue's load.

@@ -166,7 +166,7 @@ func (b *bench) startFleet(ctx context.Context, queueName string, processes, con
 		k, v, _ := cutEnv(kv)
 		sp.Env(k, v)
 	}
-	m, _, err := b.r.newMaster(b.cfg, sups, b.st, sp)
+	m, _, err := b.r.newMaster(b.cfg, masterName(b.cfg, b.r.getenv), sups, b.st, sp)
 	if err != nil {
 		return nil, err
 	}

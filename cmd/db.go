@@ -53,7 +53,7 @@ func newConnectError(url, user, db string, err error) error {
 	}
 	switch pg.Code {
 	case "53300": // too_many_connections
-		e.reason = fmt.Sprintf("the server has no connection left (%s): raise its max_connections or the role's connection limit, lower database.max_conns, or put a pooler in front", said)
+		e.reason = fmt.Sprintf("the server has no connection left (%s): raise its max_connections or the role's connection limit, cap the fleet with fleet.max_connections or lower database.max_conns, or put a pooler in front", said)
 	case "08P01": // protocol_violation
 		e.reason = fmt.Sprintf("the server, or a pooler in front of it, rejected the connection's startup (%s); a pooler may refuse the startup parameter jit that fleet sends (PgBouncer: add jit to ignore_startup_parameters)", said)
 	case "28P01", "28000": // invalid_password, invalid_authorization_specification

@@ -206,7 +206,7 @@ func (r *runner) demoMain(ctx context.Context, out io.Writer, cfg *config.Config
 	}
 	sp.Env("APP_DATABASE__URL", url)
 	st := store.New(pool)
-	m, _, err := r.newMaster(cfg, sups, st, sp)
+	m, _, err := r.newMaster(cfg, masterName(cfg, r.getenv), sups, st, sp)
 	if err != nil {
 		return lastID, err
 	}

@@ -83,6 +83,31 @@ func masterSettings(cfg *config.Config, sups []supervisor.Supervisor, version st
 	}
 }
 
+// describeBudget renders a budget for people: "at most 38 (the master 4,
+// its dashboard 2, 8 processes × 4)", and the cap when there is one.
+func describeBudget(b supervisor.Budget) string {
+	parts := []string{fmt.Sprintf("the master %d", b.Master)}
+	if b.Dashboard > 0 {
+		parts = append(parts, fmt.Sprintf("its dashboard %d", b.Dashboard))
+	}
+	procs, capped := b.Processes, ""
+	if b.Cap > 0 {
+		procs, capped = b.Limit, fmt.Sprintf(", within fleet.max_connections = %d", b.Cap)
+	}
+	parts = append(parts, fmt.Sprintf("%d processes × %d", procs, b.Worker))
+	return fmt.Sprintf("at most %d (%s%s)", b.Total, strings.Join(parts, ", "), capped)
+}
+
+// connectionBudget is the most connections the master and its workers
+// open (see supervisor.ConnectionBudget), from database.max_conns and
+// fleet.max_connections.
+func connectionBudget(cfg *config.Config, sups []supervisor.Supervisor) (supervisor.Budget, error) {
+	return supervisor.ConnectionBudget(sups, supervisor.BudgetOptions{
+		Pool: cfg.Database.MaxConns, Cap: cfg.Fleet.MaxConnections,
+		Dashboard: cfg.Fleet.HTTP.Addr != "" && cfg.Fleet.Dashboard,
+	})
+}
+
 // masterName is fleet.name, else the variable fleet.name_env names (looked
 // up with getenv, in the app's environment), else empty (the master's
 // default, host:pid:nonce).
@@ -152,8 +177,13 @@ func (r *runner) fleet(c *cobra.Command, _ []string) error {
 	if err != nil {
 		return err
 	}
-	// Bad schedules fail the boot before anything connects.
+	// Bad schedules fail the boot before anything connects, and so does a
+	// connection cap the fleet cannot fit in.
 	if _, err := periodicSchedules(cfg, r.app.Jobs); err != nil {
+		return err
+	}
+	budget, err := connectionBudget(cfg, sups)
+	if err != nil {
 		return err
 	}
 	url, err := databaseURL(cfg)
@@ -162,7 +192,11 @@ func (r *runner) fleet(c *cobra.Command, _ []string) error {
 	}
 	ctx, stop := signal.NotifyContext(c.Context(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	pool, err := openPool(ctx, url, max(cfg.Database.MaxConns, 4), "fleet master "+cmp.Or(masterName(cfg, r.getenv), hostPID()))
+	// The name is settled before the first connection, which carries it
+	// in application_name (so fleet:masters can count the connections of
+	// this master and of its workers, whose names start with it).
+	name := cmp.Or(masterName(cfg, r.getenv), master.DefaultName())
+	pool, err := openPool(ctx, url, budget.Master, "fleet master "+name)
 	if err != nil {
 		return err
 	}
@@ -183,17 +217,22 @@ func (r *runner) fleet(c *cobra.Command, _ []string) error {
 		}
 		sp.Env("APP_CONFIG", abs)
 	}
-	return r.runMaster(ctx, c, cfg, sups, store.New(pool), sp)
+	return r.runMaster(ctx, c, cfg, name, sups, store.New(pool), sp)
 }
 
 // newMaster builds the master the configuration describes, with the app's
 // long-wait listeners; the demo and the fleet command share it.
-func (r *runner) newMaster(cfg *config.Config, sups []supervisor.Supervisor, st *store.Store, sp spawner.Spawner) (*master.Master, master.Settings, error) {
+func (r *runner) newMaster(cfg *config.Config, name string, sups []supervisor.Supervisor, st *store.Store, sp spawner.Spawner) (*master.Master, master.Settings, error) {
 	if err := checkNameEnv(cfg, r.getenv); err != nil {
 		return nil, master.Settings{}, err
 	}
 	settings := masterSettings(cfg, sups, versionInfo(r.app.Version).Short())
-	settings.Name = masterName(cfg, r.getenv)
+	settings.Name = name
+	budget, err := connectionBudget(cfg, sups)
+	if err != nil {
+		return nil, settings, err
+	}
+	settings.Connections = budget
 	settings.Logger = r.logger(cfg)
 	onLongWait, err := r.longWaitListeners(cfg, settings.Logger)
 	if err != nil {
@@ -219,8 +258,8 @@ func describeSupervisors(sups []supervisor.Supervisor) string {
 
 // runMaster runs a master over sups with sp until ctx ends or a terminate
 // request arrives, then prints its summary.
-func (r *runner) runMaster(ctx context.Context, c *cobra.Command, cfg *config.Config, sups []supervisor.Supervisor, st *store.Store, sp spawner.Spawner) error {
-	m, settings, err := r.newMaster(cfg, sups, st, sp)
+func (r *runner) runMaster(ctx context.Context, c *cobra.Command, cfg *config.Config, name string, sups []supervisor.Supervisor, st *store.Store, sp spawner.Spawner) error {
+	m, settings, err := r.newMaster(cfg, name, sups, st, sp)
 	if err != nil {
 		return err
 	}
@@ -231,7 +270,7 @@ func (r *runner) runMaster(ctx context.Context, c *cobra.Command, cfg *config.Co
 			// burst of its queries never makes the master's beat wait for a
 			// connection.
 			pc := st.Pool().Config().Copy()
-			pc.MaxConns, pc.MinConns = 2, 0
+			pc.MaxConns, pc.MinConns = int32(max(settings.Connections.Dashboard, 1)), 0
 			dashPool, err := pgxpool.NewWithConfig(ctx, pc)
 			if err != nil {
 				return fmt.Errorf("open the dashboard's database pool: %w", err)
@@ -266,6 +305,7 @@ func (r *runner) runMaster(ctx context.Context, c *cobra.Command, cfg *config.Co
 		}
 	}
 	fmt.Fprintf(c.OutOrStdout(), "fleet master %s running supervisors %s\n", m.Name(), describeSupervisors(sups))
+	fmt.Fprintf(c.OutOrStdout(), "connections: %s\n", describeBudget(settings.Connections))
 	sum, err := m.Run(ctx)
 	fmt.Fprintf(c.OutOrStdout(), "fleet master stopped: %d workers started, %d recycled, %d crashed, %d jobs run\n",
 		sum.Started, sum.Recycled, sum.Crashed, sum.Jobs)

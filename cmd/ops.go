@@ -142,15 +142,27 @@ func (r *runner) mastersCommand() *cobra.Command {
 					return printJSON(c.OutOrStdout(), v)
 				}
 				tw := table(c.OutOrStdout())
-				fmt.Fprintln(tw, "NAME\tLIVENESS\tSTATE\tHOST\tPID\tVERSION\tUP\tBEAT\tSUPERVISORS\t")
+				fmt.Fprintln(tw, "NAME\tLIVENESS\tSTATE\tHOST\tPID\tVERSION\tUP\tBEAT\tCONNS\tSUPERVISORS\t")
 				for _, m := range v.Masters {
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%.1fs ago\t%s\t\n", m.Name, m.Liveness, m.State, m.Host, m.PID, m.Version,
-						m.BeatAt.Sub(m.StartedAt).Round(time.Second), m.BeatAgeSecs, supervisorsSummary(m.Supervisors))
+					conns := "-"
+					if m.Connections != nil && m.Liveness != "offline" {
+						conns = fmt.Sprintf("%d/%d", m.Connections.Open, m.Connections.Total)
+					}
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%.1fs ago\t%s\t%s\t\n", m.Name, m.Liveness, m.State, m.Host, m.PID, m.Version,
+						m.BeatAt.Sub(m.StartedAt).Round(time.Second), m.BeatAgeSecs, conns, supervisorsSummary(m.Supervisors))
 				}
 				if len(v.Masters) == 0 {
 					fmt.Fprintln(tw, "(no live master)")
 				}
-				return tw.Flush()
+				if err := tw.Flush(); err != nil {
+					return err
+				}
+				// CONNS is open now / the budget; a host's line sums its
+				// masters, what its PostgreSQL connections must leave room for.
+				for _, h := range v.Hosts {
+					fmt.Fprintf(c.OutOrStdout(), "host %s: %d connections open, at most %d\n", h.Host, h.Open, h.Total)
+				}
+				return nil
 			})
 		},
 	}

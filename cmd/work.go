@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"math"
 	"math/rand/v2"
+	"os"
 	"os/signal"
 	"strings"
 	"sync"
@@ -24,6 +25,7 @@ import (
 	"github.com/fleet-go/fleet/queue"
 	"github.com/fleet-go/fleet/spawner"
 	"github.com/fleet-go/fleet/store"
+	"github.com/fleet-go/fleet/supervisor"
 	"github.com/fleet-go/fleet/worker"
 )
 
@@ -42,6 +44,7 @@ type workFlags struct {
 	maxJobs       int
 	maxTimeSecs   int
 	maxMemoryMB   int
+	maxConns      int
 	stopWhenEmpty bool
 	reports       bool
 }
@@ -63,6 +66,7 @@ func (r *runner) workCommand() *cobra.Command {
 	fl.IntVar(&f.maxJobs, "max-jobs", 0, "exit after starting N jobs (0: never)")
 	fl.IntVar(&f.maxTimeSecs, "max-time", 0, "exit after SECS seconds (0: never)")
 	fl.IntVar(&f.maxMemoryMB, "max-memory-mb", 0, "exit when resident memory exceeds MB (0: never)")
+	fl.IntVar(&f.maxConns, "max-conns", 0, "size of the worker's connection pool, its LISTEN connection aside (default database.max_conns, else 3; set by the master under fleet.max_connections)")
 	fl.BoolVar(&f.stopWhenEmpty, "stop-when-empty", false, "exit once nothing is running and no job is ready")
 	fl.StringVar(&f.supervisor, "supervisor", "", "supervisor this worker belongs to (set by the master)")
 	fl.StringVar(&f.master, "master", "", "master this worker belongs to (set by the master); the worker then takes commands on stdin and stops when stdin closes")
@@ -125,12 +129,13 @@ func (r *runner) work(c *cobra.Command, f workFlags) error {
 		go readCommands(r.app.Stdin, sink, log)
 	}
 	appName := "fleet:work " + cmp.Or(f.workerName, hostPID())
-	pool, err := openPool(ctx, url, max(cfg.Database.MaxConns, 4), appName)
+	maxConns := cmp.Or(f.maxConns, cfg.Database.MaxConns, supervisor.WorkerConnections-1)
+	pool, err := openPool(ctx, url, maxConns, appName)
 	if err != nil && sink != nil && errors.Is(err, errUnreachable) {
 		// A child started while the database is away waits for it rather
 		// than exiting: a crash would cost the group a restart backoff for
 		// an outage that is nobody's fault.
-		pool, err = waitForDatabase(ctx, sink, url, max(cfg.Database.MaxConns, 4), appName, log, err)
+		pool, err = waitForDatabase(ctx, sink, url, maxConns, appName, log, wcfg.Reports, err)
 		if pool == nil && err == nil {
 			return nil // stopped while waiting
 		}
@@ -201,6 +206,8 @@ func workerConfig(cfg *config.Config, f workFlags) (worker.Config, error) {
 		return worker.Config{}, usagef("--concurrency must be at least 1")
 	case f.maxJobs < 0, f.maxTimeSecs < 0, f.maxMemoryMB < 0:
 		return worker.Config{}, usagef("--max-jobs, --max-time and --max-memory-mb must not be negative")
+	case f.maxConns < 0:
+		return worker.Config{}, usagef("--max-conns must not be negative")
 	}
 	concurrency := f.concurrency
 	if concurrency == 0 {
@@ -343,8 +350,16 @@ func (s *commandSink) attach(w *worker.Worker) {
 // until the database answers, ctx ends or the master says stop (then it
 // returns nil, nil). The outage is logged once, then at most once a
 // minute with the number of tries, and once when the database is back.
-func waitForDatabase(ctx context.Context, sink *commandSink, url string, maxConns int, appName string, log *slog.Logger, first error) (*pgxpool.Pool, error) {
-	log.Warn("the database is unreachable at start; waiting for it", "err", first)
+// After every failed try it reports why it waits (spawner.ReportWaiting),
+// so that its master does not take it for hung.
+func waitForDatabase(ctx context.Context, sink *commandSink, url string, maxConns int, appName string, log *slog.Logger, report func(spawner.Report), first error) (*pgxpool.Pool, error) {
+	log.Warn("cannot connect to the database at start; waiting for it", "err", first)
+	waiting := func(err error) {
+		if report != nil {
+			report(spawner.Report{Type: spawner.ReportWaiting, PID: os.Getpid(), Waiting: err.Error()})
+		}
+	}
+	waiting(first)
 	backoff, tries, loggedAt := 500*time.Millisecond, 1, time.Now()
 	for {
 		t := time.NewTimer(backoff/2 + rand.N(backoff/2+1))
@@ -366,6 +381,7 @@ func waitForDatabase(ctx context.Context, sink *commandSink, url string, maxConn
 		if !errors.Is(err, errUnreachable) {
 			return nil, err
 		}
+		waiting(err)
 		if time.Since(loggedAt) >= time.Minute {
 			log.Warn("the database is still unreachable; waiting for it", "tries", tries, "err", err)
 			loggedAt = time.Now()

@@ -28,7 +28,7 @@ func TestWorkUnderAMasterWaitsForTheDatabase(t *testing.T) {
 		})
 	}()
 	deadline := time.Now().Add(15 * time.Second)
-	for !strings.Contains(errb.String(), "unreachable at start; waiting") {
+	for !strings.Contains(errb.String(), "cannot connect to the database at start; waiting") {
 		select {
 		case code := <-done:
 			t.Fatalf("fleet:work exited %d instead of waiting for the database:\n%s", code, errb.String())
@@ -38,6 +38,19 @@ func TestWorkUnderAMasterWaitsForTheDatabase(t *testing.T) {
 			t.Fatalf("no waiting line:\n%s", errb.String())
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+	// It tells its master why it is not ready yet, so that the start
+	// timeout does not take it for hung.
+	for !strings.Contains(out.String(), `"type":"waiting"`) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no waiting report on stdout:\n%s", out.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	line, _, _ := strings.Cut(out.String(), "\n")
+	rep, err := spawner.ParseReport(line)
+	if err != nil || rep.Type != spawner.ReportWaiting || !strings.Contains(rep.Waiting, "cannot reach database") {
+		t.Fatalf("first report %q: %+v, %v; want a waiting report saying why", line, rep, err)
 	}
 	if _, err := stdinW.Write(spawner.FormatCommand(spawner.Command{Type: spawner.CommandStop})); err != nil {
 		t.Fatal(err)

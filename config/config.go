@@ -17,7 +17,10 @@ type DatabaseConfig struct {
 	// URL is a postgres:// connection string. Empty means "not configured":
 	// the demo command then starts a private server.
 	URL string `toml:"url"`
-	// MaxConns bounds the connection pool of each process (0: pgx default).
+	// MaxConns is the size of the connection pool of each process of the
+	// fleet: the master's and every worker's (which also opens one
+	// connection for LISTEN). 0: 4 for the master, 3 for a worker. At
+	// least 2 when set. fleet.max_connections may shrink it.
 	MaxConns int `toml:"max_conns"`
 }
 
@@ -95,6 +98,10 @@ type FleetConfig struct {
 	// StartTimeoutSecs is how long a started worker may take to report
 	// ready before its master kills it and starts another.
 	StartTimeoutSecs int `toml:"start_timeout_secs"`
+	// MaxConnections caps the connections one master's fleet opens (the
+	// master and all of its workers), so that the application keeps its
+	// own; the pools shrink to fit (0: no cap).
+	MaxConnections int `toml:"max_connections"`
 	// Name is the master's name (default host:pid:nonce).
 	Name string `toml:"name"`
 	// NameEnv names an environment variable holding the master's name

@@ -567,10 +567,12 @@ default = 60
 		},
 		{
 			name: "negative integer",
-			env:  []string{"APP_DATABASE__MAX_CONNS=-1"},
+			// A supervisor's rules are checked where supervisors resolve, so
+			// the loaded value is the one written.
+			env: []string{"APP_FLEET__SUPERVISORS__WORK__QUEUES=default", "APP_FLEET__SUPERVISORS__WORK__MIN_PROCESSES=-1"},
 			check: func(t *testing.T, c *Config) {
-				if c.Database.MaxConns != -1 {
-					t.Errorf("max_conns = %d", c.Database.MaxConns)
+				if p := c.Fleet.Supervisors["work"].MinProcesses; p == nil || *p != -1 {
+					t.Errorf("min_processes = %v", p)
 				}
 			},
 		},

@@ -16,7 +16,8 @@ import (
 )
 
 // Validate checks that values are in range: queue.driver is database or
-// memory; log.level is debug, info, warn or error; log.format is text or
+// memory; database.max_conns is 0 or at least 2; fleet.max_connections is
+// at least 0; log.level is debug, info, warn or error; log.format is text or
 // json; queue.workers and queue.tries are at least 1; queue.backoff values
 // are at least 0; queue.timeout_secs is at least 1;
 // queue.timeout_grace_secs is at least 0; queue.poll_interval_ms is at
@@ -44,6 +45,7 @@ func (c *Config) Validate() error {
 	q := c.Queue
 	errs := []error{
 		oneOf("queue.driver", q.Driver, secrets, "database", "memory"),
+		poolSize("database.max_conns", c.Database.MaxConns),
 		names.CheckQueue("queue.default_queue:", q.DefaultQueue),
 	}
 	for i, name := range q.Queues {
@@ -76,6 +78,7 @@ func (c *Config) Validate() error {
 		oneOf("fleet.on_stop", f.OnStop, secrets, "leave", "linger"),
 		atLeast("fleet.linger_secs", f.LingerSecs, 1),
 		atLeast("fleet.start_timeout_secs", f.StartTimeoutSecs, 1),
+		atLeast("fleet.max_connections", f.MaxConnections, 0),
 		atLeast("fleet.long_wait_cooldown_minutes", f.LongWaitCooldownMinutes, 1),
 		atLeast("fleet.trim.completed_hours", f.Trim.CompletedHours, 1),
 		atLeast("fleet.trim.failed_days", f.Trim.FailedDays, 1),
@@ -212,6 +215,14 @@ func atLeast(key string, got, least int) error {
 }
 
 // notEmpty checks that a name is not empty or blank.
+// poolSize: 0 (the default) or at least 2.
+func poolSize(key string, got int) error {
+	if got == 0 || got >= 2 {
+		return nil
+	}
+	return invalid(key, "must be 0 (the default sizes) or at least 2, got %d", got)
+}
+
 func notEmpty(key, got string) error {
 	if strings.TrimSpace(got) != "" {
 		return nil

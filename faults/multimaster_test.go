@@ -71,6 +71,7 @@ func TestMultiMaster(t *testing.T) {
 		{"JobLongerThanTheTTLUnderAMasterRunsOnce", testLongJobUnderAMaster},
 		{"MasterStartedWhileDatabaseIsDown", testMasterStartsWhileDatabaseIsDown},
 		{"LockedMembershipTable", testLockedMembership},
+		{"ConnectionCap", testConnectionCap},
 		{"DatabaseRestart", func(t *testing.T, _ *mmServer) { testDatabaseOutage(t, outageStop) }},
 		{"DatabaseReadOnly", func(t *testing.T, _ *mmServer) { testDatabaseOutage(t, outageReadOnly) }},
 		{"DatabaseFrozen", func(t *testing.T, _ *mmServer) { testDatabaseOutage(t, outageFreeze) }},

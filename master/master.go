@@ -98,6 +98,12 @@ type Settings struct {
 	// 30 s. It is applied only while this master's own beats have held for
 	// a ttl: a worker waiting for an unreachable database is not stuck.
 	StartTimeout time.Duration
+	// Connections is the fleet's connection budget (see
+	// supervisor.ConnectionBudget): each worker is started with its pool
+	// size, and under a cap (Limit above 0) the master keeps at most Limit
+	// processes at once, those finishing their jobs included. The budget
+	// is shown in the master's row (fleet:masters). Zero: none.
+	Connections supervisor.Budget
 	// StopTimeout is how long shutdown waits for workers to finish their
 	// running jobs before killing them (default: DefaultTimeout +
 	// TimeoutGrace + 5 s).
@@ -293,8 +299,12 @@ type proc struct {
 	ready    bool // it reported ready (or beat)
 	killed   bool // killed for not getting ready in time
 	stopping bool
-	jobs     int64
-	memoryMB float64
+	// waitingAt is when it last reported that it waits (for the database
+	// or a free connection) before getting ready; waiting says for what.
+	waitingAt time.Time
+	waiting   string
+	jobs      int64
+	memoryMB  float64
 }
 
 type jobSample struct {
@@ -559,6 +569,9 @@ type masterReport struct {
 	Supervisors   []supRow `json:"supervisors"`
 	JobsPerMinute float64  `json:"jobs_per_minute"`
 	MemoryMB      float64  `json:"memory_mb"`
+	// Connections is the budget of Settings.Connections (absent when
+	// none is set).
+	Connections *supervisor.Budget `json:"connections,omitempty"`
 }
 
 // supRow is one supervisor of the report: what every reader decodes
@@ -574,6 +587,10 @@ type supRow struct {
 // when the state changed.
 func (m *Master) publish() {
 	r := &masterReport{Supervisors: make([]supRow, 0, len(m.sups))}
+	if m.set.Connections.Total > 0 {
+		b := m.set.Connections
+		r.Connections = &b
+	}
 	for _, s := range m.sups {
 		row := supRow{ReportedSupervisor: fleet.ReportedSupervisor{
 			Name: s.sup.Name, Queues: s.sup.Queues, Balance: string(s.sup.Balance), Paused: s.paused, Processes: map[string]int{},
@@ -870,7 +887,9 @@ func (m *Master) sweepLimits(ctx context.Context) {
 // killUnready kills workers that did not report ready within
 // StartTimeout (they hang while starting), but only while this master's
 // own beats have held for a ttl: when the database was away, a worker
-// waiting for it (retrying every few seconds) is not stuck.
+// waiting for it (retrying every few seconds) is not stuck. Nor is one
+// that keeps reporting that it waits (spawner.ReportWaiting: the server
+// has no connection left for it, say).
 func (m *Master) killUnready() {
 	if !m.member.Trusted() {
 		return
@@ -879,6 +898,9 @@ func (m *Master) killUnready() {
 	for _, p := range m.procs {
 		if p.ready || p.killed || p.stopping || now.Sub(p.started) < m.set.StartTimeout {
 			continue
+		}
+		if !p.waitingAt.IsZero() && now.Sub(p.waitingAt) < m.set.StartTimeout {
+			continue // it says it waits for the database: not hanging
 		}
 		p.killed = true
 		m.log.Error("worker did not get ready within the start timeout: killing it", "supervisor", p.sup.sup.Name,
@@ -1098,6 +1120,11 @@ func (m *Master) reconcile(ctx context.Context, events chan<- spawner.Event, s *
 		if s.ceiling >= 0 && m.runningOf(s) >= s.ceiling {
 			return
 		}
+		if limit := m.set.Connections.Limit; limit > 0 && len(m.procs) >= limit {
+			// The connection cap: a process still finishing its jobs
+			// holds its connections until it exits.
+			return
+		}
 		if err := m.spawn(ctx, events, s, g); err != nil {
 			m.summary.Crashed++
 			m.failed(s, g.Key, 0, "spawn failed", err)
@@ -1147,6 +1174,9 @@ func (m *Master) spawn(ctx context.Context, events chan<- spawner.Event, s *supS
 		Paused:       s.paused,
 		PausedQueues: pausedOf(g.Queues, m.pausedQueues),
 	}
+	if m.set.Connections.Worker > 0 {
+		spec.MaxConns = m.set.Connections.WorkerPool()
+	}
 	p, err := m.spawner.Spawn(ctx, spec, events)
 	if err != nil {
 		return err
@@ -1188,6 +1218,13 @@ func (m *Master) handle(ev spawner.Event) {
 		}
 		if r.Type == spawner.ReportReady || r.Type == spawner.ReportHeartbeat {
 			p.ready = true
+		}
+		if r.Type == spawner.ReportWaiting && !p.ready {
+			if p.waitingAt.IsZero() || r.Waiting != p.waiting {
+				m.log.Warn("worker waits before it can start", "supervisor", p.sup.sup.Name, "queues", p.group,
+					"pid", p.p.PID(), "waiting", r.Waiting)
+			}
+			p.waitingAt, p.waiting = m.set.Now(), r.Waiting
 		}
 		return
 	}

@@ -276,3 +276,36 @@ func TestMasterKillsWorkerThatNeverGetsReady(t *testing.T) {
 		t.Errorf("summary %+v: the kill must count as a crash", sum)
 	}
 }
+
+// A worker that keeps reporting that it waits (for a free connection,
+// say) is not killed by the start timeout; once it stops saying so and
+// still is not ready, it is.
+func TestMasterSparesWorkerThatReportsItWaits(t *testing.T) {
+	t.Parallel()
+	sups := resolve(t, map[string]supervisor.SupervisorOptions{"solo": {Queues: []string{"q"}, MaxProcesses: intp(1)}})
+	fake := spawnertest.NewFakeSpawner()
+	fake.SkipReady(true)
+	const startTimeout = 300 * time.Millisecond
+	b := start(t, nil, sups, fake, func(s *master.Settings) { s.StartTimeout = startTimeout })
+	wait(t, fake.WaitSpawned(waitCtx(t), 1))
+	waiting := spawner.Report{Type: spawner.ReportWaiting, Waiting: "cannot reach database: the server has no connection left (SQLSTATE 53300)"}
+	// Four start timeouts of waiting, reported every tenth of one.
+	for range 40 {
+		fake.Report(0, waiting)
+		time.Sleep(startTimeout / 10)
+	}
+	if fake.Killed(0) {
+		t.Fatal("a worker reporting that it waits was killed by the start timeout")
+	}
+	poll(t, "the waiting line", func() bool { return strings.Contains(b.logs.String(), "worker waits before it can start") })
+	if n := strings.Count(b.logs.String(), "worker waits before it can start"); n != 1 {
+		t.Errorf("%d waiting lines for one reason, want 1", n)
+	}
+	// Silence: now it hangs.
+	fake.SkipReady(false)
+	wait(t, fake.WaitSpawned(waitCtx(t), 2))
+	if !fake.Killed(0) {
+		t.Error("a worker silent past the start timeout was not killed")
+	}
+	b.stop(t)
+}

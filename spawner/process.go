@@ -197,6 +197,9 @@ func WorkArgs(spec Spec) []string {
 	if len(spec.PausedQueues) > 0 {
 		args = append(args, "--paused-queues", strings.Join(spec.PausedQueues, ","))
 	}
+	if spec.MaxConns > 0 {
+		args = append(args, "--max-conns", strconv.Itoa(spec.MaxConns))
+	}
 	return args
 }
 

@@ -27,6 +27,11 @@ const (
 	ReportReady     ReportType = "ready"
 	ReportHeartbeat ReportType = "heartbeat"
 	ReportExiting   ReportType = "exiting"
+	// ReportWaiting, before ready, says the worker is alive but cannot
+	// start yet, and why (Waiting): the database does not answer, or has
+	// no connection left. It is repeated while the worker waits; its
+	// master does not take it for a worker hanging at start.
+	ReportWaiting ReportType = "waiting"
 )
 
 // ExitReason says why a worker stopped.
@@ -76,6 +81,8 @@ type Report struct {
 	Paused bool `json:"paused,omitempty"`
 	// Reason it stops (exiting).
 	Reason ExitReason `json:"reason,omitempty"`
+	// Waiting says what the worker waits for (waiting).
+	Waiting string `json:"waiting,omitempty"`
 	// Unsaved counts finished attempts whose outcome it could not write
 	// before exiting (exiting; the database was away): their jobs stay
 	// reserved until released, and run again.
@@ -142,7 +149,7 @@ func ParseReport(line string) (Report, error) {
 		return r, err
 	}
 	switch r.Type {
-	case ReportReady, ReportHeartbeat, ReportExiting:
+	case ReportReady, ReportHeartbeat, ReportExiting, ReportWaiting:
 		return r, nil
 	}
 	return r, fmt.Errorf("unknown report type %q", r.Type)

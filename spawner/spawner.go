@@ -39,6 +39,9 @@ type Spec struct {
 	// PausedQueues are queues the worker must not claim from until told
 	// otherwise.
 	PausedQueues []string
+	// MaxConns is the size of the worker's connection pool, its listener
+	// aside (0: database.max_conns, or the default).
+	MaxConns int
 }
 
 // Group is the key of the process group the spec belongs to: its queues,

@@ -353,3 +353,30 @@ func (s *Store) WorkerOverdue(ctx context.Context, master string, defaultTimeout
 	}
 	return workers, nil
 }
+
+// SessionsByApp counts this database's sessions per application_name,
+// for the names that start with prefix (fleet's own: "fleet"). It reads
+// pg_stat_activity, whose application_name every role may see.
+func (s *Store) SessionsByApp(ctx context.Context, prefix string) (map[string]int, error) {
+	rows, err := s.pool.Query(ctx, `
+		SELECT application_name, count(*)::int FROM pg_stat_activity
+		WHERE datname = current_database() AND starts_with(application_name, $1)
+		GROUP BY application_name`, prefix)
+	if err != nil {
+		return nil, fmt.Errorf("count sessions: %w", err)
+	}
+	out := map[string]int{}
+	for rows.Next() {
+		var name string
+		var n int
+		if err := rows.Scan(&name, &n); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("count sessions: %w", err)
+		}
+		out[name] = n
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("count sessions: %w", err)
+	}
+	return out, nil
+}
