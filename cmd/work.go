@@ -66,7 +66,7 @@ func (r *runner) workCommand() *cobra.Command {
 	fl.IntVar(&f.maxJobs, "max-jobs", 0, "exit after starting N jobs (0: never)")
 	fl.IntVar(&f.maxTimeSecs, "max-time", 0, "exit after SECS seconds (0: never)")
 	fl.IntVar(&f.maxMemoryMB, "max-memory-mb", 0, "exit when resident memory exceeds MB (0: never)")
-	fl.IntVar(&f.maxConns, "max-conns", 0, "size of the worker's connection pool, its LISTEN connection aside (default database.max_conns, else 3; set by the master under fleet.max_connections)")
+	fl.IntVar(&f.maxConns, "max-conns", 0, "size of the worker's connection pool, its LISTEN connection aside (default database.max_conns, else 3, or 4 run by hand, which beats a membership row of its own; set by the master)")
 	fl.BoolVar(&f.stopWhenEmpty, "stop-when-empty", false, "exit once nothing is running and no job is ready")
 	fl.StringVar(&f.supervisor, "supervisor", "", "supervisor this worker belongs to (set by the master)")
 	fl.StringVar(&f.master, "master", "", "master this worker belongs to (set by the master); the worker then takes commands on stdin and stops when stdin closes")
@@ -130,6 +130,9 @@ func (r *runner) work(c *cobra.Command, f workFlags) error {
 	}
 	appName := "fleet:work " + cmp.Or(f.workerName, hostPID())
 	maxConns := cmp.Or(f.maxConns, cfg.Database.MaxConns, supervisor.WorkerConnections-1)
+	if f.master == "" && f.maxConns == 0 && cfg.Database.MaxConns == 0 {
+		maxConns++ // run by hand, it also beats its own membership row
+	}
 	pool, err := openPool(ctx, url, maxConns, appName)
 	if err != nil && sink != nil && errors.Is(err, errUnreachable) {
 		// A child started while the database is away waits for it rather
