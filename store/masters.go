@@ -233,7 +233,21 @@ type LostJobs struct {
 // as cancelled (not lost, and no failure), and its slot handed over: it
 // never runs again.
 func (s *Store) releaseLost(ctx context.Context, cond string, defaultTries int, errMsg string, args ...any) (LostJobs, error) {
+	return s.releaseLostAs(ctx, false, cond, defaultTries, errMsg, args...)
+}
+
+// releaseLostAs is releaseLost that, with uncount, takes the lost attempt
+// back instead of counting it: every matched job is released (none moves
+// to failed jobs), its attempts lowered by one, so that its next claim
+// makes the same attempt again. The history row ('lost') and the counters
+// are written either way.
+func (s *Store) releaseLostAs(ctx context.Context, uncount bool, cond string, defaultTries int, errMsg string, args ...any) (LostJobs, error) {
 	n := len(args)
+	// spent: the lost attempt was the job's last try.
+	spent, attempts := fmt.Sprintf(`j.attempts >= COALESCE(j.max_tries, $%d)`, n+1), `j.attempts`
+	if uncount {
+		spent, attempts = `false`, `greatest(j.attempts - 1, 0)`
+	}
 	sql := fmt.Sprintf(`
 		WITH lost AS (
 			SELECT j.id, j.queue, j.name, j.attempts, j.reserved_at, j.reserved_by, j.reserved_master, j.tags,
@@ -254,7 +268,7 @@ func (s *Store) releaseLost(ctx context.Context, cond string, defaultTries int, 
 			RETURNING j.id, j.limit_key
 		), failed AS (
 			DELETE FROM queue_jobs j USING lost
-			WHERE j.id = lost.id AND NOT lost.cancel AND j.attempts >= COALESCE(j.max_tries, $%d)
+			WHERE j.id = lost.id AND NOT lost.cancel AND `+spent+`
 			RETURNING j.*
 		), counted AS (
 			`+counterUpsert+`
@@ -274,9 +288,9 @@ func (s *Store) releaseLost(ctx context.Context, cond string, defaultTries int, 
 		), released AS (
 			UPDATE queue_jobs j
 			SET reserved_by = NULL, reserved_master = NULL, reserved_at = NULL, lease = NULL,
-			    available_at = now(), last_error = $%d
+			    available_at = now(), last_error = $%d, attempts = `+attempts+`
 			FROM lost
-			WHERE j.id = lost.id AND NOT lost.cancel AND j.attempts < COALESCE(j.max_tries, $%d)
+			WHERE j.id = lost.id AND NOT lost.cancel AND NOT (`+spent+`)
 			RETURNING j.id
 		), freed AS (
 			SELECT limit_key AS key, count(*)::integer AS n
@@ -285,7 +299,7 @@ func (s *Store) releaseLost(ctx context.Context, cond string, defaultTries int, 
 		), `+limitHandoffCTEs+`
 		SELECT (SELECT count(*) FROM released), (SELECT count(*) FROM moved), (SELECT count(*) FROM cancelled),
 		       `+limitHandedQueues,
-		cond, n+2, n+2, n+1, n+1, n+2, n+2, n+1)
+		cond, n+2, n+2, n+1, n+2, n+2)
 	args = append(args, defaultTries, errMsg)
 	var out LostJobs
 	if err := s.inject(ctx, "releaseLost"); err != nil {
