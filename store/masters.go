@@ -85,6 +85,12 @@ func (m Member) Liveness(at time.Time) string {
 type View struct {
 	At      time.Time
 	Members []Member
+	// Prev is, in a beat's view, the beat_at the beating member's own row
+	// had before that beat: zero when it had no row. A member that finds
+	// it older than its last acknowledged beat knows the database lost
+	// writes it had acknowledged (a failover to a standby that lagged),
+	// and every other row's expiry with them.
+	Prev time.Time
 }
 
 // Live returns the live members of kind (every kind when empty), sorted
@@ -125,7 +131,9 @@ func (s *Store) MemberBeat(ctx context.Context, p MemberBeatParams, expire bool)
 		kind = KindMaster
 	}
 	rows, err := s.pool.Query(ctx, `
-		WITH me AS (
+		WITH prev AS (
+			SELECT beat_at FROM fleet_masters WHERE instance = $1
+		), me AS (
 			INSERT INTO fleet_masters AS m (instance, kind, name, host, pid, version, state, report, started_at, beat_at, expires_at)
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, now(), now(), now() + $9 * interval '1 millisecond')
 			ON CONFLICT (instance) DO UPDATE SET
@@ -137,16 +145,16 @@ func (s *Store) MemberBeat(ctx context.Context, p MemberBeatParams, expire bool)
 			WHERE $10 AND instance <> $1 AND expires_at < now() - $11 * interval '1 millisecond'
 			RETURNING instance
 		)
-		SELECT now(), `+memberColumns+` FROM me
+		SELECT now(), (SELECT beat_at FROM prev), `+memberColumns+` FROM me
 		UNION ALL
-		SELECT now(), `+memberColumns+` FROM fleet_masters
+		SELECT now(), NULL, `+memberColumns+` FROM fleet_masters
 		WHERE instance <> $1 AND instance NOT IN (SELECT instance FROM gone)`,
 		p.Instance, kind, p.Name, p.Host, p.PID, p.Version, p.State, report, p.TTL.Milliseconds(),
 		expire, MemberGoneRetention.Milliseconds())
 	if err != nil {
 		return View{}, fmt.Errorf("beat %s %s: %w", kind, p.Name, err)
 	}
-	v, err := collectView(rows)
+	v, err := collectBeatView(rows)
 	if err != nil {
 		return View{}, fmt.Errorf("beat %s %s: %w", kind, p.Name, err)
 	}
@@ -161,6 +169,27 @@ func collectView(rows pgx.Rows) (View, error) {
 			&m.StartedAt, &m.BeatAt, &m.ExpiresAt)
 		return m, err
 	})
+	return sortedView(v, members, err)
+}
+
+// collectBeatView is collectView for a beat's rows, whose second column is
+// the member's own previous beat_at on its own row (NULL on the others).
+func collectBeatView(rows pgx.Rows) (View, error) {
+	var v View
+	members, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Member, error) {
+		var m Member
+		var prev *time.Time
+		err := row.Scan(&v.At, &prev, &m.Instance, &m.Kind, &m.Name, &m.Host, &m.PID, &m.Version, &m.State, &m.Report,
+			&m.StartedAt, &m.BeatAt, &m.ExpiresAt)
+		if prev != nil {
+			v.Prev = *prev
+		}
+		return m, err
+	})
+	return sortedView(v, members, err)
+}
+
+func sortedView(v View, members []Member, err error) (View, error) {
 	if err != nil {
 		return View{}, err
 	}
