@@ -238,6 +238,15 @@ func testFailover(t *testing.T, sync bool) {
 	if !sync && released == 0 {
 		t.Error("no reservation of a job already done was released: the test proves nothing about phantom reservations")
 	}
+	var lastRelease *time.Time
+	if err := d.pool.QueryRow(ctx, `SELECT max(finished_at) FROM fleet_jobs WHERE status = 'lost' AND error = $1`,
+		store.UnheldError).Scan(&lastRelease); err != nil {
+		t.Fatal(err)
+	}
+	releasedWithin := time.Duration(0)
+	if lastRelease != nil {
+		releasedWithin = lastRelease.Sub(promotedAt)
+	}
 	failed := d.count(`SELECT count(*) FROM queue_failed_jobs`)
 	reserved := d.count(`SELECT count(*) FROM queue_jobs WHERE reserved_by IS NOT NULL`)
 	if failed != 0 || reserved != 0 {
@@ -264,7 +273,7 @@ func testFailover(t *testing.T, sync bool) {
 	if !sync {
 		mode = "asynchronous, WAL sender stalled 2 s"
 	}
-	t.Logf("%s: jobs %d, ran twice %d, failed %d, reserved after %d, reserved at the promotion %d, lost attempts released by reconcile %d, first claim %s after the promotion",
-		mode, n, twice, failed, reserved, len(atPromotion), released, resume.Round(time.Millisecond))
+	t.Logf("%s: jobs %d, ran twice %d, failed %d, reserved after %d, reserved at the promotion %d, released by their worker's reconcile %d (the last %s after the promotion), first claim %s after the promotion",
+		mode, n, twice, failed, reserved, len(atPromotion), released, releasedWithin.Round(time.Millisecond), resume.Round(time.Millisecond))
 	stopMasters(t, a, b)
 }
