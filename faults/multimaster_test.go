@@ -177,7 +177,9 @@ type privateCluster struct {
 	opts pgcluster.Options
 }
 
-func startPrivateCluster() (*privateCluster, error) {
+// startPrivateCluster starts a cluster in a fresh directory, with opts
+// changing its options (a port, settings).
+func startPrivateCluster(opts ...func(*pgcluster.Options)) (*privateCluster, error) {
 	base, err := os.MkdirTemp("", "fleet-mm-pg-")
 	if err != nil {
 		return nil, err
@@ -188,6 +190,9 @@ func startPrivateCluster() (*privateCluster, error) {
 		return nil, err
 	}
 	c := &privateCluster{base: base, opts: pgcluster.Options{DataDir: filepath.Join(base, "data")}}
+	for _, o := range opts {
+		o(&c.opts)
+	}
 	if c.Cluster, err = pgcluster.Start(context.Background(), c.opts); err != nil {
 		_ = os.RemoveAll(base)
 		return nil, err
@@ -208,7 +213,9 @@ func (c *privateCluster) restart() error {
 
 // remove stops the server and removes its directory.
 func (c *privateCluster) remove() {
-	_ = c.Stop(context.Background())
+	if c.Cluster != nil {
+		_ = c.Stop(context.Background())
+	}
 	_ = os.RemoveAll(c.base)
 }
 
@@ -320,14 +327,15 @@ func (d *mmDB) waitMember(a *apptest.App, within time.Duration, what string, con
 	return m
 }
 
-// dispatchTo dispatches n test.sleep jobs of ms each to queue and returns
-// the file their runs are recorded in (the same for every call in dir).
-func dispatchTo(t *testing.T, url, dir, queue string, n, ms int) string {
+// dispatchTo dispatches n test.sleep jobs of ms each to queue, with the
+// dispatch command's extra flags, and returns the file their runs are
+// recorded in (the same for every call in dir).
+func dispatchTo(t *testing.T, url, dir, queue string, n, ms int, extra ...string) string {
 	t.Helper()
 	file := filepath.Join(dir, "runs.txt")
 	payload, _ := json.Marshal(map[string]any{"ms": ms, "file": file})
-	r := apptest.Run(t, dir, apptest.DBEnv(url), "dispatch", "--name", "test.sleep", "--queue", queue,
-		"--count", strconv.Itoa(n), "--payload", string(payload))
+	r := apptest.Run(t, dir, apptest.DBEnv(url), append([]string{"dispatch", "--name", "test.sleep", "--queue", queue,
+		"--count", strconv.Itoa(n), "--payload", string(payload)}, extra...)...)
 	if r.Code != 0 {
 		t.Fatalf("dispatch: %+v", r)
 	}
@@ -356,24 +364,7 @@ func checkOutcomes(t *testing.T, d *mmDB, file string, n int, allowLost bool) hi
 	if k := d.count(`SELECT count(*) FROM queue_failed_jobs WHERE name = 'test.sleep'`); k != 0 {
 		t.Errorf("%d jobs in queue_failed_jobs", k)
 	}
-	rows, err := d.pool.Query(context.Background(), `
-		SELECT job_id, status, count(*)::int FROM fleet_jobs WHERE name = 'test.sleep' GROUP BY 1, 2`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := history{}
-	var id int64
-	var status string
-	var c int
-	if _, err := pgx.ForEachRow(rows, []any{&id, &status, &c}, func() error {
-		if h[id] == nil {
-			h[id] = map[string]int{}
-		}
-		h[id][status] = c
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
+	h := readHistory(t, d)
 	if len(h) != n {
 		t.Errorf("%d jobs have history, want %d", len(h), n)
 	}
@@ -398,6 +389,30 @@ func checkOutcomes(t *testing.T, d *mmDB, file string, n int, allowLost bool) hi
 		if h[id] == nil {
 			t.Errorf("job %d ran but has no history", id)
 		}
+	}
+	return h
+}
+
+// readHistory reads the history of the test.sleep jobs.
+func readHistory(t *testing.T, d *mmDB) history {
+	t.Helper()
+	rows, err := d.pool.Query(context.Background(), `
+		SELECT job_id, status, count(*)::int FROM fleet_jobs WHERE name = 'test.sleep' GROUP BY 1, 2`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := history{}
+	var id int64
+	var status string
+	var c int
+	if _, err := pgx.ForEachRow(rows, []any{&id, &status, &c}, func() error {
+		if h[id] == nil {
+			h[id] = map[string]int{}
+		}
+		h[id][status] = c
+		return nil
+	}); err != nil {
+		t.Fatal(err)
 	}
 	return h
 }

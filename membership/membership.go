@@ -16,7 +16,11 @@
 //     row, and a worker fenced for a ttl exits;
 //   - a member releases others' jobs only once its own beats have succeeded
 //     without a gap for a whole ttl (Trusted), so after an outage, when
-//     every row expired together, nobody is presumed dead for it.
+//     every row expired together, nobody is presumed dead for it. A beat
+//     that finds its own row older than its last acknowledged beat (the
+//     database lost acknowledged writes: a failover to a standby that
+//     lagged) starts the run again too: the other rows lost their latest
+//     beats with it, and may look expired for a while.
 package membership
 
 import (
@@ -253,10 +257,13 @@ func (s *Service) beat(ctx context.Context) error {
 		return err
 	}
 	s.mu.Lock()
-	if s.streakStart.IsZero() || v.At.Sub(s.lastAt) > s.cfg.TTL {
+	acked := s.lastAt
+	lost := !acked.IsZero() && v.Prev.Before(acked)
+	if s.streakStart.IsZero() || v.At.Sub(s.lastAt) > s.cfg.TTL || lost {
 		// The first beat, or the first after a failure or a gap longer
-		// than the ttl (this process was frozen, or the database away):
-		// the run of successful beats starts again.
+		// than the ttl (this process was frozen, or the database away),
+		// or after the database lost beats it had acknowledged: the run
+		// of successful beats starts again.
 		s.streakStart = v.At
 	}
 	s.lastAt = v.At
@@ -266,6 +273,10 @@ func (s *Service) beat(ctx context.Context) error {
 	s.mu.Unlock()
 	if failing > 0 {
 		s.log.Info("beat succeeded again", "failures", failing)
+	}
+	if lost {
+		s.log.Warn("the database lost beats of this member it had acknowledged (a failover to a standby that lagged, or a restore): nobody is presumed gone for a ttl",
+			"acknowledged_beat", acked, "database_has", v.Prev)
 	}
 	s.duplicatesIn(v)
 	return nil

@@ -183,3 +183,41 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// A beat that finds its own row older than its last acknowledged beat
+// (the database lost acknowledged writes, as a failover to a standby that
+// lagged does) loses trust, though no beat failed: the other rows lost
+// their latest beats too and may look expired. Trust comes back after a
+// whole ttl of good beats.
+func TestLostBeatsLoseTrust(t *testing.T) {
+	pool := pgtest.Pool(t)
+	ctx := context.Background()
+	logs := &syncBuffer{}
+	const ttl = 600 * time.Millisecond
+	s, err := membership.New(store.New(pool), membership.Config{Name: "m", TTL: ttl, Interval: 50 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stop(ctx, 0)
+	waitFor(t, "trust", s.Trusted)
+	// The row as a standby 2 s behind has it.
+	if _, err := pool.Exec(ctx, `UPDATE fleet_masters SET beat_at = beat_at - interval '2 seconds',
+		expires_at = expires_at - interval '2 seconds' WHERE instance = $1`, s.Instance()); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the lost beats noticed", func() bool { return strings.Contains(logs.String(), "the database lost beats") })
+	if s.Trusted() {
+		t.Error("still trusted after the database lost its beats")
+	}
+	if s.BeatErrors() != 0 {
+		t.Errorf("%d beat errors: the test proves nothing", s.BeatErrors())
+	}
+	waitFor(t, "trust again", s.Trusted)
+	if n := strings.Count(logs.String(), "the database lost beats"); n != 1 {
+		t.Errorf("%d lines about lost beats, want 1:\n%s", n, logs.String())
+	}
+}

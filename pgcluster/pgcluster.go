@@ -1,9 +1,11 @@
 // Package pgcluster starts a private PostgreSQL server from the binaries
 // installed on the machine (initdb, pg_ctl, postgres). The server listens on
-// a Unix socket only and is tuned for throwaway data: fsync, synchronous
-// commit and full-page writes are off. Tests use it through pgtest when no
-// other server is available, and fleet's demo command uses it to run without
-// any database set up.
+// a Unix socket only (and on 127.0.0.1 when given a port) and is tuned for
+// throwaway data: fsync, synchronous commit and full-page writes are off.
+// Tests use it through pgtest when no other server is available, and
+// fleet's demo command uses it to run without any database set up. The
+// fault suite also makes streaming standbys of it (StartStandby), promotes
+// them (Promote) and crashes primaries (Crash).
 //
 // When the process runs as root (PostgreSQL refuses to), the server runs as
 // the "postgres" OS user: initdb, pg_ctl and postgres get that user's
@@ -15,6 +17,7 @@ package pgcluster
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -37,9 +40,10 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// port is the port number the server is told to use. With TCP disabled it
-// only names the socket file (.s.PGSQL.5432), so clusters in different
-// socket directories never clash.
+// port is the port number the server is told to use unless Options.Port
+// sets one. With TCP disabled it only names the socket file
+// (.s.PGSQL.5432), so clusters in different socket directories never
+// clash.
 const port = 5432
 
 // maxSocketPath is the longest socket path Start accepts: sun_path holds 108
@@ -133,6 +137,14 @@ type Options struct {
 	// LogFile is the server's log. It defaults to DataDir + ".log", beside
 	// the data directory (initdb wants an empty directory).
 	LogFile string
+	// Port, when set, makes the server listen on 127.0.0.1:Port as well as
+	// on its socket (named after that port), and URL speaks TCP. Zero: the
+	// socket only.
+	Port int
+	// Settings are extra server settings, "name=value" each, given to the
+	// server on its command line after the defaults, which they override
+	// (synchronous_commit=on, synchronous_standby_names=..., ...).
+	Settings []string
 }
 
 // Cluster is a running PostgreSQL server started by Start.
@@ -144,6 +156,9 @@ type Cluster struct {
 	logFile    string
 	log        *slog.Logger
 	cred       *syscall.Credential // nil: run as the current user
+	port       int                 // the server's port: Options.Port, or port
+	tcp        bool                // listening on 127.0.0.1:port
+	settings   []string            // Options.Settings
 
 	mu      sync.Mutex
 	stopped bool
@@ -162,8 +177,49 @@ type Cluster struct {
 // no longer running is handled by pg_ctl and postgres themselves. Errors name
 // the step that failed and end with the last lines of the server log.
 func Start(ctx context.Context, opts Options) (*Cluster, error) {
+	return startWith(ctx, opts, nil)
+}
+
+// StartStandby makes opts.DataDir a streaming standby of primary and starts
+// it: when the directory holds no cluster yet, it is filled by a base
+// backup of primary (pg_basebackup -R over primary's socket, WAL streamed),
+// and the standby streams from primary as application_name name, which
+// primary's synchronous_standby_names may list to make it synchronous. A
+// directory that holds a cluster already is started as it is. The standby
+// accepts read-only sessions (hot standby) until Promote.
+func StartStandby(ctx context.Context, primary *Cluster, name string, opts Options) (*Cluster, error) {
+	if primary == nil || name == "" {
+		return nil, errors.New("start standby: a primary and a name are needed")
+	}
+	conninfo := fmt.Sprintf("host=%s port=%d user=postgres application_name=%s",
+		conninfoQuote(primary.socketDir), primary.port, conninfoQuote(name))
+	opts.Settings = append([]string{"primary_conninfo=" + conninfo}, opts.Settings...)
+	return startWith(ctx, opts, func(ctx context.Context, c *Cluster) error {
+		c.log.Info("taking a base backup for a standby", "dir", c.dataDir, "primary", primary.dataDir)
+		began := time.Now()
+		out, err := c.run(ctx, "pg_basebackup", "-D", c.dataDir, "-h", primary.socketDir, "-p", strconv.Itoa(primary.port),
+			"-U", "postgres", "-X", "stream", "-c", "fast", "--no-sync", "-R")
+		if err != nil {
+			return fmt.Errorf("start standby: pg_basebackup of %s: %w\n%s%s", primary.dataDir, err, out, primary.logTail())
+		}
+		c.log.Info("took a base backup", "dir", c.dataDir, "took", time.Since(began).Round(time.Millisecond))
+		return nil
+	})
+}
+
+// startWith is Start with create filling an empty data directory (nil:
+// initdb).
+func startWith(ctx context.Context, opts Options, create func(context.Context, *Cluster) error) (*Cluster, error) {
 	if opts.DataDir == "" {
 		return nil, errors.New("start postgres: Options.DataDir is required")
+	}
+	for _, kv := range opts.Settings {
+		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
+			return nil, fmt.Errorf("start postgres: setting %q is not name=value", kv)
+		}
+	}
+	if opts.Port < 0 || opts.Port > 65535 {
+		return nil, fmt.Errorf("start postgres: port %d out of range", opts.Port)
 	}
 	dataDir, err := filepath.Abs(opts.DataDir)
 	if err != nil {
@@ -174,10 +230,13 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		return nil, fmt.Errorf("start postgres: %w", err)
 	}
 	c := &Cluster{
-		binDir:  binDir,
-		dataDir: dataDir,
-		logFile: opts.LogFile,
-		log:     opts.Logger,
+		binDir:   binDir,
+		dataDir:  dataDir,
+		logFile:  opts.LogFile,
+		log:      opts.Logger,
+		port:     cmp.Or(opts.Port, port),
+		tcp:      opts.Port != 0,
+		settings: opts.Settings,
 	}
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)
@@ -194,7 +253,7 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		}
 	}
 
-	if err := c.prepareDataDir(ctx); err != nil {
+	if err := c.prepareDataDir(ctx, create); err != nil {
 		return nil, err
 	}
 	if err := c.prepareSocketDir(opts.SocketDir); err != nil {
@@ -215,6 +274,11 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	return c, nil
 }
 
+// conninfoQuote quotes a value of a libpq connection string.
+func conninfoQuote(v string) string {
+	return "'" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(v) + "'"
+}
+
 // postgresCredential returns the credentials of the "postgres" OS user.
 func postgresCredential() (*syscall.Credential, error) {
 	u, err := user.Lookup("postgres")
@@ -232,9 +296,9 @@ func postgresCredential() (*syscall.Credential, error) {
 	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
 }
 
-// prepareDataDir creates the data directory when missing and runs initdb
-// when it holds no cluster yet.
-func (c *Cluster) prepareDataDir(ctx context.Context) error {
+// prepareDataDir creates the data directory when missing and, when it
+// holds no cluster yet, runs create (nil: initdb) on it.
+func (c *Cluster) prepareDataDir(ctx context.Context, create func(context.Context, *Cluster) error) error {
 	if _, err := os.Stat(filepath.Join(c.dataDir, "PG_VERSION")); err == nil {
 		return c.checkTraversable(c.dataDir)
 	}
@@ -259,6 +323,9 @@ func (c *Cluster) prepareDataDir(ctx context.Context) error {
 	if err := c.checkTraversable(c.dataDir); err != nil {
 		return err
 	}
+	if create != nil {
+		return create(ctx, c)
+	}
 	c.log.Info("initialising PostgreSQL data directory", "dir", c.dataDir, "bin", c.binDir)
 	began := time.Now()
 	out, err := c.run(ctx, "initdb", "-D", c.dataDir, "-U", "postgres", "--auth=trust",
@@ -273,7 +340,7 @@ func (c *Cluster) prepareDataDir(ctx context.Context) error {
 // prepareSocketDir settles the socket directory, creating a short temporary
 // one when the default would make the socket path too long.
 func (c *Cluster) prepareSocketDir(dir string) error {
-	const sockName = "/.s.PGSQL.5432"
+	sockName := "/.s.PGSQL." + strconv.Itoa(c.port)
 	if dir != "" {
 		abs, err := filepath.Abs(dir)
 		if err != nil {
@@ -364,14 +431,21 @@ func (c *Cluster) recoverRunning(ctx context.Context) error {
 
 // start runs pg_ctl start and waits until the server accepts connections.
 func (c *Cluster) start(ctx context.Context) error {
+	listen := ""
+	if c.tcp {
+		listen = "127.0.0.1"
+	}
 	opts := []string{
-		"-p", strconv.Itoa(port),
-		"-c", "listen_addresses=",
+		"-p", strconv.Itoa(c.port),
+		"-c", "listen_addresses=" + listen,
 		"-c", "unix_socket_directories=" + c.socketDir,
 		"-c", "fsync=off",
 		"-c", "synchronous_commit=off",
 		"-c", "full_page_writes=off",
 		"-c", "max_connections=300",
+	}
+	for _, kv := range c.settings {
+		opts = append(opts, "-c", kv)
 	}
 	quoted := make([]string, len(opts))
 	for i, o := range opts {
@@ -415,20 +489,46 @@ func (c *Cluster) waitReady(ctx context.Context) error {
 }
 
 // URL returns the connection URL of database on this cluster, such as
-// postgres://postgres@/fleet?host=%2Ftmp%2Fx%2Fdata&port=5432&sslmode=disable.
-// The port is spelled out so that a PGPORT in the environment does not
-// redirect the connection.
+// postgres://postgres@/fleet?host=%2Ftmp%2Fx%2Fdata&port=5432&sslmode=disable,
+// or postgres://postgres@127.0.0.1:PORT/fleet?sslmode=disable for a
+// cluster started with a Port. The port is spelled out so that a PGPORT in
+// the environment does not redirect the connection.
 func (c *Cluster) URL(database string) string {
+	return MultiHostURL(database, "", c)
+}
+
+// MultiHostURL returns one connection URL of database over every cluster,
+// in order: postgres://postgres@127.0.0.1:P1,127.0.0.1:P2/db?... when all
+// of them listen on TCP, else their sockets as host=/a,/b&port=... A
+// client tries the hosts in turn; with targetSessionAttrs (read-write,
+// primary, ...; empty: none) it keeps the first that qualifies, as libpq
+// and pgx do with target_session_attrs.
+func MultiHostURL(database, targetSessionAttrs string, clusters ...*Cluster) string {
 	q := url.Values{}
-	q.Set("host", c.socketDir)
-	q.Set("port", strconv.Itoa(port))
-	q.Set("sslmode", "disable")
-	u := url.URL{
-		Scheme:   "postgres",
-		User:     url.User("postgres"),
-		Path:     "/" + database,
-		RawQuery: q.Encode(),
+	tcp := len(clusters) > 0
+	for _, c := range clusters {
+		tcp = tcp && c.tcp
 	}
+	u := url.URL{Scheme: "postgres", User: url.User("postgres"), Path: "/" + database}
+	var hosts, ports []string
+	for _, c := range clusters {
+		if tcp {
+			hosts = append(hosts, "127.0.0.1:"+strconv.Itoa(c.port))
+			continue
+		}
+		hosts, ports = append(hosts, c.socketDir), append(ports, strconv.Itoa(c.port))
+	}
+	if tcp {
+		u.Host = strings.Join(hosts, ",")
+	} else {
+		q.Set("host", strings.Join(hosts, ","))
+		q.Set("port", strings.Join(ports, ","))
+	}
+	q.Set("sslmode", "disable")
+	if targetSessionAttrs != "" {
+		q.Set("target_session_attrs", targetSessionAttrs)
+	}
+	u.RawQuery = q.Encode()
 	return u.String()
 }
 
@@ -442,6 +542,80 @@ func (c *Cluster) LogFile() string { return c.logFile }
 // directory, SocketDir of the Options, or the temporary directory Start
 // created when the data directory's path was too long.
 func (c *Cluster) SocketDir() string { return c.socketDir }
+
+// Port returns the server's port: the TCP port of a cluster started with
+// Options.Port, else the one its socket is named after.
+func (c *Cluster) Port() int { return c.port }
+
+// PostmasterPID returns the pid of the running server's postmaster.
+func (c *Cluster) PostmasterPID() (int, error) {
+	pid, ok := readPid(filepath.Join(c.dataDir, "postmaster.pid"))
+	if !ok || !running(pid) {
+		return 0, fmt.Errorf("postgres %s is not running", c.dataDir)
+	}
+	return pid, nil
+}
+
+// Promote turns a standby (see StartStandby) into a primary accepting
+// writes (pg_ctl promote) and returns once it does.
+func (c *Cluster) Promote(ctx context.Context) error {
+	if out, err := c.pgCtl(ctx, "promote"); err != nil {
+		return fmt.Errorf("promote postgres %s: %w\n%s%s", c.dataDir, err, out, c.logTail())
+	}
+	c.log.Info("promoted PostgreSQL", "dir", c.dataDir)
+	return nil
+}
+
+// crashGrace is how long Crash lets the server's processes obey the
+// immediate shutdown before it kills those still there.
+const crashGrace = 100 * time.Millisecond
+
+// Crash stops the server as a crash of its host would, as far as its
+// clients and standbys can tell: an immediate shutdown (SIGQUIT to the
+// postmaster: no checkpoint, every session cut), and SIGKILL after
+// crashGrace for every server process still there, such as one stopped
+// with SIGSTOP (a stalled WAL sender then never sends what it held back).
+// It returns once the postmaster has exited; like Stop it then does
+// nothing more. The data directory is kept, and a Start on it recovers.
+func (c *Cluster) Crash(ctx context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stopped {
+		return nil
+	}
+	pid, ok := readPid(filepath.Join(c.dataDir, "postmaster.pid"))
+	if ok && running(pid) {
+		kids := childPIDs(pid)
+		if err := syscall.Kill(pid, syscall.SIGQUIT); err != nil {
+			return fmt.Errorf("crash postgres %s: %w", c.dataDir, err)
+		}
+		t := time.NewTimer(crashGrace)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("crash postgres %s: %w", c.dataDir, ctx.Err())
+		case <-t.C:
+		}
+		for _, k := range kids {
+			if running(k) {
+				_ = syscall.Kill(k, syscall.SIGKILL)
+			}
+		}
+		wctx, cancel := context.WithTimeout(ctx, readyTimeout)
+		defer cancel()
+		for running(pid) {
+			select {
+			case <-wctx.Done():
+				return fmt.Errorf("crash postgres %s: the postmaster (pid %d) did not exit: %w", c.dataDir, pid, wctx.Err())
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+		c.log.Info("crashed PostgreSQL", "dir", c.dataDir)
+	}
+	c.removeTempSocket()
+	c.stopped = true
+	return nil
+}
 
 // StopDataDir stops the server running on dataDir that an earlier process
 // started and left running on purpose (Start without Stop), with pg_ctl stop
@@ -617,6 +791,46 @@ func readPid(path string) (int, bool) {
 func processAlive(pid int) bool {
 	err := syscall.Kill(pid, 0)
 	return err == nil || errors.Is(err, syscall.EPERM)
+}
+
+// running reports whether pid is a live process: alive, and on Linux not
+// a zombie waiting for a parent that does not reap it.
+func running(pid int) bool {
+	if !processAlive(pid) {
+		return false
+	}
+	if runtime.GOOS != "linux" {
+		return true
+	}
+	st, ok := procStat(pid)
+	return !ok || (len(st) > 0 && st[0] != "Z")
+}
+
+// procStat returns the fields of /proc/PID/stat after the command name:
+// the state, the parent's pid, ...
+func procStat(pid int) ([]string, bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return nil, false
+	}
+	// pid (comm) state ppid ...: comm may hold spaces, so split after ')'.
+	return strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:])), true
+}
+
+// childPIDs returns the live children of pid (none where /proc is not).
+func childPIDs(pid int) []int {
+	entries, _ := os.ReadDir("/proc")
+	var out []int
+	for _, e := range entries {
+		child, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if st, ok := procStat(child); ok && len(st) > 1 && st[1] == strconv.Itoa(pid) && st[0] != "Z" {
+			out = append(out, child)
+		}
+	}
+	return out
 }
 
 // isPostgres reports whether pid runs a postgres executable. Where that

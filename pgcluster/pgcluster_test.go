@@ -3,6 +3,7 @@ package pgcluster_test
 import (
 	"context"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -288,4 +289,118 @@ func postmasterPid(t *testing.T, dataDir string) int {
 		t.Fatal(err)
 	}
 	return pid
+}
+
+// freePort returns a TCP port of 127.0.0.1 that nothing listens on now.
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// TestStandbyPromoteCrash makes a streaming standby of a primary listening
+// on TCP, reaches the primary through a multi-host URL that keeps the
+// read-write host, crashes the primary while its WAL sender is stopped
+// (the sender must die with it), promotes the standby and reaches it
+// through the same URL.
+func TestStandbyPromoteCrash(t *testing.T) {
+	needBinaries(t)
+	dir := tempDir(t)
+	primary := start(t, pgcluster.Options{DataDir: filepath.Join(dir, "primary"), Port: freePort(t), Logger: testLogger(t),
+		Settings: []string{"wal_sender_timeout=0"}})
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	standby, err := pgcluster.StartStandby(ctx, primary, "replica", pgcluster.Options{DataDir: filepath.Join(dir, "standby"),
+		Port: freePort(t), Logger: testLogger(t)})
+	if err != nil {
+		t.Fatalf("StartStandby: %v", err)
+	}
+	t.Cleanup(func() { _ = standby.Stop(context.Background()) })
+	if !strings.HasPrefix(primary.URL("postgres"), "postgres://postgres@127.0.0.1:") {
+		t.Fatalf("URL of a TCP cluster: %s", primary.URL("postgres"))
+	}
+	if got := query(t, primary.URL("postgres"), "select current_setting('wal_sender_timeout')"); got != "0" {
+		t.Errorf("wal_sender_timeout of the primary = %q, want Settings' 0", got)
+	}
+	if got := query(t, standby.URL("postgres"), "select pg_is_in_recovery()::text"); got != "true" {
+		t.Fatalf("standby in recovery = %s", got)
+	}
+	if got := query(t, primary.URL("postgres"), "select string_agg(application_name || ' ' || state, ',') from pg_stat_replication"); got != "replica streaming" {
+		t.Fatalf("pg_stat_replication of the primary: %q", got)
+	}
+	url := pgcluster.MultiHostURL("postgres", "read-write", primary, standby)
+	want := "127.0.0.1:" + strconv.Itoa(primary.Port()) + ",127.0.0.1:" + strconv.Itoa(standby.Port())
+	if !strings.Contains(url, "@"+want+"/postgres?") || !strings.Contains(url, "target_session_attrs=read-write") {
+		t.Fatalf("multi-host URL %s, want hosts %s and target_session_attrs", url, want)
+	}
+	if got := query(t, url, "select current_setting('port')"); got != strconv.Itoa(primary.Port()) {
+		t.Fatalf("the multi-host URL reached port %s, want the primary's %d", got, primary.Port())
+	}
+	conn, err := pgx.Connect(ctx, primary.URL("postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, "create table t as select 1 as x"); err != nil {
+		t.Fatal(err)
+	}
+	var sender int
+	if err := conn.QueryRow(ctx, "select pid from pg_stat_replication").Scan(&sender); err != nil {
+		t.Fatal(err)
+	}
+	_ = conn.Close(ctx)
+	for deadline := time.Now().Add(10 * time.Second); query(t, standby.URL("postgres"), "select count(*)::text from pg_class where relname = 't'") != "1"; {
+		if time.Now().After(deadline) {
+			t.Fatal("the table never reached the standby")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	if err := syscall.Kill(sender, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(sender, syscall.SIGCONT) })
+	pid, err := primary.PostmasterPID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	began := time.Now()
+	if err := primary.Crash(ctx); err != nil {
+		t.Fatalf("Crash: %v", err)
+	}
+	t.Logf("Crash took %v", time.Since(began).Round(time.Millisecond))
+	if syscall.Kill(pid, 0) == nil && processState(pid) != 'Z' {
+		t.Fatalf("postmaster %d still there after Crash", pid)
+	}
+	if syscall.Kill(sender, 0) == nil && processState(sender) != 'Z' {
+		t.Fatalf("the stopped WAL sender %d outlived the crash", sender)
+	}
+	if _, err := pgx.Connect(ctx, url); err == nil {
+		t.Fatal("the multi-host URL connected read-write with the primary down and the standby not promoted")
+	}
+	if err := standby.Promote(ctx); err != nil {
+		t.Fatalf("Promote: %v", err)
+	}
+	if got := query(t, url, "select current_setting('port') || ' ' || (select count(*) from t)"); got != strconv.Itoa(standby.Port())+" 1" {
+		t.Fatalf("after the promotion the multi-host URL reached %q, want the standby's port %d and the table", got, standby.Port())
+	}
+	if err := primary.Stop(ctx); err != nil {
+		t.Fatalf("Stop after Crash: %v", err)
+	}
+}
+
+// processState is the state letter of pid in /proc, 0 when unknown.
+func processState(pid int) byte {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	if len(f) == 0 {
+		return 0
+	}
+	return f[0][0]
 }

@@ -85,6 +85,12 @@ func (m Member) Liveness(at time.Time) string {
 type View struct {
 	At      time.Time
 	Members []Member
+	// Prev is, in a beat's view, the beat_at the beating member's own row
+	// had before that beat: zero when it had no row. A member that finds
+	// it older than its last acknowledged beat knows the database lost
+	// writes it had acknowledged (a failover to a standby that lagged),
+	// and every other row's expiry with them.
+	Prev time.Time
 }
 
 // Live returns the live members of kind (every kind when empty), sorted
@@ -125,7 +131,9 @@ func (s *Store) MemberBeat(ctx context.Context, p MemberBeatParams, expire bool)
 		kind = KindMaster
 	}
 	rows, err := s.pool.Query(ctx, `
-		WITH me AS (
+		WITH prev AS (
+			SELECT beat_at FROM fleet_masters WHERE instance = $1
+		), me AS (
 			INSERT INTO fleet_masters AS m (instance, kind, name, host, pid, version, state, report, started_at, beat_at, expires_at)
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, now(), now(), now() + $9 * interval '1 millisecond')
 			ON CONFLICT (instance) DO UPDATE SET
@@ -137,16 +145,16 @@ func (s *Store) MemberBeat(ctx context.Context, p MemberBeatParams, expire bool)
 			WHERE $10 AND instance <> $1 AND expires_at < now() - $11 * interval '1 millisecond'
 			RETURNING instance
 		)
-		SELECT now(), `+memberColumns+` FROM me
+		SELECT now(), (SELECT beat_at FROM prev), `+memberColumns+` FROM me
 		UNION ALL
-		SELECT now(), `+memberColumns+` FROM fleet_masters
+		SELECT now(), NULL, `+memberColumns+` FROM fleet_masters
 		WHERE instance <> $1 AND instance NOT IN (SELECT instance FROM gone)`,
 		p.Instance, kind, p.Name, p.Host, p.PID, p.Version, p.State, report, p.TTL.Milliseconds(),
 		expire, MemberGoneRetention.Milliseconds())
 	if err != nil {
 		return View{}, fmt.Errorf("beat %s %s: %w", kind, p.Name, err)
 	}
-	v, err := collectView(rows)
+	v, err := collectBeatView(rows)
 	if err != nil {
 		return View{}, fmt.Errorf("beat %s %s: %w", kind, p.Name, err)
 	}
@@ -161,6 +169,27 @@ func collectView(rows pgx.Rows) (View, error) {
 			&m.StartedAt, &m.BeatAt, &m.ExpiresAt)
 		return m, err
 	})
+	return sortedView(v, members, err)
+}
+
+// collectBeatView is collectView for a beat's rows, whose second column is
+// the member's own previous beat_at on its own row (NULL on the others).
+func collectBeatView(rows pgx.Rows) (View, error) {
+	var v View
+	members, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Member, error) {
+		var m Member
+		var prev *time.Time
+		err := row.Scan(&v.At, &prev, &m.Instance, &m.Kind, &m.Name, &m.Host, &m.PID, &m.Version, &m.State, &m.Report,
+			&m.StartedAt, &m.BeatAt, &m.ExpiresAt)
+		if prev != nil {
+			v.Prev = *prev
+		}
+		return m, err
+	})
+	return sortedView(v, members, err)
+}
+
+func sortedView(v View, members []Member, err error) (View, error) {
 	if err != nil {
 		return View{}, err
 	}
@@ -233,7 +262,21 @@ type LostJobs struct {
 // as cancelled (not lost, and no failure), and its slot handed over: it
 // never runs again.
 func (s *Store) releaseLost(ctx context.Context, cond string, defaultTries int, errMsg string, args ...any) (LostJobs, error) {
+	return s.releaseLostAs(ctx, false, cond, defaultTries, errMsg, args...)
+}
+
+// releaseLostAs is releaseLost that, with uncount, takes the lost attempt
+// back instead of counting it: every matched job is released (none moves
+// to failed jobs), its attempts lowered by one, so that its next claim
+// makes the same attempt again. The history row ('lost') and the counters
+// are written either way.
+func (s *Store) releaseLostAs(ctx context.Context, uncount bool, cond string, defaultTries int, errMsg string, args ...any) (LostJobs, error) {
 	n := len(args)
+	// spent: the lost attempt was the job's last try.
+	spent, attempts := fmt.Sprintf(`j.attempts >= COALESCE(j.max_tries, $%d)`, n+1), `j.attempts`
+	if uncount {
+		spent, attempts = `false`, `greatest(j.attempts - 1, 0)`
+	}
 	sql := fmt.Sprintf(`
 		WITH lost AS (
 			SELECT j.id, j.queue, j.name, j.attempts, j.reserved_at, j.reserved_by, j.reserved_master, j.tags,
@@ -254,7 +297,7 @@ func (s *Store) releaseLost(ctx context.Context, cond string, defaultTries int, 
 			RETURNING j.id, j.limit_key
 		), failed AS (
 			DELETE FROM queue_jobs j USING lost
-			WHERE j.id = lost.id AND NOT lost.cancel AND j.attempts >= COALESCE(j.max_tries, $%d)
+			WHERE j.id = lost.id AND NOT lost.cancel AND `+spent+`
 			RETURNING j.*
 		), counted AS (
 			`+counterUpsert+`
@@ -274,9 +317,9 @@ func (s *Store) releaseLost(ctx context.Context, cond string, defaultTries int, 
 		), released AS (
 			UPDATE queue_jobs j
 			SET reserved_by = NULL, reserved_master = NULL, reserved_at = NULL, lease = NULL,
-			    available_at = now(), last_error = $%d
+			    available_at = now(), last_error = $%d, attempts = `+attempts+`
 			FROM lost
-			WHERE j.id = lost.id AND NOT lost.cancel AND j.attempts < COALESCE(j.max_tries, $%d)
+			WHERE j.id = lost.id AND NOT lost.cancel AND NOT (`+spent+`)
 			RETURNING j.id
 		), freed AS (
 			SELECT limit_key AS key, count(*)::integer AS n
@@ -285,7 +328,7 @@ func (s *Store) releaseLost(ctx context.Context, cond string, defaultTries int, 
 		), `+limitHandoffCTEs+`
 		SELECT (SELECT count(*) FROM released), (SELECT count(*) FROM moved), (SELECT count(*) FROM cancelled),
 		       `+limitHandedQueues,
-		cond, n+2, n+2, n+1, n+1, n+2, n+2, n+1)
+		cond, n+2, n+2, n+1, n+2, n+2)
 	args = append(args, defaultTries, errMsg)
 	var out LostJobs
 	if err := s.inject(ctx, "releaseLost"); err != nil {

@@ -172,6 +172,9 @@ type Worker struct {
 	// the loop; cancelPoll the running ids from the loop to the poller.
 	cancels    chan store.CancelNotice
 	cancelPoll chan []int64
+	// resync asks for a reconcile even while nothing is held (see
+	// reconcile.go).
+	resync atomic.Bool
 }
 
 // New returns a worker running jobs from st with the handlers in jobs.
@@ -237,6 +240,7 @@ func New(st *store.Store, jobs *queue.Registry, cfg Config) (*Worker, error) {
 	w.writer = newWriter(st, cfg.Name, cfg.Master, log, w.poke)
 	w.writer.events = jobs
 	w.writer.onEvent = cfg.OnEvent
+	w.writer.onFail = w.resyncSoon
 	w.paused.Store(cfg.Paused)
 	w.PauseQueues(cfg.PausedQueues)
 	return w, nil
@@ -412,6 +416,8 @@ func (w *Worker) loop(ctx, jobBase context.Context) (Result, error) {
 	defer poll.Stop()
 	cancelPoll := time.NewTicker(w.cfg.CancelPollInterval)
 	defer cancelPoll.Stop()
+	reconcile := time.NewTicker(w.cfg.HeartbeatInterval)
+	defer reconcile.Stop()
 	var maxTime <-chan time.Time
 	if w.cfg.MaxTime > 0 {
 		t := time.NewTimer(w.cfg.MaxTime)
@@ -444,6 +450,10 @@ func (w *Worker) loop(ctx, jobBase context.Context) (Result, error) {
 		}
 		if len(s.running) > 0 || w.finished.Load() != last.Jobs || w.paused.Load() != last.Paused {
 			heartbeatC = heartbeat.C
+		}
+		var reconcileC <-chan time.Time
+		if w.reconcileDue(s) {
+			reconcileC = reconcile.C
 		}
 		select {
 		case <-ctxDone:
@@ -484,6 +494,8 @@ func (w *Worker) loop(ctx, jobBase context.Context) (Result, error) {
 		case <-heartbeatC:
 			w.heartbeat(s, &last)
 			lastBeat = time.Now()
+		case <-reconcileC:
+			w.reconcile(s)
 		case now := <-watchdogC:
 			if r := w.overdue(s, now); r != nil {
 				return w.abandon(s, r)
@@ -533,6 +545,7 @@ func (w *Worker) claim(ctx, jobBase context.Context, s *loopState, poll *time.Ti
 		var err error
 		w.await(s, func() { next, err = w.st.JobNext(claimCtx, w.cfg.Queues, w.cfg.Master) })
 		if err != nil {
+			w.resyncSoon()
 			w.logs.Fail(w.log, "claim", "looking for ready jobs failed; retrying at the next poll", "err", err)
 			return false
 		}
@@ -562,6 +575,7 @@ func (w *Worker) claim(ctx, jobBase context.Context, s *loopState, poll *time.Ti
 			jobs, err = w.st.JobClaim(claimCtx, store.JobClaimParams{Queue: q, Limit: limit, Worker: w.cfg.Name, Master: w.cfg.Master})
 		})
 		if err != nil {
+			w.resyncSoon()
 			w.logs.Fail(w.log, "claim", "claim failed; retrying at the next poll", "queue", q, "err", err)
 			return false
 		}
@@ -929,6 +943,8 @@ func (w *Worker) exit(s *loopState, runErr error) (Result, error) {
 		w.log.Error("could not write every finished job before exiting: their jobs stay reserved until a master releases them",
 			"unsaved", w.writer.Unsaved(), "err", err)
 		runErr = errors.Join(runErr, fmt.Errorf("write finished jobs: %w", err))
+	} else {
+		w.reconcile(s) // what is left reserved under this name is released without counting
 	}
 	if s.reason == "" {
 		s.reason = spawner.ExitStopped
@@ -951,9 +967,13 @@ func (w *Worker) report(r spawner.Report) {
 // gap.
 func (w *Worker) listen(ctx context.Context) {
 	backoff := 100 * time.Millisecond
-	for {
+	for connected := false; ; {
 		err := w.st.ListenCancels(ctx, func() {
 			backoff = 100 * time.Millisecond
+			if connected {
+				w.resyncSoon() // back after a drop: the database may have failed over
+			}
+			connected = true
 			w.poke() // catch up with anything dispatched while not listening
 		}, func(q string) {
 			if slices.Contains(w.cfg.Queues, q) {

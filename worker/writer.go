@@ -50,6 +50,7 @@ type writer struct {
 	log       *slog.Logger
 	logs      ratelog.Log // failing writes: once per streak, then once a minute
 	onWritten func()      // called after every written batch
+	onFail    func()      // called after every failed write; nil: none
 	// events receives the events of written outcomes (see publish); nil:
 	// none.
 	events *queue.Registry
@@ -58,8 +59,9 @@ type writer struct {
 
 	mu      sync.Mutex
 	pending []store.JobOutcome
-	unsaved int           // outcomes added but not yet written (pending + in flight)
-	changed chan struct{} // closed and replaced whenever unsaved drops
+	writing []store.JobOutcome // the batch being written, nil between writes
+	unsaved int                // outcomes added but not yet written (pending + in flight)
+	changed chan struct{}      // closed and replaced whenever unsaved drops
 	kick    chan struct{}
 	// sleep waits between tries; tests shorten it.
 	sleep func(ctx context.Context, d time.Duration) bool
@@ -100,6 +102,19 @@ func (w *writer) add(o store.JobOutcome) {
 	}
 }
 
+// holding adds to held the leases of the attempts not written yet, waiting
+// or being written: the worker still holds their jobs (see reconcile).
+func (w *writer) holding(held map[store.Lease]bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, o := range w.pending {
+		held[o.Lease] = true
+	}
+	for _, o := range w.writing {
+		held[o.Lease] = true
+	}
+}
+
 // Unsaved is how many finished attempts are not written yet.
 func (w *writer) Unsaved() int {
 	w.mu.Lock()
@@ -130,6 +145,9 @@ func (w *writer) writeAll(ctx context.Context) {
 		if len(w.pending) == 0 {
 			w.pending = nil
 		}
+		if n > 0 {
+			w.writing = batch
+		}
 		w.mu.Unlock()
 		if n == 0 {
 			return
@@ -138,10 +156,12 @@ func (w *writer) writeAll(ctx context.Context) {
 			// Stopped: put the batch back so that Unsaved stays true.
 			w.mu.Lock()
 			w.pending = append(batch, w.pending...)
+			w.writing = nil
 			w.mu.Unlock()
 			return
 		}
 		w.mu.Lock()
+		w.writing = nil
 		w.unsaved -= n
 		close(w.changed)
 		w.changed = make(chan struct{})
@@ -165,6 +185,9 @@ func (w *writer) write(ctx context.Context, batch []store.JobOutcome) bool {
 		}
 		if ctx.Err() != nil {
 			return false
+		}
+		if w.onFail != nil {
+			w.onFail()
 		}
 		if rejectedByDatabase(err) {
 			rejected++
