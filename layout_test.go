@@ -17,17 +17,18 @@ var layout = map[string][]string{
 	"balancer":            {"supervisor"},
 	"cmd":                 nil, // anything
 	"cmd/app":             {"", "cmd", "queue"},
-	"config":              {"internal/names"},
+	"config":              {"internal/defaults", "internal/names"},
 	"dashboard":           {"", "queue"},
 	"faults":              {},
 	"fleettest":           {"pgtest", "queue", "spawner", "store", "worker"},
 	"internal/apptest":    {"cmd", "pgtest", "queue"},
+	"internal/defaults":   {},
 	"internal/jobhook":    {},
 	"internal/names":      {},
 	"internal/ratelog":    {},
 	"internal/syncbuf":    {},
-	"master":              {"", "balancer", "internal/ratelog", "membership", "periodic", "spawner", "store", "supervisor"},
-	"membership":          {"store"},
+	"master":              {"", "balancer", "internal/defaults", "internal/ratelog", "membership", "periodic", "spawner", "store", "supervisor"},
+	"membership":          {"internal/defaults", "store"},
 	"metrics":             {"store"},
 	"migrations":          {},
 	"otelfleet":           {"queue", "redact"},
@@ -41,7 +42,7 @@ var layout = map[string][]string{
 	"spawner/spawnertest": {"spawner"},
 	"store":               {"migrations"},
 	"supervisor":          {},
-	"worker":              {"internal/jobhook", "internal/ratelog", "queue", "redact", "spawner", "store"},
+	"worker":              {"internal/defaults", "internal/jobhook", "internal/ratelog", "queue", "redact", "spawner", "store"},
 }
 
 // TestPackageLayout fails on an import the layout does not allow, and on a

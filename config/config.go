@@ -4,6 +4,12 @@
 // line or variable and the key at fault.
 package config
 
+import (
+	"time"
+
+	"github.com/fleet-go/fleet/internal/defaults"
+)
+
 // Config is the whole application configuration.
 type Config struct {
 	Database DatabaseConfig `toml:"database"`
@@ -191,12 +197,12 @@ func Default() Config {
 			Driver:           "database",
 			DefaultQueue:     "default",
 			Queues:           []string{"default"},
-			Workers:          4,
-			Tries:            3,
-			Backoff:          []int{1, 5, 30},
-			TimeoutSecs:      60,
-			TimeoutGraceSecs: 5,
-			PollIntervalMs:   1000,
+			Workers:          defaults.Concurrency,
+			Tries:            defaults.Tries,
+			Backoff:          defaults.Backoff(),
+			TimeoutSecs:      int(defaults.Timeout / time.Second),
+			TimeoutGraceSecs: int(defaults.TimeoutGrace / time.Second),
+			PollIntervalMs:   int(defaults.PollInterval / time.Millisecond),
 			MaxPayloadBytes:  1 << 20,
 		},
 		Log: LogConfig{
@@ -205,15 +211,15 @@ func Default() Config {
 			Redact: []string{"password", "secret", "token", "authorization", "api_key"},
 		},
 		Fleet: FleetConfig{
-			BalanceCooldownSecs:     3,
-			BalanceMaxShift:         1,
-			MasterTTLSecs:           10,
-			BeatIntervalMs:          1000,
+			BalanceCooldownSecs:     int(defaults.BalanceCooldown / time.Second),
+			BalanceMaxShift:         defaults.BalanceMaxShift,
+			MasterTTLSecs:           int(defaults.TTL / time.Second),
+			BeatIntervalMs:          int(defaults.BeatInterval / time.Millisecond),
 			OnStop:                  "leave",
-			LingerSecs:              30,
-			StartTimeoutSecs:        30,
-			LongWaitCooldownMinutes: 15,
-			Trim:                    TrimConfig{CompletedHours: 24, FailedDays: 7, MetricsDays: 30},
+			LingerSecs:              int(defaults.Linger / time.Second),
+			StartTimeoutSecs:        int(defaults.StartTimeout / time.Second),
+			LongWaitCooldownMinutes: int(defaults.LongWaitCooldown / time.Minute),
+			Trim:                    TrimConfig{CompletedHours: defaults.CompletedHours, FailedDays: defaults.FailedDays, MetricsDays: defaults.MetricsDays},
 			HTTP:                    HTTPConfig{Addr: "127.0.0.1:9465"},
 			Path:                    "/_fleet",
 			Dashboard:               true,

@@ -40,14 +40,11 @@ package master
 import (
 	"cmp"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -56,6 +53,7 @@ import (
 
 	"github.com/fleet-go/fleet"
 	"github.com/fleet-go/fleet/balancer"
+	"github.com/fleet-go/fleet/internal/defaults"
 	"github.com/fleet-go/fleet/internal/ratelog"
 	"github.com/fleet-go/fleet/membership"
 	"github.com/fleet-go/fleet/periodic"
@@ -152,25 +150,25 @@ type Settings struct {
 }
 
 func (s Settings) withDefaults() Settings {
-	s.Tick = cmp.Or(s.Tick, time.Second)
+	s.Tick = cmp.Or(s.Tick, defaults.BeatInterval)
 	s.BeatInterval = cmp.Or(s.BeatInterval, s.Tick)
-	s.BalanceCooldown = cmp.Or(s.BalanceCooldown, 3*time.Second)
-	s.BalanceMaxShift = cmp.Or(s.BalanceMaxShift, 1)
-	s.TTL = cmp.Or(s.TTL, 10*time.Second)
+	s.BalanceCooldown = cmp.Or(s.BalanceCooldown, defaults.BalanceCooldown)
+	s.BalanceMaxShift = cmp.Or(s.BalanceMaxShift, defaults.BalanceMaxShift)
+	s.TTL = cmp.Or(s.TTL, defaults.TTL)
 	s.OnStop = cmp.Or(s.OnStop, OnStopLeave)
-	s.Linger = cmp.Or(s.Linger, 30*time.Second)
+	s.Linger = cmp.Or(s.Linger, defaults.Linger)
 	s.RestartBase = cmp.Or(s.RestartBase, time.Second)
 	s.RestartMax = cmp.Or(s.RestartMax, time.Minute)
-	s.DefaultTries = cmp.Or(s.DefaultTries, 3)
-	s.DefaultTimeout = cmp.Or(s.DefaultTimeout, time.Minute)
-	s.TimeoutGrace = cmp.Or(s.TimeoutGrace, 5*time.Second)
+	s.DefaultTries = cmp.Or(s.DefaultTries, defaults.Tries)
+	s.DefaultTimeout = cmp.Or(s.DefaultTimeout, defaults.Timeout)
+	s.TimeoutGrace = cmp.Or(s.TimeoutGrace, defaults.TimeoutGrace)
 	s.StopTimeout = cmp.Or(s.StopTimeout, s.DefaultTimeout+s.TimeoutGrace+5*time.Second)
-	s.StartTimeout = cmp.Or(s.StartTimeout, 30*time.Second)
+	s.StartTimeout = cmp.Or(s.StartTimeout, defaults.StartTimeout)
 	s.Version = cmp.Or(s.Version, "dev")
-	s.LongWaitCooldown = cmp.Or(s.LongWaitCooldown, 15*time.Minute)
-	s.Trim.CompletedHours = cmp.Or(s.Trim.CompletedHours, 24)
-	s.Trim.FailedDays = cmp.Or(s.Trim.FailedDays, 7)
-	s.Trim.MetricsDays = cmp.Or(s.Trim.MetricsDays, 30)
+	s.LongWaitCooldown = cmp.Or(s.LongWaitCooldown, defaults.LongWaitCooldown)
+	s.Trim.CompletedHours = cmp.Or(s.Trim.CompletedHours, defaults.CompletedHours)
+	s.Trim.FailedDays = cmp.Or(s.Trim.FailedDays, defaults.FailedDays)
+	s.Trim.MetricsDays = cmp.Or(s.Trim.MetricsDays, defaults.MetricsDays)
 	s.PeriodicGrace = cmp.Or(s.PeriodicGrace, s.TTL)
 	if s.Name == "" {
 		s.Name = DefaultName()
@@ -185,12 +183,7 @@ func (s Settings) withDefaults() Settings {
 }
 
 // DefaultName is host:pid:nonce, the nonce random per call.
-func DefaultName() string {
-	host, _ := os.Hostname()
-	b := make([]byte, 3)
-	_, _ = rand.Read(b)
-	return fmt.Sprintf("%s:%d:%s", cmp.Or(host, "localhost"), os.Getpid(), hex.EncodeToString(b))
-}
+func DefaultName() string { return defaults.Name() }
 
 // Summary is what a master did, returned by Run.
 type Summary struct {

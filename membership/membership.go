@@ -38,6 +38,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fleet-go/fleet/internal/defaults"
 	"github.com/fleet-go/fleet/store"
 )
 
@@ -121,8 +122,8 @@ type Service struct {
 
 // New validates cfg and returns a member service.
 func New(st *store.Store, cfg Config) (*Service, error) {
-	cfg.TTL = cmp.Or(cfg.TTL, 10*time.Second)
-	cfg.Interval = cmp.Or(cfg.Interval, time.Second)
+	cfg.TTL = cmp.Or(cfg.TTL, defaults.TTL)
+	cfg.Interval = cmp.Or(cfg.Interval, defaults.BeatInterval)
 	cfg.Kind = cmp.Or(cfg.Kind, store.KindMaster)
 	if err := Validate(cfg.TTL, cfg.Interval); err != nil {
 		return nil, err

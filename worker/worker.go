@@ -7,8 +7,6 @@ package worker
 import (
 	"cmp"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -21,6 +19,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/fleet-go/fleet/internal/defaults"
 	"github.com/fleet-go/fleet/internal/jobhook"
 	"github.com/fleet-go/fleet/internal/ratelog"
 	"github.com/fleet-go/fleet/queue"
@@ -31,11 +30,11 @@ import (
 
 // Defaults for Config fields left zero.
 const (
-	DefaultConcurrency       = 4
-	DefaultTries             = 3
-	DefaultPollInterval      = time.Second
-	DefaultTimeout           = 60 * time.Second
-	DefaultTimeoutGrace      = 5 * time.Second
+	DefaultConcurrency       = defaults.Concurrency
+	DefaultTries             = defaults.Tries
+	DefaultPollInterval      = defaults.PollInterval
+	DefaultTimeout           = defaults.Timeout
+	DefaultTimeoutGrace      = defaults.TimeoutGrace
 	DefaultHeartbeatInterval = time.Second
 	DefaultVacuumEvery       = 5 * time.Second
 	// DrainTimeout bounds how long a stopping worker keeps trying to write
@@ -192,7 +191,7 @@ func New(st *store.Store, jobs *queue.Registry, cfg Config) (*Worker, error) {
 	}
 	cfg.Concurrency = cmp.Or(cfg.Concurrency, DefaultConcurrency)
 	if cfg.MasterTTL <= 0 {
-		cfg.MasterTTL = 10 * time.Second
+		cfg.MasterTTL = defaults.TTL
 	}
 	if cfg.MaxUnsaved <= 0 {
 		cfg.MaxUnsaved = DefaultMaxUnsaved(cfg.Concurrency)
@@ -267,13 +266,9 @@ const PrefetchBelow = 5 * time.Millisecond
 // 256.
 func DefaultPrefetch(concurrency int) int { return min(max(concurrency, 32), 256) }
 
-// DefaultName returns host:pid:random, unique per process.
-func DefaultName() string {
-	host, _ := os.Hostname()
-	b := make([]byte, 4)
-	_, _ = rand.Read(b)
-	return fmt.Sprintf("%s:%d:%s", cmp.Or(host, "localhost"), os.Getpid(), hex.EncodeToString(b))
-}
+// DefaultName returns host:pid:random, unique per process (a master's
+// default name has the same form).
+func DefaultName() string { return defaults.Name() }
 
 // Name is the worker's lease-holder name.
 func (w *Worker) Name() string { return w.cfg.Name }
