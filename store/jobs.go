@@ -408,14 +408,20 @@ type JobFinishResult struct {
 // one is parked again until its delay has passed, holding no slot
 // meanwhile) and handed over in the same statement (limitHandoffCTEs); for
 // a batch without limited jobs those CTEs find no key and touch nothing.
+//
+// Both texts are built once, here; TestFinishStatements checks them.
 var (
-	jobFinishSQL     = jobFinishStatement(true, counterShard)
-	jobFinishEndsSQL = jobFinishStatement(false, counterShard)
-	// jobCompleteTxSQL completes one job in a handler's transaction. It
-	// counts on shards of its own (16 to 31): that transaction holds its
-	// counter row until it commits, and must not make the outcome writers
-	// of other workers wait for that.
-	jobCompleteTxSQL = jobFinishStatement(false, "16 + "+counterShard)
+	jobFinishSQL     = jobFinishStatement(true)
+	jobFinishEndsSQL = jobFinishStatement(false)
+)
+
+// Shard offsets of a finish statement ($17): the outcome writers count on
+// shards 0 to 15, and a job completed in a handler's transaction on 16 to
+// 31, since that transaction holds its counter row until it commits and
+// must not make the outcome writers of other workers wait for that.
+const (
+	writerShards   = 0
+	completeShards = 16
 )
 
 // jobFinishStatement returns the finish statement (see jobFinishSQL). With
@@ -423,9 +429,10 @@ var (
 // end a job (completed, cancelled, failed): it leaves out the CTEs that
 // release a retried or snoozed job and look for a cancel request under
 // its row lock first, which a batch of ends would run for nothing (they
-// cost about 4 % of a drain's throughput). shard is the expression of the
-// counter shard the statement bumps.
-func jobFinishStatement(releases bool, shard string) string {
+// cost about 4 % of a drain's throughput). The counter shard it bumps is
+// its $17 (the offset of a range of 16 shards) plus the backend's pick.
+func jobFinishStatement(releases bool) string {
+	const shard = `($17::integer + ` + counterShard + `)`
 	completed, retried, retriedUnion := finishEndsCompleted, ``, ``
 	if releases {
 		completed, retried = finishCancelLocked+finishCompleted, finishRetried
@@ -542,7 +549,7 @@ func (s *Store) JobFinishMany(ctx context.Context, p JobFinishParams) (JobFinish
 			break
 		}
 	}
-	res, handed, err := finishOn(ctx, s.pool, sql, p)
+	res, handed, err := finishOn(ctx, s.pool, sql, writerShards, p)
 	if err != nil {
 		return res, err
 	}
@@ -561,7 +568,7 @@ func (s *Store) JobFinishMany(ctx context.Context, p JobFinishParams) (JobFinish
 // caller's writes cannot commit either, and returns ErrLeaseLost.
 func (s *Store) JobCompleteTx(ctx context.Context, tx pgx.Tx, worker, master string, o JobOutcome) error {
 	o.Kind, o.Status, o.Error = OutcomeCompleted, "completed", ""
-	res, handed, err := finishOn(ctx, tx, jobCompleteTxSQL, JobFinishParams{Worker: worker, Master: master, Outcomes: []JobOutcome{o}})
+	res, handed, err := finishOn(ctx, tx, jobFinishEndsSQL, completeShards, JobFinishParams{Worker: worker, Master: master, Outcomes: []JobOutcome{o}})
 	if err != nil {
 		return err
 	}
@@ -579,10 +586,11 @@ func (s *Store) JobCompleteTx(ctx context.Context, tx pgx.Tx, worker, master str
 // released (its holder was presumed gone) and may run elsewhere.
 var ErrLeaseLost = errors.New("the lease of the job was lost: it was released and may run elsewhere")
 
-// finishOn runs a finish statement (jobFinishSQL or jobCompleteTxSQL) on
-// db. It also returns the queues of parked jobs the statement handed a
-// concurrency slot to (see limitHandoff), for the caller to wake.
-func finishOn(ctx context.Context, db DBTX, sql string, p JobFinishParams) (JobFinishResult, []string, error) {
+// finishOn runs a finish statement (jobFinishSQL or jobFinishEndsSQL) on
+// db, counting on the 16 shards from shards. It also returns the queues of
+// parked jobs the statement handed a concurrency slot to (see
+// limitHandoff), for the caller to wake.
+func finishOn(ctx context.Context, db DBTX, sql string, shards int, p JobFinishParams) (JobFinishResult, []string, error) {
 	var res JobFinishResult
 	n := len(p.Outcomes)
 	ids, leases, attempts, tries := make([]int64, n), make([]int64, n), make([]int32, n), make([]int32, n)
@@ -601,7 +609,7 @@ func finishOn(ctx context.Context, db DBTX, sql string, p JobFinishParams) (JobF
 		started[i], finished[i] = o.StartedAt, o.FinishedAt
 	}
 	rows, err := db.Query(ctx, sql, ids, leases, kinds, statuses, delays, errs, tries,
-		queues, names, attempts, reserved, started, finished, runtimes, p.Master, p.Worker)
+		queues, names, attempts, reserved, started, finished, runtimes, p.Master, p.Worker, shards)
 	if err != nil {
 		return res, nil, fmt.Errorf("write %d finished jobs: %w", n, err)
 	}
@@ -776,6 +784,12 @@ type NextJob struct {
 func (s *Store) JobNext(ctx context.Context, queues []string, master string) (NextJob, error) {
 	var ms *float64
 	var out NextJob
+	// A worker without a master (tests) is always live: its statement has
+	// no liveness condition rather than a catch-all one (see filter).
+	live, args := `true`, []any{queues}
+	if master != "" {
+		live, args = `EXISTS (SELECT 1 FROM fleet_masters m WHERE m.instance = $2 AND m.expires_at >= now())`, append(args, master)
+	}
 	err := s.pool.QueryRow(ctx, `
 		SELECT (SELECT EXTRACT(EPOCH FROM (min(x.available_at) - now()))::float8 * 1000
 		        FROM unnest($1::text[]) AS q(name), LATERAL (
@@ -785,9 +799,7 @@ func (s *Store) JobNext(ctx context.Context, queues []string, master string) (Ne
 		                WHERE queue = q.name AND priority = lv.p AND reserved_by IS NULL AND available_at < 'infinity'
 		                ORDER BY available_at LIMIT 1) y
 		            
-		        ) x),
-		       $2 = '' OR EXISTS (SELECT 1 FROM fleet_masters m WHERE m.instance = $2 AND m.expires_at >= now())`,
-		queues, master).Scan(&ms, &out.Live)
+		        ) x), `+live, args...).Scan(&ms, &out.Live)
 	if err != nil {
 		return out, fmt.Errorf("find next available job: %w", err)
 	}
