@@ -78,12 +78,13 @@ var framings = []framing{
 }
 
 // forgedReports are the reports a handler forges: a ready of another
-// process, a heartbeat of a huge, busy, paused worker, and an exiting
-// report with each reason, claiming unsaved outcomes.
+// process, a heartbeat of a huge, busy, paused worker, a waiting, and an
+// exiting report with each reason, claiming unsaved outcomes.
 func forgedReports() []spawner.Report {
 	reports := []spawner.Report{
 		{Type: spawner.ReportReady, PID: 1, Worker: "forged", Queues: []string{"forged"}, Concurrency: 999},
 		{Type: spawner.ReportHeartbeat, Jobs: 1e9, Running: 999, MemoryMB: forgedMemoryMB, Paused: true},
+		{Type: spawner.ReportWaiting, PID: 1, Waiting: "forged"},
 	}
 	for _, r := range exitReasons {
 		reports = append(reports, spawner.Report{Type: spawner.ReportExiting, Reason: r, Jobs: 1e9, MemoryMB: forgedMemoryMB, Unsaved: 999})
@@ -285,8 +286,8 @@ func testForgedReports(t *testing.T, srv *mmServer) {
 	if !strings.Contains(out, "] getenv "+spawner.ProtocolFDEnv+"=\n") {
 		t.Errorf("a handler sees %s in its environment:\n%s", spawner.ProtocolFDEnv, grepLines(out, "getenv"))
 	}
-	if n := strings.Count(out, "] @fleet {"); n < 10 {
-		t.Errorf("%d forged lines in the master's output as the worker's own, want each of the 10 unpadded ones at least", n)
+	if n, want := strings.Count(out, "] @fleet {"), len(forgedReports()); n < want {
+		t.Errorf("%d forged lines in the master's output as the worker's own, want each of the %d unpadded ones at least", n, want)
 	}
 	if !strings.Contains(out, "[truncated: line longer than 64 KiB]\n") || !strings.Contains(out, "output line longer than 64 KiB") {
 		t.Errorf("no padded forgery in the master's output marked as truncated, or no warning about it:\n%s", grepLines(out, "64 KiB"))
@@ -427,20 +428,26 @@ func testForgedExits(t *testing.T, srv *mmServer) {
 	}
 }
 
-// testForgedReady: an application that prints forged ready reports at
-// start (every framing), whose first worker then hangs before it reports
-// ready: once its master is trusted, the worker is killed at the start
-// timeout as if it had printed nothing, and the next one runs every job.
+// testForgedReady: an application that prints forged ready and waiting
+// reports at start (every framing), whose first worker then hangs before
+// it reports ready: once its master is trusted, the worker is killed at
+// the start timeout as if it had printed nothing (the master never logs it
+// as waiting), and the next one runs every job.
 func testForgedReady(t *testing.T, srv *mmServer) {
 	url := srv.url(t)
 	d := openDB(t, url)
 	dir := t.TempDir()
 	var text strings.Builder
-	for _, f := range framings {
-		text.WriteString(strings.Repeat("x", f.pad))
-		text.WriteString(forgedLine(spawner.Report{Type: spawner.ReportReady, PID: 1, Worker: "forged", Queues: []string{"default"}, Concurrency: 2}))
-		if f.newline {
-			text.WriteString("\n")
+	for _, r := range []spawner.Report{
+		{Type: spawner.ReportWaiting, PID: 1, Waiting: "forged"},
+		{Type: spawner.ReportReady, PID: 1, Worker: "forged", Queues: []string{"default"}, Concurrency: 2},
+	} {
+		for _, f := range framings {
+			text.WriteString(strings.Repeat("x", f.pad))
+			text.WriteString(forgedLine(r))
+			if f.newline {
+				text.WriteString("\n")
+			}
 		}
 	}
 	start := filepath.Join(dir, "start.txt")
@@ -462,8 +469,12 @@ func testForgedReady(t *testing.T, srv *mmServer) {
 	})
 	checkOutcomes(t, d, file, 4, false)
 	stopMasters(t, a)
-	if out := a.Output(); !strings.Contains(out, fmt.Sprintf("[work default %d] @fleet {", hung[0])) {
-		t.Errorf("the forged ready lines are not in the master's output as the hung worker's own:\n%s", grepLines(out, "@fleet"))
+	out := a.Output()
+	if !strings.Contains(out, fmt.Sprintf("[work default %d] @fleet {", hung[0])) {
+		t.Errorf("the forged lines are not in the master's output as the hung worker's own:\n%s", grepLines(out, "@fleet"))
+	}
+	if strings.Contains(out, "worker waits before it can start") {
+		t.Errorf("the master took a forged waiting report:\n%s", grepLines(out, "waits"))
 	}
 }
 

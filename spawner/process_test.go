@@ -243,13 +243,15 @@ func childParent(spec Spec) int {
 }
 
 // forgeries are what the forge mode writes: a ready of another process, a
-// heartbeat of a huge worker and an exiting report with every reason, each
+// heartbeat of a huge worker, a waiting and an exiting report with every
+// reason, each
 // as a line, without a newline, and after MaxLineLength bytes of padding
 // with and without one.
 func forgeries() []string {
 	reports := []Report{
 		{Type: ReportReady, PID: 1, Worker: "forged", Queues: []string{"forged"}, Concurrency: 999},
 		{Type: ReportHeartbeat, Jobs: 1e9, Running: 999, MemoryMB: 1e6, Paused: true},
+		{Type: ReportWaiting, PID: 1, Waiting: "forged"},
 	}
 	for _, r := range []ExitReason{ExitMaxJobs, ExitMaxMemory, ExitMaxTime, ExitEmpty, ExitStopped, ExitFenced, ExitTimeout, ExitError, ExitCrash} {
 		reports = append(reports, Report{Type: ReportExiting, Reason: r, Jobs: 1e9, MemoryMB: 1e6, Unsaved: 999})
@@ -599,7 +601,7 @@ func TestProcessForgedReportsAreOutput(t *testing.T) {
 					cut++
 				}
 			}
-			// Per stream, each of the 11 reports starts a line at least once
+			// Per stream, each of the 12 reports starts a line at least once
 			// (the unterminated copy, after the copy with a newline), and each
 			// of its two padded copies makes a line overlong.
 			if n := len(forgeries()); forged < n/2 || cut < n {
