@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/fleet-go/fleet"
+	"github.com/fleet-go/fleet/spawner"
 )
 
 // Exit statuses of the app's commands. Every command exits with one of
@@ -35,10 +36,16 @@ const (
 	ExitMigrationsPending = 7
 	// ExitJobTimedOut is the exit status of a worker that gave up on a job
 	// that ignored its timeout; its supervisor replaces it.
-	ExitJobTimedOut = 8
+	ExitJobTimedOut = spawner.ExitCodeJobTimedOut // 8
 	// ExitTimedOut: fleet:terminate --wait gave up at --timeout with
 	// masters still live.
 	ExitTimedOut = 9
+	// ExitUnsaved is the exit status of a worker that stopped (at a limit,
+	// on a stop or a signal, idle, fenced) but could not write every
+	// finished job's outcome: the database was away. Those jobs stay
+	// reserved until released, and run again. Its master counts the exit
+	// by its reason, not as a crash.
+	ExitUnsaved = spawner.ExitCodeUnsaved // 10
 	// ExitInterrupted is the exit status of a demo stopped by SIGINT or
 	// SIGTERM (or its context) before its jobs were done: 128 + SIGINT, as
 	// shells do.

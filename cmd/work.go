@@ -14,6 +14,7 @@ import (
 	"os/signal"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -83,6 +84,11 @@ func (r *runner) workCommand() *cobra.Command {
 }
 
 func (r *runner) work(c *cobra.Command, f workFlags) error {
+	// A master announces the worker's report pipe in the environment. No
+	// handler needs to know, and no program a handler starts may inherit
+	// it: it leaves the environment before anything else runs.
+	announced, piped := environValue(r.app.Environ, spawner.ProtocolFDEnv)
+	_ = os.Unsetenv(spawner.ProtocolFDEnv)
 	cfg, err := r.loadConfig()
 	if err != nil {
 		return err
@@ -101,12 +107,33 @@ func (r *runner) work(c *cobra.Command, f workFlags) error {
 	}
 	wcfg.Logger = log
 	switch {
+	case (f.master != "" || f.reports) && piped:
+		// Started by a master: report to it on the pipe it gave us, never on
+		// stdout, which is the handlers' (see package spawner).
+		pipe, err := spawner.OpenReportPipe(announced)
+		if err != nil {
+			return err
+		}
+		defer pipe.Close()
+		wcfg.Reports = reportWriter(pipe)
 	case f.master != "" || f.reports:
-		// Started by a master: report to it on stdout.
+		// Run by hand for a tool that watches it (--reports), or by a master
+		// that gives no pipe: report on stdout.
 		wcfg.Reports = reportWriter(r.app.Stdout)
 	default:
 		// Started by hand: a progress line for people instead.
 		wcfg.Reports = progressLogger(log, progressEvery, time.Now)
+	}
+	// The exiting report says whether outcomes were left unwritten, which
+	// the exit status says too (ExitUnsaved), so that the master counts the
+	// exit by its reason rather than as a crash.
+	var unsaved atomic.Int64
+	report := wcfg.Reports
+	wcfg.Reports = func(rep spawner.Report) {
+		if rep.Type == spawner.ReportExiting {
+			unsaved.Store(int64(rep.Unsaved))
+		}
+		report(rep)
 	}
 
 	ctx, stop := signal.NotifyContext(c.Context(), syscall.SIGTERM, syscall.SIGINT)
@@ -185,10 +212,24 @@ func (r *runner) work(c *cobra.Command, f workFlags) error {
 		sink.attach(w)
 	}
 	_, err = w.Run(ctx)
-	if errors.Is(err, worker.ErrJobTimedOut) {
+	switch {
+	case errors.Is(err, worker.ErrJobTimedOut):
 		return &exitError{code: ExitJobTimedOut, err: err}
+	case err != nil && unsaved.Load() > 0:
+		return &exitError{code: ExitUnsaved, err: err}
 	}
 	return err
+}
+
+// environValue is the value of key in environ, the last one when it is
+// there more than once (as exec does), and whether it is there.
+func environValue(environ []string, key string) (string, bool) {
+	for i := len(environ) - 1; i >= 0; i-- {
+		if v, ok := strings.CutPrefix(environ[i], key+"="); ok {
+			return v, true
+		}
+	}
+	return "", false
 }
 
 // workerConfig merges the command's flags over the queue section.
@@ -394,6 +435,8 @@ func waitForDatabase(ctx context.Context, sink *commandSink, url string, maxConn
 }
 
 // reportWriter writes @fleet report lines to w, one whole line per write.
+// A write that fails (the master is gone) is dropped: the worker learns of
+// its master's end from its stdin.
 func reportWriter(w io.Writer) func(spawner.Report) {
 	var mu sync.Mutex
 	return func(rep spawner.Report) {

@@ -242,6 +242,41 @@ func TestMasterBacksOffCrashes(t *testing.T) {
 	}
 }
 
+// A worker that reported a recycle (or any reason of a worker that stops
+// by itself) and then exited with a failing status crashed: the master
+// backs off and logs the crash loop, as for a crash, never counting a
+// recycle; the log says what the worker had reported. An exit that agrees
+// with the report is still a recycle.
+func TestMasterCountsADisagreeingExitAsACrash(t *testing.T) {
+	t.Parallel()
+	sups := resolve(t, map[string]supervisor.SupervisorOptions{"solo": {Queues: []string{"q"}, MaxProcesses: intp(1)}})
+	b := start(t, nil, sups, nil)
+	wait(t, b.fake.WaitSpawned(waitCtx(t), 1))
+	reasons := []spawner.ExitReason{spawner.ExitMaxJobs, spawner.ExitMaxMemory, spawner.ExitStopped, spawner.ExitEmpty, spawner.ExitFenced}
+	for i, r := range reasons {
+		crashed := time.Now()
+		b.fake.Report(i, spawner.Report{Type: spawner.ReportExiting, Reason: r})
+		b.fake.ExitCode(i, 3)
+		wait(t, b.fake.WaitSpawned(waitCtx(t), i+2))
+		if want := time.Duration(50<<i) * time.Millisecond; time.Since(crashed) < min(want, 400*time.Millisecond) {
+			t.Fatalf("restart %d after %s, want the backoff of %s", i+1, time.Since(crashed), want)
+		}
+	}
+	poll(t, "the crash-loop error", func() bool {
+		return strings.Contains(b.logs.String(), `msg="workers keep failing: five failures within a minute"`)
+	})
+	if !strings.Contains(b.logs.String(), `msg="worker exited with status 3 after reporting max_jobs; restarting after backoff"`) {
+		t.Errorf("no warning naming what the worker reported:\n%s", b.logs)
+	}
+	b.fake.Report(len(reasons), spawner.Report{Type: spawner.ReportExiting, Reason: spawner.ExitMaxJobs})
+	b.fake.ExitCode(len(reasons), 0)
+	wait(t, b.fake.WaitSpawned(waitCtx(t), len(reasons)+2))
+	sum := b.stop(t)
+	if sum.Crashed != len(reasons) || sum.Recycled != 1 {
+		t.Fatalf("summary = %+v, want %d crashes and one recycle", sum, len(reasons))
+	}
+}
+
 func TestMasterAppliesPause(t *testing.T) {
 	t.Parallel()
 	b := start(t, nil, twoQueues(t), nil)

@@ -31,6 +31,14 @@ const (
 	sendTimeout = 5 * time.Second
 	// maxLoggedLine is how much of a malformed protocol line is logged.
 	maxLoggedLine = 200
+	// reportFD is the worker's descriptor of its report pipe: the first
+	// of exec.Cmd.ExtraFiles.
+	reportFD = 3
+	// logEvery is how often a warning of one kind about one worker is
+	// logged at most, after the first.
+	logEvery = time.Minute
+	// truncatedMark ends a forwarded output line that was cut.
+	truncatedMark = " [truncated: line longer than 64 KiB]"
 )
 
 // ProcessOptions configures a ProcessSpawner. The zero value starts copies
@@ -45,10 +53,11 @@ type ProcessOptions struct {
 	// Dir is the working directory of every process; default the master's
 	// working directory when NewProcessSpawner is called.
 	Dir string
-	// Output receives every line a process writes that is not a protocol
-	// line, prefixed with "[SUPERVISOR GROUP PID] "; default os.Stderr.
-	// Each line is one Write, and writes of all the spawner's processes are
-	// serialized. Write errors are ignored.
+	// Output receives every line a process writes on its stdout and
+	// stderr, prefixed with "[SUPERVISOR GROUP PID] "; default os.Stderr.
+	// A line longer than MaxLineLength is cut to its first MaxLineLength
+	// bytes and marked as truncated. Each line is one Write, and writes of
+	// all the spawner's processes are serialized. Write errors are ignored.
 	Output io.Writer
 	// Logger receives the spawner's own warnings; default slog.Default().
 	Logger *slog.Logger
@@ -61,7 +70,10 @@ type ProcessOptions struct {
 //
 // On Linux a worker is killed by the kernel when its master dies. Each
 // worker also gets a stdin pipe that only the master holds: a worker reads
-// its commands from it and takes EOF to mean that its master is gone.
+// its commands from it and takes EOF to mean that its master is gone. And
+// each gets a report pipe of its own, its descriptor 3 (announced as
+// ProtocolFDEnv=3): reports are read from it alone, never from the
+// worker's output (see the package documentation).
 //
 // It is safe for concurrent use.
 type ProcessSpawner struct {
@@ -205,16 +217,17 @@ func WorkArgs(spec Spec) []string {
 
 // Spawn starts a process for spec and returns once it runs.
 //
-// Each line the process writes on stdout that starts with LinePrefix is a
-// report and is sent to events as it arrives; a malformed one is ignored,
-// and the first of them logged. Every other line, on stdout or stderr, is
-// written to Output prefixed with "[SUPERVISOR GROUP PID] ". Once the
-// process has exited and all its output has been read (at most a few
-// seconds after the exit when a process it started holds its output open),
-// exactly one Exit is sent, last, with the reason of its last exiting report
-// or the one ExitFor infers from the status. Events are queued, never
-// dropped, while the receiver is busy, and the process's goroutines end once
-// the receiver has taken its exit.
+// Each line the process writes on its report pipe is a report and is sent
+// to events as it arrives; a malformed or overlong one is dropped, and
+// logged (at most once a minute). Every line it writes on stdout or stderr
+// is its own output, whatever it holds, and is written to Output prefixed
+// with "[SUPERVISOR GROUP PID] ". Once the process has exited and all its
+// output and reports have been read (at most a few seconds after the exit
+// when a process it started holds them open), exactly one Exit is sent,
+// last, with the reason ExitFor decides from its last exiting report and
+// its exit status. Events are queued, never dropped, while the receiver is
+// busy, and the process's goroutines end once the receiver has taken its
+// exit.
 //
 // ctx only guards the start: Spawn fails without starting anything when
 // ctx is already done, but a started process runs until it exits or is
@@ -231,33 +244,48 @@ func (s *ProcessSpawner) Spawn(ctx context.Context, spec Spec, events chan<- Eve
 
 	cmd := exec.Command(s.exe, s.args(spec)...)
 	cmd.Dir = s.dir
-	cmd.Env = s.environ()
+	// Last, so that it wins over an entry of the same name.
+	cmd.Env = append(s.environ(), ProtocolFDEnv+"="+strconv.Itoa(reportFD))
 	cmd.SysProcAttr = sysProcAttr()
 	cmd.WaitDelay = s.waitDelay
-	p := &process{s: s, spec: spec, cmd: cmd, queue: newEventQueue()}
-	p.stdout = NewLineWriter(p.stdoutLine)
-	p.stderr = NewLineWriter(p.passThrough)
+	p := &process{s: s, spec: spec, cmd: cmd, queue: newEventQueue(), reportsDone: make(chan struct{})}
+	p.stdout = NewLineWriter(p.outputLine)
+	p.stderr = NewLineWriter(p.outputLine)
 	cmd.Stdout = p.stdout
 	cmd.Stderr = p.stderr
 
 	// The worker's stdin is a pipe whose write end only the master holds
 	// (os.Pipe makes both ends close-on-exec), so the worker sees EOF when
-	// the master is gone.
+	// the master is gone. Its report pipe is the other way round: the
+	// worker holds the only write end, so the master sees EOF once the
+	// worker is gone.
 	stdin, stdinW, err := os.Pipe()
 	if err != nil {
 		return nil, fmt.Errorf("spawner: start %s: create stdin pipe: %w", s.exe, err)
 	}
+	reports, reportsW, err := os.Pipe()
+	if err != nil {
+		stdin.Close()
+		stdinW.Close()
+		return nil, fmt.Errorf("spawner: start %s: create report pipe: %w", s.exe, err)
+	}
 	cmd.Stdin = stdin
+	cmd.ExtraFiles = []*os.File{reportsW}
 	err = cmd.Start()
-	stdin.Close() // the child has its own copy now
+	stdin.Close() // the child has its own copies now
+	reportsW.Close()
 	if err != nil {
 		stdinW.Close()
+		reports.Close()
 		return nil, fmt.Errorf("spawner: start %s: %w", s.exe, err)
 	}
 	p.stdin = stdinW
+	p.reports = reports
 
-	// Both goroutines belong to the process: wait ends once the exit is
-	// queued, the pump once it has delivered it.
+	// The three goroutines belong to the process: the report reader ends
+	// at the pipe's EOF (or when wait gives up on it), wait once the exit
+	// is queued, the pump once it has delivered it.
+	go p.readReports()
 	go p.wait()
 	go p.queue.pump(events)
 	return p, nil
@@ -272,6 +300,9 @@ type process struct {
 	stdout, stderr *LineWriter
 	queue          *eventQueue
 
+	reports     *os.File      // the read end of the report pipe
+	reportsDone chan struct{} // closed once readReports has returned
+
 	sendMu sync.Mutex // serializes writes to stdin
 	stdin  *os.File
 	exited atomic.Bool
@@ -279,9 +310,10 @@ type process struct {
 	prefixOnce sync.Once
 	prefix     []byte
 
-	mu          sync.Mutex
-	reported    ExitReason // reason of the last exiting report
-	warnedProto bool       // a malformed protocol line was logged
+	mu        sync.Mutex
+	reported  ExitReason // reason of the last exiting report
+	badReport logLimit   // malformed or overlong report lines
+	longLine  logLimit   // truncated output lines
 }
 
 // Spec is what the process was started with.
@@ -334,6 +366,20 @@ func (p *process) wait() {
 	p.stdin.Close() // unblocks a Send stuck on a full pipe
 	p.stdout.Flush()
 	p.stderr.Flush()
+	// Every report was written before the worker exited; the pipe ends
+	// once no process holds it (a worker marks its end close-on-exec, but
+	// a program of another kind may have passed it on).
+	held := time.NewTimer(p.s.waitDelay)
+	select {
+	case <-p.reportsDone:
+	case <-held.C:
+		p.s.log.Warn("spawner: worker exited but its report pipe was still held open, probably by a process it started; stopped reading it",
+			"supervisor", p.spec.Supervisor, "group", p.spec.Group(), "pid", p.PID(), "after", p.s.waitDelay)
+		p.reports.Close() // ends the reader's read
+		<-p.reportsDone
+	}
+	held.Stop()
+	p.reports.Close()
 
 	code := -1
 	if st := p.cmd.ProcessState; st != nil {
@@ -352,25 +398,35 @@ func (p *process) wait() {
 	p.mu.Lock()
 	reported := p.reported
 	p.mu.Unlock()
-	p.queue.push(Event{Process: p, Exit: &Exit{Reason: ExitFor(reported, code), Code: code, Signal: killedBy(p.cmd.ProcessState), Err: waitErr}})
+	p.queue.push(Event{Process: p, Exit: &Exit{Reason: ExitFor(reported, code), Reported: reported, Code: code,
+		Signal: killedBy(p.cmd.ProcessState), Err: waitErr}})
 }
 
-// stdoutLine handles one line of the worker's stdout: a report, or output.
-func (p *process) stdoutLine(line string) {
-	if !IsProtocolLine(line) {
-		p.passThrough(line)
-		return
+// readReports reads the report pipe until its end, handing each line to
+// reportLine.
+func (p *process) readReports() {
+	defer close(p.reportsDone)
+	w := NewLineWriter(p.reportLine)
+	_, _ = io.Copy(w, p.reports) // ends at EOF, or with an error once wait closes the pipe
+	w.Flush()
+}
+
+// reportLine handles one line of the report pipe. Only a whole, well-formed
+// report counts: an overlong line is dropped whole, never parsed in part.
+func (p *process) reportLine(line string, truncated bool) {
+	var r Report
+	err := fmt.Errorf("longer than %d bytes: dropped whole", MaxLineLength)
+	if !truncated {
+		r, err = ParseReport(line)
 	}
-	r, err := ParseReport(line)
 	if err != nil {
 		p.mu.Lock()
-		warned := p.warnedProto
-		p.warnedProto = true
+		ok, held := p.badReport.allow(time.Now())
 		p.mu.Unlock()
-		if !warned {
-			p.s.log.Warn("spawner: ignoring malformed protocol line from worker (further ones are ignored silently)",
+		if ok {
+			p.s.log.Warn("spawner: ignoring a malformed report line from worker (more are logged at most once a minute)",
 				"supervisor", p.spec.Supervisor, "group", p.spec.Group(), "pid", p.PID(),
-				"line", truncate(line, maxLoggedLine), "err", err)
+				"line", truncate(line, maxLoggedLine), "err", err, "ignored_since_last_logged", held)
 		}
 		return
 	}
@@ -380,6 +436,23 @@ func (p *process) stdoutLine(line string) {
 		p.mu.Unlock()
 	}
 	p.queue.push(Event{Process: p, Report: &r})
+}
+
+// outputLine handles one line of the worker's stdout or stderr: its own
+// output, whatever it holds. A line cut at MaxLineLength is forwarded
+// marked as truncated, and logged.
+func (p *process) outputLine(line string, truncated bool) {
+	if truncated {
+		p.mu.Lock()
+		ok, held := p.longLine.allow(time.Now())
+		p.mu.Unlock()
+		if ok {
+			p.s.log.Warn("spawner: worker wrote an output line longer than 64 KiB: forwarded its first 64 KiB, marked as truncated, and dropped the rest (more are logged at most once a minute)",
+				"supervisor", p.spec.Supervisor, "group", p.spec.Group(), "pid", p.PID(), "truncated_since_last_logged", held)
+		}
+		line += truncatedMark
+	}
+	p.passThrough(line)
 }
 
 // passThrough writes one line of the worker's own output to the spawner's
@@ -393,6 +466,24 @@ func (p *process) passThrough(line string) {
 	p.s.outMu.Lock()
 	defer p.s.outMu.Unlock()
 	_, _ = p.s.output.Write(b)
+}
+
+// logLimit lets the first warning of a kind through, then at most one per
+// logEvery, counting those it held back.
+type logLimit struct {
+	at   time.Time // of the last one let through
+	held int       // held back since
+}
+
+// allow reports whether a warning at now is logged, and how many were
+// held back before it.
+func (l *logLimit) allow(now time.Time) (ok bool, held int) {
+	if !l.at.IsZero() && now.Sub(l.at) < logEvery {
+		l.held++
+		return false, 0
+	}
+	held, l.held, l.at = l.held, 0, now
+	return true, held
 }
 
 // truncate cuts s to at most n bytes, between UTF-8 characters.

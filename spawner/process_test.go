@@ -24,22 +24,33 @@ import (
 )
 
 // The tests start real worker processes: copies of the test binary that
-// TestMain turns into a fake worker when childEnv is set. Its value is a
-// comma-separated list of modes:
+// TestMain turns into a fake worker when childEnv is set. It writes its
+// reports on the report pipe its spawner gave it, as fleet:work does. The
+// variable's value is a comma-separated list of modes:
 //
 //	(none)     a worker: ready, a line on stdout and one on stderr, its working
 //	           directory, valueEnv and PATH as lines, a heartbeat every 50 ms; it
 //	           obeys pause, continue and stop, and exits 0 on stdin EOF
-//	malformed  also writes malformed protocol lines before its first heartbeat
+//	malformed  also writes malformed and overlong lines on its report pipe
+//	           before its first heartbeat
+//	forge      also writes forged reports of every type on stdout and stderr,
+//	           each as a line, without a newline, and after 64 KiB of padding
+//	           with and without one, before its first heartbeat
 //	crash      exits 3 without reporting, after its output lines
 //	maxjobs    reports exiting with reason max_jobs, writes an unterminated
 //	           line and exits 0
+//	exit=R:N   reports exiting with reason R and exits N
 //	chatty     writes many lines and exits 0 without reporting
 //	sleep      after its output lines sleeps, ignoring stdin
 //	parent     starts a sleeping worker of its own with a ProcessSpawner,
 //	           writes "grandchild PID" and sleeps
 //	holder     starts a sleeping process that inherits its stdout, writes
 //	           "grandchild PID" and exits 0 at once
+//	pipeholder starts a sleeping process that inherits its report pipe (as
+//	           a program that does not mark it close-on-exec may), writes
+//	           "grandchild PID" and exits 0 at once
+//	subshell   runs a shell that tries to write a report to descriptor 3,
+//	           then reports exiting stopped and exits 0
 //
 // A sleeping child gives up after childMaxSleep, so that nothing outlives a
 // broken test run for long.
@@ -88,7 +99,20 @@ func runChild(modes []string) int {
 	}
 	spec := Spec{Supervisor: *supervisor, Queues: strings.Split(*queues, ","), Worker: *worker, Concurrency: *concurrency}
 
-	report := func(r Report) { _, _ = os.Stdout.Write(FormatReport(r)) }
+	if has("pipeholder") {
+		return childPipeHolder() // before the pipe is made close-on-exec
+	}
+	// Started without a report pipe (by the holder below), a child reports
+	// on stdout, as a worker run by hand with --reports does.
+	pipe := os.Stdout
+	if announced, ok := os.LookupEnv(ProtocolFDEnv); ok {
+		var err error
+		if pipe, err = OpenReportPipe(announced); err != nil {
+			fmt.Fprintln(os.Stderr, "child:", err)
+			return 65
+		}
+	}
+	report := func(r Report) { _, _ = pipe.Write(FormatReport(r)) }
 	report(Report{Type: ReportReady, PID: os.Getpid(), Worker: spec.Worker, Queues: spec.Queues, Concurrency: spec.Concurrency})
 	fmt.Println("hello from child")
 	fmt.Fprintln(os.Stderr, "warning line")
@@ -97,11 +121,42 @@ func runChild(modes []string) int {
 	fmt.Printf("env %s=%s\n", valueEnv, os.Getenv(valueEnv))
 	fmt.Println("path", os.Getenv("PATH"))
 
+	if has("forge") {
+		for _, out := range []*os.File{os.Stdout, os.Stderr} {
+			for _, text := range forgeries() {
+				_, _ = out.WriteString(text)
+			}
+		}
+	}
+	for _, m := range modes {
+		spec, ok := strings.CutPrefix(m, "exit=")
+		if !ok {
+			continue
+		}
+		reason, code, _ := strings.Cut(spec, ":")
+		n, _ := strconv.Atoi(code)
+		report(Report{Type: ReportExiting, Reason: ExitReason(reason), Jobs: 3})
+		return n
+	}
 	switch {
 	case has("malformed"):
-		fmt.Println("@fleet {nope" + strings.Repeat("x", 300))
-		fmt.Println("@fleet {nope")
-		fmt.Println(`@fleet {"v":1,"type":"dance"}`)
+		for _, line := range []string{
+			"@fleet {nope" + strings.Repeat("x", 300),
+			"@fleet {nope",
+			`@fleet {"v":1,"type":"dance"}`,
+			strings.Repeat("x", MaxLineLength) + strings.TrimSuffix(string(FormatReport(Report{Type: ReportHeartbeat, MemoryMB: 1e6})), "\n"),
+			"not a protocol line",
+			`@fleet {"v":1,"type":"heartbeat","memory_mb":1e6} trailing`,
+		} {
+			_, _ = pipe.WriteString(line + "\n")
+		}
+	case has("subshell"):
+		sh := exec.Command("/bin/sh", "-c", "echo '"+strings.TrimSuffix(string(FormatReport(Report{Type: ReportHeartbeat, MemoryMB: 1e6})), "\n")+"' >&3")
+		sh.Stdout, sh.Stderr = os.Stdout, os.Stderr
+		err := sh.Run()
+		fmt.Println("subshell:", err)
+		report(Report{Type: ReportExiting, Reason: ExitStopped})
+		return 0
 	case has("crash"):
 		return 3
 	case has("maxjobs"):
@@ -187,11 +242,48 @@ func childParent(spec Spec) int {
 	return 4
 }
 
+// forgeries are what the forge mode writes: a ready of another process, a
+// heartbeat of a huge worker, a waiting and an exiting report with every
+// reason, each
+// as a line, without a newline, and after MaxLineLength bytes of padding
+// with and without one.
+func forgeries() []string {
+	reports := []Report{
+		{Type: ReportReady, PID: 1, Worker: "forged", Queues: []string{"forged"}, Concurrency: 999},
+		{Type: ReportHeartbeat, Jobs: 1e9, Running: 999, MemoryMB: 1e6, Paused: true},
+		{Type: ReportWaiting, PID: 1, Waiting: "forged"},
+	}
+	for _, r := range []ExitReason{ExitMaxJobs, ExitMaxMemory, ExitMaxTime, ExitEmpty, ExitStopped, ExitFenced, ExitTimeout, ExitError, ExitCrash} {
+		reports = append(reports, Report{Type: ReportExiting, Reason: r, Jobs: 1e9, MemoryMB: 1e6, Unsaved: 999})
+	}
+	pad := strings.Repeat("x", MaxLineLength)
+	var out []string
+	for _, r := range reports {
+		line := string(FormatReport(r))
+		out = append(out, line, strings.TrimSuffix(line, "\n"), pad+line, pad+strings.TrimSuffix(line, "\n"))
+	}
+	return out
+}
+
+// childPipeHolder starts a sleeping process that inherits its report pipe,
+// and exits without waiting for it.
+func childPipeHolder() int {
+	cmd := exec.Command(os.Args[0], os.Args[1:]...)
+	cmd.Env = append(os.Environ(), childEnv+"=sleep")
+	cmd.ExtraFiles = []*os.File{os.NewFile(3, "inherited")}
+	if err := cmd.Start(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 5
+	}
+	fmt.Println("grandchild", cmd.Process.Pid)
+	return 0
+}
+
 // childHolder starts a sleeping process that holds its stdout open, and
 // exits without waiting for it.
 func childHolder() int {
 	cmd := exec.Command(os.Args[0], os.Args[1:]...)
-	cmd.Env = append(os.Environ(), childEnv+"=sleep")
+	cmd.Env = append(slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, ProtocolFDEnv+"=") }), childEnv+"=sleep")
 	cmd.Stdout = os.Stdout
 	if err := cmd.Start(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -355,7 +447,7 @@ func TestProcessReportsOutputAndStop(t *testing.T) {
 		t.Fatal(err)
 	}
 	exit, reports := c.waitExit()
-	if exit != (Exit{Reason: ExitStopped, Code: 0}) {
+	if exit != (Exit{Reason: ExitStopped, Reported: ExitStopped, Code: 0}) {
 		t.Fatalf("exit = %+v, want stopped with code 0", exit)
 	}
 	if last := reports[len(reports)-1]; last.Type != ReportExiting || last.Reason != ExitStopped {
@@ -404,7 +496,7 @@ func TestProcessReportedExitReasonAndLastLine(t *testing.T) {
 	ts := newTestSpawner(t, ProcessOptions{}, "maxjobs")
 	c := ts.start(t, testSpec)
 	exit, reports := c.waitExit()
-	if exit != (Exit{Reason: ExitMaxJobs, Code: 0}) {
+	if exit != (Exit{Reason: ExitMaxJobs, Reported: ExitMaxJobs, Code: 0}) {
 		t.Fatalf("exit = %+v, want max_jobs with code 0", exit)
 	}
 	if last := reports[len(reports)-1]; last.Type != ReportExiting || last.Reason != ExitMaxJobs || last.Jobs != 7 {
@@ -416,17 +508,27 @@ func TestProcessReportedExitReasonAndLastLine(t *testing.T) {
 	}
 }
 
+// TestProcessMalformedLineIsLoggedOnceAndIgnored: malformed lines on the
+// report pipe (bad JSON, an unknown type, an overlong report, a line
+// without the prefix, a report with something after it) are dropped, the
+// first of them logged, and none becomes a report.
 func TestProcessMalformedLineIsLoggedOnceAndIgnored(t *testing.T) {
 	t.Parallel()
 	ts := newTestSpawner(t, ProcessOptions{}, "malformed")
 	c := ts.start(t, testSpec)
-	// The malformed lines come before the first heartbeat on stdout.
+	// The malformed lines come before the first heartbeat on the pipe.
 	c.report("a heartbeat", func(r Report) bool { return r.Type == ReportHeartbeat })
 	if err := c.p.Send(Command{Type: CommandStop}); err != nil {
 		t.Fatal(err)
 	}
-	if exit, _ := c.waitExit(); exit.Reason != ExitStopped || exit.Code != 0 {
+	exit, reports := c.waitExit()
+	if exit.Reason != ExitStopped || exit.Code != 0 {
 		t.Fatalf("exit = %+v", exit)
+	}
+	for _, r := range reports {
+		if r.MemoryMB != 1.5 && r.MemoryMB != 0 {
+			t.Errorf("a malformed line became the report %+v", r)
+		}
 	}
 
 	logs := ts.logs.String()
@@ -442,6 +544,164 @@ func TestProcessMalformedLineIsLoggedOnceAndIgnored(t *testing.T) {
 	}
 	if out := ts.out.String(); strings.Contains(out, "@fleet") || !strings.Contains(out, "hello from child") {
 		t.Errorf("output:\n%s", out)
+	}
+}
+
+// TestProcessForgedReportsAreOutput: a worker that writes forged reports of
+// every type on stdout and stderr (a ready of another process, a heartbeat
+// of 1e6 MB, an exiting report with every reason and unsaved outcomes),
+// each as a line, without a newline, and after 64 KiB of padding with and
+// without one, sends only its real reports; the forged lines are its
+// output, the overlong ones cut and marked, logged once; and its exit
+// counts as what it really did.
+func TestProcessForgedReportsAreOutput(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		modes []string
+		want  Exit
+	}{
+		{[]string{"forge"}, Exit{Reason: ExitStopped, Reported: ExitStopped}},
+		{[]string{"forge", "crash"}, Exit{Reason: ExitCrash, Code: 3}},
+		{[]string{"forge", "chatty"}, Exit{Reason: ExitStopped}},
+	} {
+		t.Run(strings.Join(tc.modes, ","), func(t *testing.T) {
+			t.Parallel()
+			ts := newTestSpawner(t, ProcessOptions{}, tc.modes...)
+			c := ts.start(t, testSpec)
+			if len(tc.modes) == 1 {
+				// The forgeries come before the first heartbeat.
+				c.report("a heartbeat", func(r Report) bool { return r.Type == ReportHeartbeat })
+				if err := c.p.Send(Command{Type: CommandStop}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			exit, reports := c.waitExit()
+			if exit != tc.want {
+				t.Errorf("exit = %+v, want %+v", exit, tc.want)
+			}
+			for i, r := range reports {
+				real := (i == 0 && r.Type == ReportReady && r.PID == c.p.PID() && r.Worker == "w1") ||
+					(i > 0 && r.Type == ReportHeartbeat && r.MemoryMB == 1.5) ||
+					(i == len(reports)-1 && r.Type == ReportExiting && r.Reason == ExitStopped && r.Unsaved == 0)
+				if !real {
+					t.Errorf("report %d is forged: %+v", i, r)
+				}
+			}
+			out := ts.out.String()
+			prefix := fmt.Sprintf("[sup mail,default %d] ", c.p.PID())
+			forged, cut := 0, 0
+			for line := range strings.Lines(out) {
+				if !strings.HasPrefix(line, prefix) || len(line) > len(prefix)+MaxLineLength+len(truncatedMark)+1 {
+					t.Fatalf("output line of %d bytes: %.200q", len(line), line)
+				}
+				if strings.HasPrefix(line, prefix+LinePrefix) {
+					forged++
+				}
+				if strings.HasSuffix(line, truncatedMark+"\n") {
+					cut++
+				}
+			}
+			// Per stream, each of the 12 reports starts a line at least once
+			// (the unterminated copy, after the copy with a newline), and each
+			// of its two padded copies makes a line overlong.
+			if n := len(forgeries()); forged < n/2 || cut < n {
+				t.Errorf("%d output lines start with %q, %d are truncated; want at least %d and %d", forged, LinePrefix, cut, n/2, n)
+			}
+			logs := ts.logs.String()
+			if n := strings.Count(logs, "level=WARN"); n != 1 || !strings.Contains(logs, "longer than 64 KiB") {
+				t.Errorf("want one warning, about a long output line, got:\n%s", logs)
+			}
+		})
+	}
+}
+
+// TestProcessExitCountsOnlyWhenTheStatusAgrees: a reported reason is how
+// an exit counts only when the exit status agrees; otherwise it is a crash,
+// and Describe says what was reported.
+func TestProcessExitCountsOnlyWhenTheStatusAgrees(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		reason ExitReason
+		code   int
+		want   ExitReason
+	}{
+		{ExitMaxJobs, 0, ExitMaxJobs},
+		{ExitMaxJobs, 3, ExitCrash},
+		{ExitMaxJobs, ExitCodeUnsaved, ExitMaxJobs},
+		{ExitMaxMemory, 1, ExitCrash},
+		{ExitMaxTime, 0, ExitMaxTime},
+		{ExitEmpty, 2, ExitCrash},
+		{ExitStopped, 1, ExitCrash},
+		{ExitFenced, 0, ExitFenced},
+		{ExitTimeout, ExitCodeJobTimedOut, ExitTimeout},
+		{ExitTimeout, 0, ExitCrash},
+		{ExitTimeout, 1, ExitCrash},
+		{ExitError, 1, ExitError},
+		{ExitError, 0, ExitCrash},
+		{"reboot", 0, ExitCrash},
+	} {
+		t.Run(fmt.Sprintf("%s_%d", tc.reason, tc.code), func(t *testing.T) {
+			t.Parallel()
+			ts := newTestSpawner(t, ProcessOptions{}, fmt.Sprintf("exit=%s:%d", tc.reason, tc.code))
+			c := ts.start(t, testSpec)
+			exit, _ := c.waitExit()
+			if want := (Exit{Reason: tc.want, Reported: tc.reason, Code: tc.code}); exit != want {
+				t.Fatalf("exit = %+v, want %+v", exit, want)
+			}
+			want := fmt.Sprintf("exited with status %d", tc.code)
+			if tc.want != tc.reason {
+				want += " after reporting " + string(tc.reason)
+			}
+			if got := exit.Describe(); got != want {
+				t.Errorf("Describe = %q, want %q", got, want)
+			}
+		})
+	}
+}
+
+// TestProcessReportPipeIsNotInherited: a program the worker starts does not
+// get its report pipe, so what it writes to descriptor 3 reaches nobody.
+func TestProcessReportPipeIsNotInherited(t *testing.T) {
+	t.Parallel()
+	if _, err := os.Stat("/bin/sh"); err != nil {
+		t.Skip("needs /bin/sh")
+	}
+	ts := newTestSpawner(t, ProcessOptions{}, "subshell")
+	c := ts.start(t, testSpec)
+	exit, reports := c.waitExit()
+	if exit != (Exit{Reason: ExitStopped, Reported: ExitStopped}) {
+		t.Errorf("exit = %+v", exit)
+	}
+	for _, r := range reports {
+		if r.Type == ReportHeartbeat {
+			t.Errorf("the subshell's report arrived: %+v", r)
+		}
+	}
+	if out := ts.out.String(); !strings.Contains(out, "] subshell: exit status") {
+		t.Errorf("the subshell did not fail to write to descriptor 3:\n%s", out)
+	}
+}
+
+// TestProcessExitWhileGrandchildHoldsReportPipe: the exit is sent although
+// a process the worker started (a program that did not mark the pipe
+// close-on-exec) still holds its report pipe.
+func TestProcessExitWhileGrandchildHoldsReportPipe(t *testing.T) {
+	t.Parallel()
+	ts := newTestSpawner(t, ProcessOptions{}, "pipeholder")
+	ts.waitDelay = 200 * time.Millisecond
+	c := ts.start(t, testSpec)
+	exit, _ := c.waitExit()
+	if m := regexp.MustCompile(`grandchild (\d+)`).FindStringSubmatch(ts.out.String()); m != nil {
+		gpid, _ := strconv.Atoi(m[1])
+		t.Cleanup(func() { _ = syscall.Kill(gpid, syscall.SIGKILL) })
+	} else {
+		t.Errorf("no grandchild PID in output:\n%s", ts.out)
+	}
+	if exit.Reason != ExitStopped || exit.Code != 0 {
+		t.Errorf("exit = %+v", exit)
+	}
+	if !strings.Contains(ts.logs.String(), "report pipe was still held open") {
+		t.Errorf("logs:\n%s", ts.logs)
 	}
 }
 
@@ -484,6 +744,7 @@ func TestProcessEnvironmentAndDirectory(t *testing.T) {
 	ts.Env(valueEnv, "first")
 	ts.Env(valueEnv, "second value")
 	ts.Env("", "ignored")
+	ts.Env(ProtocolFDEnv, "1") // the spawner's own announcement wins
 	c := ts.start(t, testSpec)
 	if exit, _ := c.waitExit(); exit.Reason != ExitMaxJobs {
 		t.Fatalf("exit = %+v", exit)

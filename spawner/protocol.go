@@ -1,8 +1,50 @@
 // Package spawner starts and talks to fleet:work processes. This file holds
-// the @fleet line protocol: reports travel from a worker to its master on the
-// worker's stdout, commands from the master to the worker on its stdin, one
-// JSON object per line after the prefix "@fleet ". Every other line is the
-// application's own output.
+// the @fleet line protocol: one JSON object per line after the prefix
+// "@fleet ", reports from a worker to its master and commands from the
+// master to the worker.
+//
+// # Output is data, the protocol is the master's
+//
+// A worker runs the application's handlers in its own process, and they
+// print what they like: user input, whole documents, lines of any length
+// without a newline, lines that start with "@fleet ". None of it may be
+// taken for a report, or a handler could make its master count a crash as
+// a recycle (skipping the restart backoff and the crash-loop error), show
+// a memory figure of its choosing, or claim a worker ready that hangs. So
+// the protocol does not share a stream with the application:
+//
+//   - Reports travel on a pipe of their own. ProcessSpawner gives each
+//     worker the write end as file descriptor 3 (exec.Cmd.ExtraFiles) and
+//     announces it in the environment, ProtocolFDEnv=3. The worker opens it
+//     with OpenReportPipe, which marks it close-on-exec so that no program
+//     a handler starts inherits it, and removes the variable from its
+//     environment before any handler runs. The master parses reports from
+//     that pipe only. Everything a worker writes on stdout and stderr is
+//     the application's output, forwarded line by line with the worker's
+//     identity in front and never parsed, "@fleet " lines included.
+//   - An overlong line (over MaxLineLength) is never split into lines: on
+//     the report pipe it is dropped whole; on stdout and stderr its first
+//     MaxLineLength bytes are forwarded, marked as truncated, and the rest
+//     up to its newline is dropped. Both are logged, at most once a minute
+//     per worker and kind.
+//   - An exit reason counts only when the exit status agrees with it
+//     (ExitReason.Agrees, ExitFor): a worker that reported max_jobs and
+//     then exited 3 crashed, with the backoff and crash-loop detection
+//     that go with a crash.
+//
+// A per-spawn secret in every line was the alternative. It keeps one
+// stream, but every line then carries and every parse checks a token, the
+// token must be kept out of the handlers' environment and logs, and an
+// overlong line still has to be handled on a stream shared with output. A
+// pipe of its own makes forging through output impossible rather than
+// hard, and keeps the line format and the parser as they were. (Neither
+// guards against a handler that sets out to write to the worker's
+// descriptors or memory: handlers are the application's own code, in the
+// worker's process. What they print is data.)
+//
+// A worker run by hand with --reports (no master, no pipe) writes the same
+// lines on its stdout, for a tool that watches it. Commands travel on the
+// worker's stdin, which only its master writes to.
 package spawner
 
 import (
@@ -18,6 +60,23 @@ const ProtocolVersion = 1
 
 // LinePrefix starts every protocol line.
 const LinePrefix = "@fleet "
+
+// ProtocolFDEnv is the environment variable by which ProcessSpawner
+// announces to a worker the file descriptor of its report pipe ("3").
+const ProtocolFDEnv = "FLEET_PROTOCOL_FD"
+
+// Exit statuses of fleet:work that say how a worker's exit is counted
+// (package cmd's table of exit statuses has them all).
+const (
+	// ExitCodeJobTimedOut goes with ExitTimeout: the worker gave up on a
+	// job that ignored its timeout.
+	ExitCodeJobTimedOut = 8
+	// ExitCodeUnsaved goes with the reasons of a worker that stops by
+	// itself (see ExitReason.Agrees) when it could not write every finished
+	// job's outcome before exiting (the database was away; its exiting
+	// report counts them as unsaved).
+	ExitCodeUnsaved = 10
+)
 
 // ReportType is the kind of a worker report.
 type ReportType string
@@ -39,7 +98,8 @@ type ExitReason string
 
 // Exit reasons. A worker exits 0 for all of them but ExitTimeout and
 // ExitError, and ExitCrash, which the master infers when a worker dies
-// without saying why.
+// without saying why, or with an exit status that disagrees with what it
+// said (see Agrees).
 const (
 	ExitMaxJobs   ExitReason = "max_jobs"
 	ExitMaxMemory ExitReason = "max_memory"
@@ -57,6 +117,25 @@ const (
 // Recycled reports whether the worker stopped at one of its recycling limits.
 func (r ExitReason) Recycled() bool {
 	return r == ExitMaxJobs || r == ExitMaxMemory || r == ExitMaxTime
+}
+
+// Agrees reports whether an exit with status code agrees with reason r,
+// so that r counts: the reasons a worker stops for by itself (its
+// recycling limits, empty, stopped, fenced) go with 0, or with
+// ExitCodeUnsaved when it could not write every outcome; ExitTimeout goes
+// with ExitCodeJobTimedOut; ExitError with any failing status (a signal
+// included). Nothing agrees with ExitCrash, which no worker reports, or
+// with a reason this package does not know.
+func (r ExitReason) Agrees(code int) bool {
+	switch r {
+	case ExitMaxJobs, ExitMaxMemory, ExitMaxTime, ExitEmpty, ExitStopped, ExitFenced:
+		return code == 0 || code == ExitCodeUnsaved
+	case ExitTimeout:
+		return code == ExitCodeJobTimedOut
+	case ExitError:
+		return code != 0
+	}
+	return false
 }
 
 // Report is one line from a worker.
@@ -141,8 +220,9 @@ func formatLine(v any) []byte {
 func IsProtocolLine(line string) bool { return strings.HasPrefix(line, LinePrefix) }
 
 // ParseReport parses a protocol line from a worker. It fails for a line
-// that is not a protocol line, malformed JSON, an unknown type, or a
-// version this master does not speak.
+// that is not a protocol line, malformed JSON (anything but white space
+// after the object included), an unknown type, or a version this master
+// does not speak.
 func ParseReport(line string) (Report, error) {
 	var r Report
 	if err := parseLine(line, &r, &r.V); err != nil {
@@ -173,8 +253,9 @@ func parseLine(line string, v any, version *int) error {
 	if !ok {
 		return fmt.Errorf("not a protocol line: missing %q prefix", LinePrefix)
 	}
-	dec := json.NewDecoder(strings.NewReader(rest))
-	if err := dec.Decode(v); err != nil {
+	// Unmarshal, unlike a Decoder, refuses what follows the object: a line
+	// is one object, not an object and whatever came after it.
+	if err := json.Unmarshal([]byte(rest), v); err != nil {
 		return fmt.Errorf("malformed protocol line: %w", err)
 	}
 	if *version != ProtocolVersion {

@@ -132,9 +132,10 @@ func BenchmarkParseCommand(b *testing.B) {
 	}
 }
 
-// BenchmarkLineWriter measures splitting a worker's stdout into lines and
-// telling @fleet lines from the application's own output, as the master's
-// stdout callback does (without the parsing, measured above).
+// BenchmarkLineWriter measures splitting a worker's output into lines and
+// telling @fleet lines from others (without the parsing, measured above):
+// what a master does with a report pipe's lines, and more than it does
+// with output, which it forwards without looking.
 func BenchmarkLineWriter(b *testing.B) {
 	heartbeat := FormatReport(benchHeartbeat)
 	logLine := []byte(`time=2025-03-14T09:26:53.589Z level=INFO msg="job done" queue=mailers job=184223 took=41ms` + "\n")
@@ -166,7 +167,7 @@ func BenchmarkLineWriter(b *testing.B) {
 			b.SetBytes(int64(size))
 			var reports, output int
 			var last string
-			w := NewLineWriter(func(line string) {
+			w := NewLineWriter(func(line string, _ bool) {
 				if IsProtocolLine(line) {
 					reports++
 					last = line

@@ -82,10 +82,13 @@ type Event struct {
 
 // Exit says how a process ended.
 type Exit struct {
-	// Reason is the reason it reported before exiting, or ExitCrash when it
-	// died without reporting one, or ExitStopped for a clean exit without a
-	// report.
+	// Reason is how the exit counts: the reason the worker reported before
+	// exiting when its exit status agrees with it, ExitStopped for a clean
+	// exit without a report, and ExitCrash for anything else (see ExitFor).
 	Reason ExitReason
+	// Reported is the reason of the worker's last exiting report (empty:
+	// it sent none). It differs from Reason when the exit status disagreed.
+	Reported ExitReason
 	// Code is the exit status (-1 when killed by a signal).
 	Code int
 	// Signal names the signal that killed the process, such as "SIGKILL"
@@ -96,22 +99,29 @@ type Exit struct {
 }
 
 // Describe says how the process ended, for a log line: "killed by signal
-// SIGKILL" or "exited with status 2".
+// SIGKILL" or "exited with status 2", followed by "after reporting
+// max_jobs" when the exit status disagreed with the reported reason.
 func (e Exit) Describe() string {
+	how := fmt.Sprintf("exited with status %d", e.Code)
 	if e.Signal != "" {
-		return "killed by signal " + e.Signal
+		how = "killed by signal " + e.Signal
 	}
-	return fmt.Sprintf("exited with status %d", e.Code)
+	if e.Reported != "" && e.Reported != e.Reason {
+		how += " after reporting " + string(e.Reported)
+	}
+	return how
 }
 
-// ExitFor decides the reason of an exit from the last reported reason and
-// the exit status: a reported reason wins; an unreported exit with status 0
-// is a stop; anything else is a crash.
+// ExitFor decides how an exit counts from the last reported reason and the
+// exit status: a reported reason counts when the status agrees with it
+// (ExitReason.Agrees), and is a crash otherwise; an unreported exit with
+// status 0 is a stop; anything else is a crash. So a worker that said it
+// stopped at a recycling limit and then exited 3 crashed.
 func ExitFor(reported ExitReason, code int) ExitReason {
 	switch {
-	case reported != "":
+	case reported != "" && reported.Agrees(code):
 		return reported
-	case code == 0:
+	case reported == "" && code == 0:
 		return ExitStopped
 	default:
 		return ExitCrash

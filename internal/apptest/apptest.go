@@ -9,14 +9,17 @@
 //   - EnvCrashQueue=Q: a worker of queue Q exits 1 at start, every time.
 //   - EnvHangOnce=FILE: the first worker started (the one that creates
 //     FILE) hangs before it reports ready; every later one runs.
+//   - EnvStartOutput=FILE: every worker writes what FILE holds, as it is,
+//     to its stdout before it starts (before a hang of EnvHangOnce too), as
+//     an application that prints something at start would.
 package apptest
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -41,6 +44,9 @@ const (
 	// EnvHangOnce names a file: the worker that creates it hangs before it
 	// reports ready.
 	EnvHangOnce = "FLEET_TEST_HANG_ONCE"
+	// EnvStartOutput names a file every worker copies to its stdout at
+	// start.
+	EnvStartOutput = "FLEET_TEST_START_OUTPUT"
 )
 
 // Main is the TestMain of a package that starts the application: in app
@@ -55,6 +61,14 @@ func Main(m *testing.M) {
 	if q := os.Getenv(EnvCrashQueue); work && q != "" && slices.Contains(os.Args, q) {
 		fmt.Fprintln(os.Stderr, "test: this worker fails at start")
 		os.Exit(1)
+	}
+	if f := os.Getenv(EnvStartOutput); work && f != "" {
+		text, err := os.ReadFile(f)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "test:", err)
+			os.Exit(1)
+		}
+		_, _ = os.Stdout.Write(text)
 	}
 	if f := os.Getenv(EnvHangOnce); work && f != "" {
 		if h, err := os.OpenFile(f, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644); err == nil {
@@ -73,6 +87,12 @@ func Main(m *testing.M) {
 //     per completed run, so a test can tell a job that ran twice.
 //   - test.exit ends its whole process with exit status 3, every time: a
 //     poison job.
+//   - test.print writes {"text": T} to stdout as it is, the way a handler
+//     printing what a user sent does: after {"pad": N} bytes of "x", with
+//     a newline when {"newline": true}, {"repeat": N} times (at least once)
+//     {"every_ms": M} apart; {"getenv": NAME} adds a line "getenv NAME=VALUE"
+//     first. Then, with {"exit": N} other than 0, it ends its whole process
+//     with exit status N.
 func Jobs() *queue.Registry {
 	jobs := queue.NewRegistry()
 	jobs.Handle("demo.noop", func(context.Context, *queue.Job) error { return nil })
@@ -96,7 +116,48 @@ func Jobs() *queue.Registry {
 		os.Exit(3)
 		return nil
 	})
+	jobs.Handle("test.print", printJob)
 	return jobs
+}
+
+// printJob is the handler of test.print.
+func printJob(ctx context.Context, j *queue.Job) error {
+	var p struct {
+		Text    string `json:"text"`
+		Pad     int    `json:"pad"`
+		Newline bool   `json:"newline"`
+		Repeat  int    `json:"repeat"`
+		EveryMS int    `json:"every_ms"`
+		Getenv  string `json:"getenv"`
+		Exit    int    `json:"exit"`
+	}
+	if err := j.Decode(&p); err != nil {
+		return err
+	}
+	if p.Getenv != "" {
+		v, _ := os.LookupEnv(p.Getenv)
+		fmt.Printf("getenv %s=%s\n", p.Getenv, v)
+	}
+	out := strings.Repeat("x", p.Pad) + p.Text
+	if p.Newline {
+		out += "\n"
+	}
+	for i := range max(p.Repeat, 1) {
+		if i > 0 {
+			select {
+			case <-time.After(time.Duration(p.EveryMS) * time.Millisecond):
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		if _, err := os.Stdout.WriteString(out); err != nil {
+			return err
+		}
+	}
+	if p.Exit != 0 {
+		os.Exit(p.Exit)
+	}
+	return nil
 }
 
 // AppendRun records a completed run of job id in file.
@@ -194,13 +255,12 @@ func Start(t testing.TB, dir string, env []string, args ...string) *App {
 	pw.Close()
 	read := make(chan struct{})
 	go func() {
+		// Copied as it comes, not line by line: a line of any length (a
+		// child's truncated one is over 64 KiB with its prefix) is taken
+		// in, and the process never blocks on, or dies of, a reader that
+		// gave up.
 		defer close(read)
-		sc := bufio.NewScanner(pr)
-		for sc.Scan() {
-			a.mu.Lock()
-			a.out.WriteString(sc.Text() + "\n")
-			a.mu.Unlock()
-		}
+		_, _ = io.Copy(appOutput{a}, pr)
 		pr.Close()
 	}()
 	go func() {
@@ -226,6 +286,15 @@ func Start(t testing.TB, dir string, env []string, args ...string) *App {
 		}
 	})
 	return a
+}
+
+// appOutput appends what the process writes to its output.
+type appOutput struct{ a *App }
+
+func (o appOutput) Write(p []byte) (int, error) {
+	o.a.mu.Lock()
+	defer o.a.mu.Unlock()
+	return o.a.out.Write(p)
 }
 
 // PID is the process id.

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 
 	"github.com/fleet-go/fleet/queue"
 	"github.com/fleet-go/fleet/spawner"
@@ -37,7 +38,9 @@ func New(st *store.Store, jobs *queue.Registry, defaults worker.Config) *Spawner
 func (s *Spawner) Wait() { s.wg.Wait() }
 
 // Spawn starts a worker goroutine for spec. Its reports and its exit are
-// sent to events; the goroutine ends after sending the exit.
+// sent to events; the goroutine ends after sending the exit. The exit
+// carries the status fleet:work would have exited with, and counts as
+// spawner.ExitFor decides, as a process's exit does.
 func (s *Spawner) Spawn(ctx context.Context, spec spawner.Spec, events chan<- spawner.Event) (spawner.Process, error) {
 	cfg := s.defaults
 	cfg.Queues = spec.Queues
@@ -64,7 +67,13 @@ func (s *Spawner) Spawn(ctx context.Context, spec spawner.Spec, events chan<- sp
 	}
 	cfg.Logger = cfg.Logger.With("supervisor", spec.Supervisor)
 	p := &inProcess{spec: spec}
-	cfg.Reports = func(r spawner.Report) { events <- spawner.Event{Process: p, Report: &r} }
+	var unsaved atomic.Int64 // of the exiting report
+	cfg.Reports = func(r spawner.Report) {
+		if r.Type == spawner.ReportExiting {
+			unsaved.Store(int64(r.Unsaved))
+		}
+		events <- spawner.Event{Process: p, Report: &r}
+	}
 	w, err := worker.New(s.st, s.jobs, cfg)
 	if err != nil {
 		return nil, err
@@ -75,14 +84,19 @@ func (s *Spawner) Spawn(ctx context.Context, spec spawner.Spec, events chan<- sp
 	s.wg.Go(func() {
 		defer cancel()
 		res, err := w.Run(runCtx)
-		exit := &spawner.Exit{Reason: res.Reason}
-		if err != nil {
-			exit.Code, exit.Err = 1, err
-			if errors.Is(err, worker.ErrJobTimedOut) {
-				exit.Code = 8 // cmd.ExitJobTimedOut
-			}
+		code := 0 // as fleet:work exits (see cmd's work command)
+		switch {
+		case err == nil:
+		case errors.Is(err, worker.ErrJobTimedOut):
+			code = spawner.ExitCodeJobTimedOut
+		case unsaved.Load() > 0:
+			code = spawner.ExitCodeUnsaved
+		default:
+			code = 1
 		}
-		events <- spawner.Event{Process: p, Exit: exit}
+		events <- spawner.Event{Process: p, Exit: &spawner.Exit{
+			Reason: spawner.ExitFor(res.Reason, code), Reported: res.Reason, Code: code, Err: err,
+		}}
 	})
 	return p, nil
 }

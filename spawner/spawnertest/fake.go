@@ -31,7 +31,9 @@ const firstPID = 1 << 22
 //   - on a stop command sends an exiting report with reason stopped and
 //     exits with ExitStopped, code 0 (see IgnoreStop);
 //   - when killed, exits with reason ExitCrash and code -1, without an
-//     exiting report.
+//     exiting report;
+//   - counts its exit as spawner.ExitFor decides from its last exiting
+//     report and its exit status (see ExitCode).
 //
 // The events of one process are delivered in order, each exactly once, the
 // exit last. Report, Heartbeat and Exit, which a test calls, return once the
@@ -187,7 +189,8 @@ func (f *FakeSpawner) Killed(i int) bool {
 
 // Report makes process i send hb as is (its V is set to the protocol
 // version when zero), like a real worker writing a report line. An exiting
-// report's reason becomes the reason of a later exit by Kill, as with a real
+// report's reason is the reported reason of a later exit, which counts only
+// when the exit status agrees (a Kill's never does), as with a real
 // worker. It returns once the receiver has taken the event; it does nothing
 // when the process has exited.
 func (f *FakeSpawner) Report(i int, hb spawner.Report) {
@@ -224,9 +227,10 @@ func (f *FakeSpawner) Heartbeat(i int, jobs int64, memoryMB float64) {
 
 // Exit makes process i exit for reason, like a real worker: unless reason
 // is ExitCrash it first sends an exiting report with that reason, then its
-// exit with that reason and code 2 for ExitTimeout, 1 for ExitCrash and
-// ExitError, 0 for the others. It returns once the receiver has taken the
-// exit; it does nothing when the process has already exited.
+// exit with that reason and code spawner.ExitCodeJobTimedOut for
+// ExitTimeout, 1 for ExitCrash and ExitError, 0 for the others. It returns
+// once the receiver has taken the exit; it does nothing when the process
+// has already exited.
 func (f *FakeSpawner) Exit(i int, reason spawner.ExitReason) {
 	f.mu.Lock()
 	p := f.procLocked(i)
@@ -236,6 +240,27 @@ func (f *FakeSpawner) Exit(i int, reason spawner.ExitReason) {
 	}
 	delivered := make(chan struct{})
 	p.exitLocked(reason, delivered)
+	f.mu.Unlock()
+	<-delivered
+}
+
+// ExitCode makes process i exit with status code without a report of its
+// own: its exit counts as spawner.ExitFor decides from the reason of its
+// last exiting report (see Report) and code, so a test can make a worker
+// that reported a recycle exit 3. It returns once the receiver has taken
+// the exit; it does nothing when the process has already exited.
+func (f *FakeSpawner) ExitCode(i, code int) {
+	f.mu.Lock()
+	p := f.procLocked(i)
+	if p.exited {
+		f.mu.Unlock()
+		return
+	}
+	delivered := make(chan struct{})
+	p.markExitedLocked()
+	p.enqueue(spawner.Event{Process: p, Exit: &spawner.Exit{
+		Reason: spawner.ExitFor(p.reported, code), Reported: p.reported, Code: code,
+	}}, delivered)
 	f.mu.Unlock()
 	<-delivered
 }
@@ -347,9 +372,8 @@ func (p *FakeProcess) Send(cmd spawner.Command) error {
 	return nil
 }
 
-// Kill makes the process exit with reason ExitCrash (or the reason of an
-// exiting report it sent) and code -1. Killing an exited process does
-// nothing.
+// Kill makes the process exit with reason ExitCrash and code -1, whatever
+// it reported. Killing an exited process does nothing.
 func (p *FakeProcess) Kill() error {
 	p.f.mu.Lock()
 	defer p.f.mu.Unlock()
@@ -358,7 +382,7 @@ func (p *FakeProcess) Kill() error {
 	}
 	p.killed = true
 	p.markExitedLocked()
-	p.enqueue(spawner.Event{Process: p, Exit: &spawner.Exit{Reason: spawner.ExitFor(p.reported, -1), Code: -1}}, nil)
+	p.enqueue(spawner.Event{Process: p, Exit: &spawner.Exit{Reason: spawner.ExitFor(p.reported, -1), Reported: p.reported, Code: -1}}, nil)
 	return nil
 }
 
@@ -368,7 +392,7 @@ func (p *FakeProcess) exitLocked(reason spawner.ExitReason, delivered chan struc
 	code := 0
 	switch reason {
 	case spawner.ExitTimeout:
-		code = 2
+		code = spawner.ExitCodeJobTimedOut
 	case spawner.ExitCrash, spawner.ExitError:
 		code = 1
 	}
@@ -380,7 +404,7 @@ func (p *FakeProcess) exitLocked(reason spawner.ExitReason, delivered chan struc
 		}}, nil)
 	}
 	p.markExitedLocked()
-	p.enqueue(spawner.Event{Process: p, Exit: &spawner.Exit{Reason: spawner.ExitFor(reported, code), Code: code}}, delivered)
+	p.enqueue(spawner.Event{Process: p, Exit: &spawner.Exit{Reason: spawner.ExitFor(reported, code), Reported: reported, Code: code}}, delivered)
 }
 
 func (p *FakeProcess) markExitedLocked() {

@@ -71,7 +71,7 @@ func TestFakeLifecycle(t *testing.T) {
 	if e := next(t, events); e.Report == nil || e.Report.Type != spawner.ReportExiting || e.Report.Reason != spawner.ExitStopped || e.Report.Jobs != 12 {
 		t.Fatalf("event after stop = %+v, want exiting report", e)
 	}
-	if e := next(t, events); e.Exit == nil || *e.Exit != (spawner.Exit{Reason: spawner.ExitStopped, Code: 0}) {
+	if e := next(t, events); e.Exit == nil || *e.Exit != (spawner.Exit{Reason: spawner.ExitStopped, Reported: spawner.ExitStopped, Code: 0}) {
 		t.Fatalf("event after exiting = %+v, want stopped exit", e)
 	}
 	if err := f.WaitRunning(t.Context(), 0); err != nil {
@@ -122,7 +122,7 @@ func TestFakeIgnoreStopKillAndSkipReady(t *testing.T) {
 		t.Fatal("Killed(0) = false")
 	}
 
-	// An exiting report's reason survives a kill, as with a real worker.
+	// A killed worker crashed, whatever it reported, as a real one does.
 	p, err = f.Spawn(t.Context(), spec("mail"), events)
 	if err != nil {
 		t.Fatal(err)
@@ -132,8 +132,46 @@ func TestFakeIgnoreStopKillAndSkipReady(t *testing.T) {
 	if err := p.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	if e := next(t, events); e.Exit == nil || e.Exit.Reason != spawner.ExitMaxMemory || e.Exit.Code != -1 {
+	if e := next(t, events); e.Exit == nil || *e.Exit != (spawner.Exit{Reason: spawner.ExitCrash, Reported: spawner.ExitMaxMemory, Code: -1}) {
 		t.Fatalf("exit = %+v", e)
+	}
+}
+
+// TestFakeExitCode: an exit with a status of the test's choosing counts as
+// the reported reason only when the status agrees with it.
+func TestFakeExitCode(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		reported spawner.ExitReason
+		code     int
+		want     spawner.ExitReason
+	}{
+		{spawner.ExitMaxJobs, 0, spawner.ExitMaxJobs},
+		{spawner.ExitMaxJobs, 3, spawner.ExitCrash},
+		{spawner.ExitStopped, spawner.ExitCodeUnsaved, spawner.ExitStopped},
+		{spawner.ExitTimeout, spawner.ExitCodeJobTimedOut, spawner.ExitTimeout},
+		{"", 0, spawner.ExitStopped},
+		{"", 3, spawner.ExitCrash},
+	} {
+		f := NewFakeSpawner()
+		events := make(chan spawner.Event, 10)
+		if _, err := f.Spawn(t.Context(), spec("q"), events); err != nil {
+			t.Fatal(err)
+		}
+		_ = next(t, events) // ready
+		if tc.reported != "" {
+			f.Report(0, spawner.Report{Type: spawner.ReportExiting, Reason: tc.reported})
+			_ = next(t, events)
+		}
+		f.ExitCode(0, tc.code)
+		want := spawner.Exit{Reason: tc.want, Reported: tc.reported, Code: tc.code}
+		if e := next(t, events); e.Exit == nil || *e.Exit != want {
+			t.Errorf("%q then exit %d: event %+v, want %+v", tc.reported, tc.code, e, want)
+		}
+		f.ExitCode(0, 0) // does nothing once exited
+		if len(events) != 0 {
+			t.Errorf("ExitCode after the exit sent %+v", <-events)
+		}
 	}
 }
 
@@ -141,7 +179,7 @@ func TestFakeExitReasons(t *testing.T) {
 	t.Parallel()
 	for reason, code := range map[spawner.ExitReason]int{
 		spawner.ExitMaxJobs: 0, spawner.ExitMaxTime: 0, spawner.ExitMaxMemory: 0, spawner.ExitEmpty: 0,
-		spawner.ExitStopped: 0, spawner.ExitTimeout: 2, spawner.ExitError: 1, spawner.ExitCrash: 1,
+		spawner.ExitStopped: 0, spawner.ExitTimeout: spawner.ExitCodeJobTimedOut, spawner.ExitError: 1, spawner.ExitCrash: 1,
 	} {
 		f := NewFakeSpawner()
 		events := make(chan spawner.Event, 10)
@@ -158,7 +196,11 @@ func TestFakeExitReasons(t *testing.T) {
 			wantEvents = 2
 		}
 		last := got[len(got)-1]
-		if len(got) != wantEvents || last.Exit == nil || *last.Exit != (spawner.Exit{Reason: reason, Code: code}) {
+		reported := reason
+		if reason == spawner.ExitCrash {
+			reported = ""
+		}
+		if len(got) != wantEvents || last.Exit == nil || *last.Exit != (spawner.Exit{Reason: reason, Reported: reported, Code: code}) {
 			t.Errorf("%s: events %+v, last exit %+v", reason, got, last.Exit)
 		}
 	}
