@@ -200,7 +200,7 @@ func (r *runner) fleet(c *cobra.Command, _ []string) error {
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
+	defer closePool(pool)
 	log := r.logger(cfg)
 	sp, err := spawner.NewProcessSpawner(spawner.ProcessOptions{Dir: r.app.Dir, Output: r.app.Stderr, Logger: log})
 	if err != nil {
@@ -275,7 +275,7 @@ func (r *runner) runMaster(ctx context.Context, c *cobra.Command, cfg *config.Co
 			if err != nil {
 				return fmt.Errorf("open the dashboard's database pool: %w", err)
 			}
-			defer dashPool.Close()
+			defer closePool(dashPool)
 			dash = dashboard.New(fleet.FromConfig(dashPool, cfg), dashboard.Options{Path: cfg.Fleet.Path, Logger: settings.Logger})
 		}
 		col := metrics.NewCollector(st.Pool(), metrics.Options{
@@ -292,7 +292,7 @@ func (r *runner) runMaster(ctx context.Context, c *cobra.Command, cfg *config.Co
 				stopHTTP()
 				// Hand the fleet-wide families over to another master now
 				// rather than when the lease runs out.
-				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 				defer cancel()
 				if err := col.Release(rctx); err != nil {
 					settings.Logger.Warn("release the metrics exporter lease", "logger", "fleet", "err", err)
@@ -307,8 +307,12 @@ func (r *runner) runMaster(ctx context.Context, c *cobra.Command, cfg *config.Co
 	fmt.Fprintf(c.OutOrStdout(), "fleet master %s running supervisors %s\n", m.Name(), describeSupervisors(sups))
 	fmt.Fprintf(c.OutOrStdout(), "connections: %s\n", describeBudget(settings.Connections))
 	sum, err := m.Run(ctx)
-	fmt.Fprintf(c.OutOrStdout(), "fleet master stopped: %d workers started, %d recycled, %d crashed, %d jobs run\n",
-		sum.Started, sum.Recycled, sum.Crashed, sum.Jobs)
+	unsaved := ""
+	if sum.Unsaved > 0 {
+		unsaved = fmt.Sprintf(", %d outcomes not written (their jobs run again)", sum.Unsaved)
+	}
+	fmt.Fprintf(c.OutOrStdout(), "fleet master stopped: %d workers started, %d recycled, %d crashed, %d jobs run%s\n",
+		sum.Started, sum.Recycled, sum.Crashed, sum.Jobs, unsaved)
 	return err
 }
 
@@ -329,7 +333,9 @@ func serveHTTP(ctx context.Context, addr string, col *metrics.Collector, ready f
 		}
 	}()
 	return func() {
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		// A request hanging on a frozen database must not hold the stop:
+		// see the stop bound in docs/operating.md.
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 		defer cancel()
 		_ = srv.Shutdown(sctx)
 		<-done
@@ -410,7 +416,7 @@ func (r *runner) withStore(ctx context.Context, fn func(*config.Config, *store.S
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
+	defer closePool(pool)
 	return fn(cfg, store.New(pool))
 }
 

@@ -173,7 +173,7 @@ func (r *runner) work(c *cobra.Command, f workFlags) error {
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
+	defer closePool(pool)
 	st := store.New(pool)
 	if f.master == "" {
 		// Run by hand: the worker keeps a membership row of its own, so

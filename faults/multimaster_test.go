@@ -72,6 +72,7 @@ func TestMultiMaster(t *testing.T) {
 		{"MasterStartedWhileDatabaseIsDown", testMasterStartsWhileDatabaseIsDown},
 		{"LockedMembershipTable", testLockedMembership},
 		{"ConnectionCap", testConnectionCap},
+		{"FrozenDatabaseStop", testFrozenDatabaseStop},
 		{"DatabaseRestart", func(t *testing.T, _ *mmServer) { testDatabaseOutage(t, outageStop) }},
 		{"DatabaseReadOnly", func(t *testing.T, _ *mmServer) { testDatabaseOutage(t, outageReadOnly) }},
 		{"DatabaseFrozen", func(t *testing.T, _ *mmServer) { testDatabaseOutage(t, outageFreeze) }},

@@ -396,24 +396,28 @@ func (m *Master) Run(ctx context.Context) (Summary, error) {
 
 	sum, err := m.supervise(ctx)
 
+	// Once the children are gone, what is left (the rounds in flight, the
+	// last snapshot, the release of what exited workers held, leaving the
+	// fleet) shares StopBudget: a frozen database cannot hold the stop
+	// longer.
+	fctx, cancel := context.WithTimeout(context.Background(), StopBudget)
+	defer cancel()
 	if ticks != nil {
-		ticks.stop()
+		ticks.stop(fctx)
 	}
-	duties.stop()
+	duties.stop(fctx)
 	if m.alerts != nil {
 		close(m.alerts)
 		alertsDone.Wait()
 	}
-	work.stop()
-	state.stop()
-	house.stop() // releases what exited workers still held
-	lctx, cancel := context.WithTimeout(context.Background(), m.member.BeatTimeout()+5*time.Second)
-	defer cancel()
+	work.stop(fctx)
+	state.stop(fctx)
+	house.stop(fctx) // releases what exited workers still held
 	linger := time.Duration(0)
 	if m.set.OnStop == OnStopLinger {
 		linger = m.set.Linger
 	}
-	if serr := m.member.Stop(lctx, linger); serr != nil {
+	if serr := m.member.Stop(fctx, linger); serr != nil {
 		m.log.Warn("leave the fleet failed; the row expires on its own", "err", serr)
 	}
 	m.log.Info("master stopped", "started", m.summary.Started, "recycled", m.summary.Recycled,
@@ -421,16 +425,24 @@ func (m *Master) Run(ctx context.Context) (Summary, error) {
 	return sum, err
 }
 
+// StopBudget bounds what a master does after its last child exited: with
+// a healthy database it takes milliseconds; with a frozen one, the master
+// exits StopBudget after its children.
+const StopBudget = 5 * time.Second
+
 // loop is one background service: run every interval until stopped, then
 // final once.
 type loop struct {
-	quit chan struct{}
-	done chan struct{}
-	once sync.Once
+	quit     chan struct{}
+	done     chan struct{}
+	once     sync.Once
+	cancel   context.CancelFunc // the context of its rounds
+	finalCtx context.Context    // set by stop, before quit closes
 }
 
 func startLoop(every time.Duration, run func(context.Context), final func(context.Context)) *loop {
-	l := &loop{quit: make(chan struct{}), done: make(chan struct{})}
+	ctx, cancel := context.WithCancel(context.Background())
+	l := &loop{quit: make(chan struct{}), done: make(chan struct{}), cancel: cancel}
 	go func() {
 		defer close(l.done)
 		t := time.NewTicker(every)
@@ -439,20 +451,25 @@ func startLoop(every time.Duration, run func(context.Context), final func(contex
 			select {
 			case <-l.quit:
 				if final != nil {
-					final(context.Background())
+					final(l.finalCtx)
 				}
 				return
 			case <-t.C:
-				run(context.Background())
+				run(ctx)
 			}
 		}
 	}()
 	return l
 }
 
-// stop ends the loop and waits for it; safe twice.
-func (l *loop) stop() {
-	l.once.Do(func() { close(l.quit) })
+// stop cancels the loop's round in flight, runs its final round on ctx
+// (which bounds it) and waits for it; safe twice.
+func (l *loop) stop(ctx context.Context) {
+	l.once.Do(func() {
+		l.finalCtx = ctx
+		l.cancel()
+		close(l.quit)
+	})
 	<-l.done
 }
 

@@ -114,7 +114,8 @@ func (m *Master) dispatchTicks(ctx context.Context, s periodic.Schedule, from ti
 // startTimedLoop runs run until stopped, waiting what each run returns
 // before the next.
 func startTimedLoop(run func(context.Context) time.Duration) *loop {
-	l := &loop{quit: make(chan struct{}), done: make(chan struct{})}
+	ctx, cancel := context.WithCancel(context.Background())
+	l := &loop{quit: make(chan struct{}), done: make(chan struct{}), cancel: cancel}
 	go func() {
 		defer close(l.done)
 		t := time.NewTimer(0)
@@ -124,7 +125,7 @@ func startTimedLoop(run func(context.Context) time.Duration) *loop {
 			case <-l.quit:
 				return
 			case <-t.C:
-				t.Reset(run(context.Background()))
+				t.Reset(run(ctx))
 			}
 		}
 	}()

@@ -69,7 +69,7 @@ func (w *Worker) reconcileDue(s *loopState) bool {
 // jobs it holds, releases the reservations it does not hold and drops the
 // claimed jobs not started yet that are no longer reserved to it (see
 // above). It runs on the loop.
-func (w *Worker) reconcile(s *loopState) {
+func (w *Worker) reconcile(parent context.Context, s *loopState) {
 	held := make(map[store.Lease]bool, s.held()+w.writer.Unsaved())
 	for _, r := range s.running {
 		held[r.job.Lease()] = true
@@ -80,7 +80,7 @@ func (w *Worker) reconcile(s *loopState) {
 	w.writer.holding(held)
 	w.resync.Store(false)
 
-	ctx, cancel := context.WithTimeout(context.Background(), reconcileTimeout)
+	ctx, cancel := context.WithTimeout(parent, reconcileTimeout)
 	defer cancel()
 	var reserved []store.Lease
 	var err error

@@ -40,6 +40,12 @@ const (
 	// DrainTimeout bounds how long a stopping worker keeps trying to write
 	// the outcomes of its last jobs.
 	DrainTimeout = 30 * time.Second
+	// StopCut is how long a statement of the worker's loop that is in
+	// flight when the worker begins to stop may still run. With a healthy
+	// database it has long answered; with a frozen one the worker then
+	// goes on to its drain (DrainTimeout) and exits: a stop takes at most
+	// StopCut + DrainTimeout past its running jobs.
+	StopCut = 5 * time.Second
 )
 
 // ErrJobTimedOut is returned by Run when a job kept running past its timeout
@@ -174,6 +180,13 @@ type Worker struct {
 	// resync asks for a reconcile even while nothing is held (see
 	// reconcile.go).
 	resync atomic.Bool
+	// cut is the context of the loop's own statements (claims, probes,
+	// reconciles, releases): cancelled StopCut after the worker begins to
+	// stop, so that a statement hanging on a frozen or unreachable
+	// database cannot hold up the stop. The loop owns cutTimer.
+	cut       context.Context
+	cutCancel context.CancelFunc
+	cutTimer  *time.Timer
 }
 
 // New returns a worker running jobs from st with the handlers in jobs.
@@ -331,6 +344,13 @@ type finished struct {
 // not reach: only their own timeout cancels them.
 func (w *Worker) Run(ctx context.Context) (Result, error) {
 	bg, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
+	w.cut, w.cutCancel = context.WithCancel(context.WithoutCancel(ctx))
+	defer func() {
+		if w.cutTimer != nil {
+			w.cutTimer.Stop()
+		}
+		w.cutCancel()
+	}()
 	var wg sync.WaitGroup
 	wg.Go(func() { w.writer.run(bg) })
 	wg.Go(func() { w.listen(bg) })
@@ -390,6 +410,21 @@ type loopState struct {
 	// freed says a job finished while a claim's statement ran (see
 	// await): there is room to claim again.
 	freed bool
+	// ctxDone and stopC are Run's context and the Stop signal, nil once
+	// seen: the loop and await both watch them, so that a stop is heard
+	// while a statement hangs.
+	ctxDone, stopC <-chan struct{}
+}
+
+// stopSignal begins the stop when Run's context ended or Stop was
+// called; the loop and await call it from their selects.
+func (w *Worker) stopSignal(s *loopState, fromCtx bool) {
+	if fromCtx {
+		s.ctxDone = nil
+	} else {
+		s.stopC = nil
+	}
+	w.beginStop(s, spawner.ExitStopped)
 }
 
 // held is how many jobs the worker holds and has not finished.
@@ -419,7 +454,7 @@ func (w *Worker) loop(ctx, jobBase context.Context) (Result, error) {
 		defer t.Stop()
 		maxTime = t.C
 	}
-	ctxDone, stop := ctx.Done(), w.stop
+	s.ctxDone, s.stopC = ctx.Done(), w.stop
 	needClaim, probe := true, false
 	for {
 		w.startBuffered(jobBase, s)
@@ -451,12 +486,10 @@ func (w *Worker) loop(ctx, jobBase context.Context) (Result, error) {
 			reconcileC = reconcile.C
 		}
 		select {
-		case <-ctxDone:
-			ctxDone = nil
-			w.beginStop(s, spawner.ExitStopped)
-		case <-stop:
-			stop = nil
-			w.beginStop(s, spawner.ExitStopped)
+		case <-s.ctxDone:
+			w.stopSignal(s, true)
+		case <-s.stopC:
+			w.stopSignal(s, false)
 		case f := <-w.done:
 			w.finish(s, f)
 			for more := true; more; {
@@ -490,7 +523,9 @@ func (w *Worker) loop(ctx, jobBase context.Context) (Result, error) {
 			w.heartbeat(s, &last)
 			lastBeat = time.Now()
 		case <-reconcileC:
-			w.reconcile(s)
+			if w.cut.Err() == nil { // cut: the database did not answer the stop
+				w.reconcile(w.cut, s)
+			}
 		case now := <-watchdogC:
 			if r := w.overdue(s, now); r != nil {
 				return w.abandon(s, r)
@@ -518,6 +553,7 @@ func (w *Worker) beginStop(s *loopState, reason spawner.ExitReason) {
 		return
 	}
 	s.stopping, s.reason = true, reason
+	w.cutTimer = time.AfterFunc(StopCut, w.cutCancel)
 	w.log.Info("worker stopping: finishing running jobs", "reason", string(reason), "running", len(s.running))
 }
 
@@ -533,7 +569,8 @@ func (w *Worker) claim(ctx, jobBase context.Context, s *loopState, poll *time.Ti
 	}
 	// The claim must not be cut off half-way by a stop signal: a claim whose
 	// answer is lost would leave jobs reserved until a master releases them.
-	claimCtx, cancel := context.WithTimeout(jobBase, 30*time.Second)
+	// Only a claim still hanging StopCut after a stop is cut (see cut).
+	claimCtx, cancel := context.WithTimeout(w.cut, 30*time.Second)
 	defer cancel()
 	if probe && !w.cfg.StopWhenEmpty {
 		var next store.NextJob
@@ -630,6 +667,10 @@ func (w *Worker) await(s *loopState, fn func()) {
 			s.freed = true
 		case n := <-w.cancels:
 			w.cancelHeld(s, n)
+		case <-s.ctxDone:
+			w.stopSignal(s, true)
+		case <-s.stopC:
+			w.stopSignal(s, false)
 		}
 	}
 }
@@ -921,7 +962,13 @@ func (w *Worker) release(jobs []store.ClaimedJob, reason string) {
 	for i, j := range jobs {
 		leases[i] = j.Lease()
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), DrainTimeout)
+	// Before the stop's cut, a release may take as long as a drain; after
+	// it (a job given up on at exit), no longer than a reconcile.
+	parent, timeout := w.cut, DrainTimeout
+	if w.cut.Err() != nil {
+		parent, timeout = context.Background(), reconcileTimeout
+	}
+	ctx, cancel := context.WithTimeout(parent, timeout)
 	defer cancel()
 	n, err := w.st.JobRelease(ctx, store.JobReleaseParams{Leases: leases, Uncount: true, Error: reason})
 	if err != nil {
@@ -939,7 +986,7 @@ func (w *Worker) exit(s *loopState, runErr error) (Result, error) {
 			"unsaved", w.writer.Unsaved(), "err", err)
 		runErr = errors.Join(runErr, fmt.Errorf("write finished jobs: %w", err))
 	} else {
-		w.reconcile(s) // what is left reserved under this name is released without counting
+		w.reconcile(ctx, s) // what is left reserved under this name is released without counting
 	}
 	if s.reason == "" {
 		s.reason = spawner.ExitStopped
