@@ -28,7 +28,24 @@ type DatabaseConfig struct {
 	// connection for LISTEN). 0: 4 for the master, 3 for a worker. At
 	// least 2 when set. fleet.max_connections may shrink it.
 	MaxConns int `toml:"max_conns"`
+	// Pooler says what URL goes through: PoolerNone (PostgreSQL itself),
+	// PoolerSession or PoolerTransaction (a pooler such as PgBouncer in
+	// that pool mode). Under a transaction pooler fleet prepares no
+	// statement on the server and keeps no state in a session.
+	Pooler string `toml:"pooler"`
+	// DirectURL, when set, is a connection to the same database that
+	// bypasses the pooler: app migrate runs on it (it takes session
+	// advisory locks), and workers LISTEN on it. Under a transaction
+	// pooler without it, workers poll.
+	DirectURL string `toml:"direct_url"`
 }
+
+// The values of database.pooler.
+const (
+	PoolerNone        = "none"
+	PoolerSession     = "session"
+	PoolerTransaction = "transaction"
+)
 
 // QueueConfig holds the queue's defaults.
 type QueueConfig struct {
@@ -193,6 +210,7 @@ type HTTPConfig struct {
 // Default returns the configuration used when nothing overrides it.
 func Default() Config {
 	return Config{
+		Database: DatabaseConfig{Pooler: PoolerNone},
 		Queue: QueueConfig{
 			Driver:           "database",
 			DefaultQueue:     "default",

@@ -72,7 +72,7 @@ func Load(opts Options) (*Config, error) {
 		return nil, err
 	}
 	vars := overrides(env, dotenv)
-	if err := applyOverrides(&cfg, vars, secrets(cfg.Database.URL, vars)); err != nil {
+	if err := applyOverrides(&cfg, vars, secrets(&cfg, vars)); err != nil {
 		return nil, err
 	}
 	if err := cfg.Validate(); err != nil {
@@ -203,19 +203,20 @@ func describeMismatch(key []string, doc map[string]any) (expected, got string, o
 	return expected, got, expected != got
 }
 
-// secrets returns the database passwords found in the configured URL and
-// in the APP_DATABASE__URL overrides, to be masked in error messages.
-func secrets(dbURL string, vars []override) []string {
-	urls := []string{dbURL}
+// secrets returns the database passwords found in the configured URLs
+// (database.url and database.direct_url) and in the variables that
+// override them, to be masked in error messages.
+func secrets(cfg *Config, vars []override) []string {
+	out := cfg.secrets()
 	for _, v := range vars {
-		if path, err := envKeyPath(v.name); err == nil && formatKey(path) == "database.url" {
-			urls = append(urls, v.value)
+		path, err := envKeyPath(v.name)
+		if err != nil {
+			continue
 		}
-	}
-	var out []string
-	for _, u := range urls {
-		_, found, _ := redact(u)
-		out = append(out, found...)
+		if k := formatKey(path); k == "database.url" || k == "database.direct_url" {
+			_, found, _ := redact(v.value)
+			out = append(out, found...)
+		}
 	}
 	return out
 }

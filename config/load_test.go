@@ -80,8 +80,10 @@ func TestLoadFullFile(t *testing.T) {
 	cfg := mustLoad(t, map[string]string{"config/app.toml": readTestdata(t, "full.toml")})
 	want := Config{
 		Database: DatabaseConfig{
-			URL:      "postgres://fleet:s3cr3t-pw@db.internal:5432/fleet?sslmode=require",
-			MaxConns: 20,
+			URL:       "postgres://fleet:s3cr3t-pw@db.internal:5432/fleet?sslmode=require",
+			MaxConns:  20,
+			Pooler:    "transaction",
+			DirectURL: "postgres://fleet:direct-pw@db-primary.internal:5432/fleet?sslmode=require",
 		},
 		Queue: QueueConfig{
 			Driver:           "memory",
@@ -460,6 +462,15 @@ default = 60
 			check: func(t *testing.T, c *Config) {
 				if c.Database.URL != "postgres://u@h/db" {
 					t.Errorf("database.url = %q", c.Database.URL)
+				}
+			},
+		},
+		{
+			name: "pooler and direct URL",
+			env:  []string{"APP_DATABASE__POOLER=session", "APP_DATABASE__DIRECT_URL=postgres://u@primary/db"},
+			check: func(t *testing.T, c *Config) {
+				if c.Database.Pooler != PoolerSession || c.Database.DirectURL != "postgres://u@primary/db" {
+					t.Errorf("database.pooler = %q, database.direct_url = %q", c.Database.Pooler, c.Database.DirectURL)
 				}
 			},
 		},
@@ -866,6 +877,18 @@ func TestLoadErrorsNeverShowPassword(t *testing.T) {
 		{
 			name: "unknown key with a URL value",
 			env:  []string{"APP_DATABASE__URI=" + url},
+		},
+		{
+			name: "direct URL's password in the wrong variable",
+			env:  []string{"APP_DATABASE__DIRECT_URL=" + url, "APP_QUEUE__TRIES=" + password},
+		},
+		{
+			name:  "direct URL's password from the file, in a bad pooler",
+			files: map[string]string{"config/app.toml": "[database]\ndirect_url = \"" + url + "\"\npooler = \"" + password + "\"\n"},
+		},
+		{
+			name: "direct URL's password from the environment, in a bad pooler",
+			env:  []string{"APP_DATABASE__DIRECT_URL=" + url, "APP_DATABASE__POOLER=" + password},
 		},
 	}
 	for _, tt := range tests {

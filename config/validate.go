@@ -15,9 +15,10 @@ import (
 	"github.com/fleet-go/fleet/internal/names"
 )
 
-// Validate checks that values are in range: queue.driver is database or
-// memory; database.max_conns is 0 or at least 2; fleet.max_connections is
-// at least 0; log.level is debug, info, warn or error; log.format is text or
+// Validate checks that values are in range: database.pooler is none,
+// session or transaction; queue.driver is database or memory;
+// database.max_conns is 0 or at least 2; fleet.max_connections is at least
+// 0; log.level is debug, info, warn or error; log.format is text or
 // json; queue.workers and queue.tries are at least 1; queue.backoff values
 // are at least 0; queue.timeout_secs is at least 1;
 // queue.timeout_grace_secs is at least 0; queue.poll_interval_ms is at
@@ -41,9 +42,10 @@ func (c *Config) Validate() error {
 	if c == nil {
 		return errors.New("config: nil Config")
 	}
-	_, secrets, _ := redact(c.Database.URL) // never echoed in a message
+	secrets := c.secrets() // never echoed in a message
 	q := c.Queue
 	errs := []error{
+		oneOf("database.pooler", c.Database.Pooler, secrets, PoolerNone, PoolerSession, PoolerTransaction),
 		oneOf("queue.driver", q.Driver, secrets, "database", "memory"),
 		poolSize("database.max_conns", c.Database.MaxConns),
 		names.CheckQueue("queue.default_queue:", q.DefaultQueue),
@@ -104,6 +106,14 @@ func (c *Config) Validate() error {
 		errs = append(errs, validatePeriodic(name, f.Periodic[name], q.MaxPayloadBytes, secrets)...)
 	}
 	return errors.Join(errs...)
+}
+
+// secrets returns the passwords of database.url and database.direct_url,
+// as written and decoded, to be masked wherever a value is echoed.
+func (c *Config) secrets() []string {
+	_, out, _ := redact(c.Database.URL)
+	_, direct, _ := redact(c.Database.DirectURL)
+	return append(out, direct...)
 }
 
 // PeriodicKey names the key of schedule name as errors name it:

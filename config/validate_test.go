@@ -33,6 +33,22 @@ func TestValidate(t *testing.T) {
 			},
 		},
 		{
+			name:   "pooler",
+			modify: func(c *Config) { c.Database.Pooler = "statement" },
+			want:   `database.pooler: must be none, session or transaction, got "statement"`,
+		},
+		{
+			name:   "empty pooler",
+			modify: func(c *Config) { c.Database.Pooler = "" },
+			want:   `database.pooler: must be none, session or transaction, got ""`,
+		},
+		{
+			name: "a transaction pooler with a direct URL",
+			modify: func(c *Config) {
+				c.Database.Pooler, c.Database.DirectURL = PoolerTransaction, "postgres://u:pw@primary/db"
+			},
+		},
+		{
 			name:   "driver",
 			modify: func(c *Config) { c.Queue.Driver = "redis" },
 			want:   `queue.driver: must be database or memory, got "redis"`,
@@ -131,6 +147,14 @@ func TestValidate(t *testing.T) {
 				c.Log.Level = "hunter2"
 			},
 			want: `log.level: must be debug, info, warn or error, got "xxxxx"`,
+		},
+		{
+			name: "direct URL's password never shown",
+			modify: func(c *Config) {
+				c.Database.DirectURL = "postgres://u:hunter3@primary/db"
+				c.Database.Pooler = "hunter3"
+			},
+			want: `database.pooler: must be none, session or transaction, got "xxxxx"`,
 		},
 		{
 			name: "supervisors are not checked here",
