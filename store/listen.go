@@ -2,16 +2,21 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
 )
 
+// ErrNoListen is Listen's error on a Store made WithoutListen.
+var ErrNoListen = errors.New("no connection to listen on: notifications are off, wake-ups are polled")
+
 // Listen opens a connection of its own (not one of the pool's, so that
-// several workers sharing a pool never starve it), listens on
-// NotifyChannel and calls onNotify with the queue of every dispatch until ctx
-// ends or the connection fails. onListening runs once the LISTEN is in
-// place.
+// several workers sharing a pool never starve it), with the pool's
+// settings or those given to WithListen, listens on NotifyChannel and
+// calls onNotify with the queue of every dispatch until ctx ends or the
+// connection fails. onListening runs once the LISTEN is in place. On a
+// Store made WithoutListen it returns ErrNoListen at once.
 func (s *Store) Listen(ctx context.Context, onListening func(), onNotify func(queue string)) error {
 	return s.ListenCancels(ctx, onListening, onNotify, nil)
 }
@@ -21,7 +26,14 @@ func (s *Store) Listen(ctx context.Context, onListening func(), onNotify func(qu
 // cancel request of a running job (a payload it cannot read is skipped:
 // the worker's poll finds that request).
 func (s *Store) ListenCancels(ctx context.Context, onListening func(), onNotify func(queue string), onCancel func(CancelNotice)) error {
-	conn, err := pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig.Copy())
+	if s.noListen {
+		return ErrNoListen
+	}
+	cfg := s.listen
+	if cfg == nil {
+		cfg = s.pool.Config().ConnConfig
+	}
+	conn, err := pgx.ConnectConfig(ctx, cfg.Copy())
 	if err != nil {
 		return fmt.Errorf("open listen connection: %w", err)
 	}

@@ -31,6 +31,11 @@ var (
 type Store struct {
 	pool   *pgxpool.Pool
 	faults Faults
+	// listen is what Listen connects with: nil for the pool's own
+	// connection settings (see WithListen).
+	listen *pgx.ConnConfig
+	// noListen: Listen has no connection to listen on (see WithoutListen).
+	noListen bool
 }
 
 // Faults injects faults into a Store's statements, for the fault suite.
@@ -58,8 +63,33 @@ func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 // WithFaults returns a Store on the same pool whose statements pass
 // through f first. Production code never calls it.
 func (s *Store) WithFaults(f Faults) *Store {
-	return &Store{pool: s.pool, faults: f}
+	c := *s
+	c.faults = f
+	return &c
 }
+
+// WithListen returns a Store on the same pool whose Listen connects with
+// cfg instead of the pool's settings: a direct connection to the same
+// database when the pool goes through a pooler that cannot hold a LISTEN
+// (one in transaction mode).
+func (s *Store) WithListen(cfg *pgx.ConnConfig) *Store {
+	c := *s
+	c.listen, c.noListen = cfg, false
+	return &c
+}
+
+// WithoutListen returns a Store on the same pool that has nothing to
+// listen on: Listen fails at once with ErrNoListen, and whoever waits for
+// notifications polls instead.
+func (s *Store) WithoutListen() *Store {
+	c := *s
+	c.listen, c.noListen = nil, true
+	return &c
+}
+
+// Listens reports whether Listen has a connection to listen on (see
+// WithoutListen).
+func (s *Store) Listens() bool { return !s.noListen }
 
 // inject runs the store's Faults, if it has any, before statement.
 func (s *Store) inject(ctx context.Context, statement string) error {

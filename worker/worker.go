@@ -1006,8 +1006,12 @@ func (w *Worker) report(r spawner.Report) {
 // listen wakes the worker when a job is dispatched to one of its queues,
 // and hands cancel requests to the loop (see cancel.go).
 // When the connection drops it reconnects with backoff; polling covers the
-// gap.
+// gap. A store with nothing to listen on (store.WithoutListen: a
+// transaction pooler and no direct connection) leaves it to the polls.
 func (w *Worker) listen(ctx context.Context) {
+	if !w.st.Listens() {
+		return
+	}
 	backoff := 100 * time.Millisecond
 	for connected := false; ; {
 		err := w.st.ListenCancels(ctx, func() {
