@@ -183,8 +183,12 @@ type Collector struct {
 	released bool
 }
 
-// NewCollector returns a Collector reading from pool (open it with
-// jit=off, as fleet's own pools are).
+// NewCollector returns a Collector reading from pool. Its one statement
+// turns PostgreSQL's JIT off for its own transaction (it expands every
+// master's report, which can estimate past jit_above_cost), so pool needs
+// no setting of its own for it, behind a transaction pooler too: there,
+// open pool with pgx's exec mode (default_query_exec_mode=exec), as
+// every pool behind one.
 func NewCollector(pool *pgxpool.Pool, opts Options) *Collector {
 	st := store.New(pool)
 	if opts.CacheTTL <= 0 {

@@ -47,6 +47,21 @@ func (r *recorder) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.Trace
 
 func (r *recorder) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
+// The statements of a batch (those run with JIT off, see store/jit.go)
+// are recorded as each one's result is read: the batch's last statement
+// is recorded last.
+func (r *recorder) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	return ctx
+}
+
+func (r *recorder) TraceBatchQuery(_ context.Context, _ *pgx.Conn, d pgx.TraceBatchQueryData) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.sent = append(r.sent, statement{sql: d.SQL, args: d.Args})
+}
+
+func (r *recorder) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
+
 // last returns the statement run last.
 func (r *recorder) last(t testing.TB) statement {
 	t.Helper()

@@ -256,8 +256,9 @@ func (s *Store) ScrapeRelease(ctx context.Context, instance string) error {
 
 func (s *Store) scrapeRead(ctx context.Context, as ScrapeAs) (Scrape, error) {
 	var doc []byte
-	err := s.pool.QueryRow(ctx, scrapeSQL, StatePauseAll, StatePauseSupervisorPrefix, StatePauseQueuePrefix,
-		ScrapeRuntimeNames, as.Instance, StateExporter, as.Lease.Milliseconds(), ScrapeRuntimeOther).Scan(&doc)
+	// It expands every master's report: JIT off (see queryNoJIT).
+	err := s.queryRowNoJIT(ctx, []any{&doc}, scrapeSQL, StatePauseAll, StatePauseSupervisorPrefix, StatePauseQueuePrefix,
+		ScrapeRuntimeNames, as.Instance, StateExporter, as.Lease.Milliseconds(), ScrapeRuntimeOther)
 	if err != nil {
 		return Scrape{}, fmt.Errorf("read scrape: %w", err)
 	}

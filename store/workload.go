@@ -43,10 +43,24 @@ type QueueLoad struct {
 // queue (see queueCountsCTE), runtimes and throughput from the minute
 // snapshots (see recentCTE), processes from the masters' rows.
 func (s *Store) Workload(ctx context.Context) ([]QueueLoad, error) {
-	rows, err := s.pool.Query(ctx, `
-		WITH `+queueCountsCTE+`, counts AS (
+	var out []QueueLoad
+	// It expands every master's report: JIT off (see queryNoJIT).
+	err := s.queryNoJIT(ctx, func(rows pgx.Rows) error {
+		var err error
+		out, err = pgx.CollectRows(rows, pgx.RowToStructByPos[QueueLoad])
+		return err
+	}, workloadSQL)
+	if err != nil {
+		return nil, fmt.Errorf("read workload: %w", err)
+	}
+	return out, nil
+}
+
+// workloadSQL is Workload's statement.
+var workloadSQL = `
+		WITH ` + queueCountsCTE + `, counts AS (
 			SELECT * FROM qcounts
-		), `+recentCTE+`, hist AS (
+		), ` + recentCTE + `, hist AS (
 			SELECT queue, avg_ms, last_minute FROM recent
 		), procs AS (
 			SELECT q.queue, sum(p.value::int) AS n
@@ -67,16 +81,7 @@ func (s *Store) Workload(ctx context.Context) ([]QueueLoad, error) {
 		LEFT JOIN counts c ON c.queue = n.queue
 		LEFT JOIN hist h ON h.queue = n.queue
 		LEFT JOIN procs p ON p.queue = n.queue
-		ORDER BY n.queue`)
-	if err != nil {
-		return nil, fmt.Errorf("read workload: %w", err)
-	}
-	out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[QueueLoad])
-	if err != nil {
-		return nil, fmt.Errorf("read workload: %w", err)
-	}
-	return out, nil
-}
+		ORDER BY n.queue`
 
 // QueuedJob is a job still in queue_jobs: pending, delayed, limited
 // (parked until a slot of its concurrency limit is free) or reserved.
