@@ -110,6 +110,7 @@ type bench struct {
 	cfg    *config.Config
 	f      benchFlags
 	url    string
+	db     database
 	pool   *pgxpool.Pool
 	st     *store.Store
 	client *queue.Client
@@ -193,14 +194,15 @@ func (r *runner) bench(c *cobra.Command, f benchFlags) error {
 	if err != nil {
 		return err
 	}
-	url, err := databaseURL(cfg)
+	db, err := databaseOf(cfg)
 	if err != nil {
 		return err
 	}
+	url := db.url
 	ctx, stop := signal.NotifyContext(c.Context(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	// The master and the sixteen dispatching goroutines share the pool.
-	pool, err := openPool(ctx, url, max(cfg.Database.MaxConns, 24), "fleet bench")
+	pool, err := openPool(ctx, db, max(cfg.Database.MaxConns, 24), "fleet bench")
 	if err != nil {
 		return err
 	}
@@ -211,7 +213,7 @@ func (r *runner) bench(c *cobra.Command, f benchFlags) error {
 		bcfg.Log.Level = "warn"
 	}
 	b := &bench{
-		r: r, cfg: &bcfg, f: f, url: url, pool: pool, st: store.New(pool),
+		r: r, cfg: &bcfg, f: f, url: url, db: db, pool: pool, st: store.New(pool),
 		client: queue.NewClient(pool, queue.Defaults{}), stderr: c.ErrOrStderr(),
 		rep: benchReport{Database: config.RedactURL(url), StartedAt: time.Now().UTC().Truncate(time.Second),
 			CPUs: runtime.NumCPU(), Scenarios: scenarios},
@@ -430,7 +432,8 @@ func (b *bench) print(out io.Writer) error {
 // given.
 func (b *bench) childEnv(extra ...string) ([]string, error) {
 	env := slices.Clone(b.r.app.Environ)
-	env = append(env, "APP_DATABASE__URL="+b.url, "APP_LOG__LEVEL="+b.cfg.Log.Level)
+	env = append(env, "APP_DATABASE__URL="+b.url, "APP_DATABASE__POOLER="+b.db.pooler,
+		"APP_DATABASE__DIRECT_URL="+b.db.directURL, "APP_LOG__LEVEL="+b.cfg.Log.Level)
 	if b.r.configPath != "" {
 		abs := b.r.configPath
 		if !filepath.IsAbs(abs) {

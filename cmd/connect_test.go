@@ -78,7 +78,9 @@ func TestConnectErrorsSayWhatPostgreSQLSaid(t *testing.T) {
 }
 
 // TestConnectErrorFromAPooler: a pooler that rejects a startup parameter
-// answers 08P01 before any PostgreSQL is involved; the error says so.
+// (one the URL sets: fleet sends none but application_name) answers 08P01
+// before any PostgreSQL is involved; the error says so, and names the key
+// whose URL carries it.
 func TestConnectErrorFromAPooler(t *testing.T) {
 	t.Parallel()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -98,15 +100,16 @@ func TestConnectErrorFromAPooler(t *testing.T) {
 				if _, err := be.ReceiveStartupMessage(); err != nil {
 					return
 				}
-				be.Send(&pgproto3.ErrorResponse{Severity: "FATAL", Code: "08P01", Message: "unsupported startup parameter: jit"})
+				be.Send(&pgproto3.ErrorResponse{Severity: "FATAL", Code: "08P01", Message: "unsupported startup parameter: search_path"})
 				_ = be.Flush()
 			}()
 		}
 	}()
-	u := "postgres://app:hunter2@" + ln.Addr().String() + "/app?sslmode=disable&connect_timeout=5"
+	u := "postgres://app:hunter2@" + ln.Addr().String() + "/app?sslmode=disable&connect_timeout=5&search_path=app"
 	r := run(t, t.TempDir(), dbEnv(u), "fleet:status")
-	if r.code != 4 || !strings.Contains(r.stderr, "rejected the connection's startup (SQLSTATE 08P01: unsupported startup parameter: jit)") ||
+	if r.code != 4 || !strings.Contains(r.stderr, "rejected the connection's startup (SQLSTATE 08P01: unsupported startup parameter: search_path)") ||
+		!strings.Contains(r.stderr, "refuses a parameter of database.url itself") ||
 		strings.Contains(r.stderr, "hunter2") || strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 {
-		t.Errorf("%+v, want exit 4 and PostgreSQL's words", r)
+		t.Errorf("%+v, want exit 4, PostgreSQL's words and the hint", r)
 	}
 }

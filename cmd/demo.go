@@ -147,12 +147,20 @@ func (r *runner) demo(c *cobra.Command, f demoFlags) error {
 		}
 	}
 
-	lastID, err := r.demoMain(ctx, out, cfg, url, log)
+	// The configured database, through whatever database.pooler says; the
+	// private server is PostgreSQL itself.
+	db := database{url: url, pooler: config.PoolerNone}
+	if !private {
+		if db, err = databaseOf(cfg); err != nil {
+			return err
+		}
+	}
+	lastID, err := r.demoMain(ctx, out, cfg, db, log)
 	if lastID > 0 {
 		if private && !f.keep {
 			fmt.Fprintf(out, "the private PostgreSQL stops now; run `%s demo --keep` to keep it running, and it prints the commands to explore what happened\n", prefix)
 		} else {
-			saved.Database.URL = url
+			saved.Database.URL, saved.Database.Pooler, saved.Database.DirectURL = db.url, db.pooler, db.directURL
 			if werr := r.writeDemoConfig(&saved); werr != nil {
 				err = errors.Join(err, werr)
 			} else {
@@ -170,14 +178,18 @@ func (r *runner) demo(c *cobra.Command, f demoFlags) error {
 
 // demoMain migrates, dispatches the demo jobs and runs a master over them.
 // It returns the id of the last demo job once they are dispatched.
-func (r *runner) demoMain(ctx context.Context, out io.Writer, cfg *config.Config, url string, log *slog.Logger) (int64, error) {
-	n, err := migrations.Up(ctx, url)
+func (r *runner) demoMain(ctx context.Context, out io.Writer, cfg *config.Config, db database, log *slog.Logger) (int64, error) {
+	target, err := db.migrationTarget()
+	if err != nil {
+		return 0, err
+	}
+	n, err := migrations.Up(ctx, target.url)
 	if err != nil {
 		return 0, err
 	}
 	fmt.Fprintf(out, "migrated: %d migration(s) applied\n", n)
 
-	pool, err := openPool(ctx, url, max(cfg.Database.MaxConns, 6), "fleet demo")
+	pool, err := openPool(ctx, db, max(cfg.Database.MaxConns, 6), "fleet demo")
 	if err != nil {
 		return 0, err
 	}
@@ -204,7 +216,7 @@ func (r *runner) demoMain(ctx context.Context, out io.Writer, cfg *config.Config
 			sp.Env(k, v)
 		}
 	}
-	sp.Env("APP_DATABASE__URL", url)
+	db.childEnv(sp)
 	st := store.New(pool)
 	m, _, err := r.newMaster(cfg, masterName(cfg, r.getenv), sups, st, sp)
 	if err != nil {

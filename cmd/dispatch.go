@@ -160,12 +160,12 @@ func (r *runner) dispatch(c *cobra.Command, f dispatchFlags) error {
 	if err != nil {
 		return err
 	}
-	url, err := databaseURL(cfg)
+	db, err := databaseOf(cfg)
 	if err != nil {
 		return err
 	}
 	ctx := c.Context()
-	pool, err := openPool(ctx, url, 2, "fleet dispatch")
+	pool, err := openPool(ctx, db, 2, "fleet dispatch")
 	if err != nil {
 		return err
 	}

@@ -186,7 +186,7 @@ func (r *runner) fleet(c *cobra.Command, _ []string) error {
 	if err != nil {
 		return err
 	}
-	url, err := databaseURL(cfg)
+	db, err := databaseOf(cfg)
 	if err != nil {
 		return err
 	}
@@ -196,16 +196,20 @@ func (r *runner) fleet(c *cobra.Command, _ []string) error {
 	// in application_name (so fleet:masters can count the connections of
 	// this master and of its workers, whose names start with it).
 	name := cmp.Or(masterName(cfg, r.getenv), master.DefaultName())
-	pool, err := openPool(ctx, url, budget.Master, "fleet master "+name)
+	pool, err := openPool(ctx, db, budget.Master, "fleet master "+name)
 	if err != nil {
 		return err
 	}
 	defer closePool(pool)
 	log := r.logger(cfg)
+	log.Info("database pooler", "logger", "fleet", "pooler", db.pooler,
+		"workers_wake_up", db.wakeups(time.Duration(cfg.Queue.PollIntervalMs)*time.Millisecond))
+	db.checkDirect(ctx, "fleet master "+name, log)
 	sp, err := spawner.NewProcessSpawner(spawner.ProcessOptions{Dir: r.app.Dir, Output: r.app.Stderr, Logger: log})
 	if err != nil {
 		return err
 	}
+	db.childEnv(sp)
 	if r.configPath != "" {
 		// Children load configuration the normal way; make sure they find
 		// the same file whatever their working directory.
@@ -408,11 +412,11 @@ func (r *runner) withStore(ctx context.Context, fn func(*config.Config, *store.S
 	if err != nil {
 		return err
 	}
-	url, err := databaseURL(cfg)
+	db, err := databaseOf(cfg)
 	if err != nil {
 		return err
 	}
-	pool, err := openPool(ctx, url, 2, "fleet cli")
+	pool, err := openPool(ctx, db, 2, "fleet cli")
 	if err != nil {
 		return err
 	}

@@ -124,23 +124,28 @@ func (r *runner) migrateCommand() *cobra.Command {
 	return c
 }
 
-// migrationURL returns the configured database URL after checking that the
-// database answers, so an unreachable one is a single clear line.
+// migrationURL returns the URL migrations run on (database.direct_url when
+// set, see database.migrationTarget) after checking that the database
+// answers, so an unreachable one is a single clear line.
 func (r *runner) migrationURL(ctx context.Context) (string, error) {
 	cfg, err := r.loadConfig()
 	if err != nil {
 		return "", err
 	}
-	url, err := databaseURL(cfg)
+	db, err := databaseOf(cfg)
 	if err != nil {
 		return "", err
 	}
-	pool, err := openPool(ctx, url, 1, "fleet migrate")
+	target, err := db.migrationTarget()
+	if err != nil {
+		return "", err
+	}
+	pool, err := openPool(ctx, target, 1, "fleet migrate")
 	if err != nil {
 		return "", err
 	}
 	pool.Close()
-	return url, nil
+	return target.url, nil
 }
 
 // migrationsPending returns an ExitMigrationsPending error, silent (the

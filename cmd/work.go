@@ -97,7 +97,7 @@ func (r *runner) work(c *cobra.Command, f workFlags) error {
 	if err != nil {
 		return err
 	}
-	url, err := databaseURL(cfg)
+	db, err := databaseOf(cfg)
 	if err != nil {
 		return err
 	}
@@ -160,12 +160,12 @@ func (r *runner) work(c *cobra.Command, f workFlags) error {
 	if f.master == "" && f.maxConns == 0 && cfg.Database.MaxConns == 0 {
 		maxConns++ // run by hand, it also beats its own membership row
 	}
-	pool, err := openPool(ctx, url, maxConns, appName)
+	pool, err := openPool(ctx, db, maxConns, appName)
 	if err != nil && sink != nil && errors.Is(err, errUnreachable) {
 		// A child started while the database is away waits for it rather
 		// than exiting: a crash would cost the group a restart backoff for
 		// an outage that is nobody's fault.
-		pool, err = waitForDatabase(ctx, sink, url, maxConns, appName, log, wcfg.Reports, err)
+		pool, err = waitForDatabase(ctx, sink, db, maxConns, appName, log, wcfg.Reports, err)
 		if pool == nil && err == nil {
 			return nil // stopped while waiting
 		}
@@ -174,7 +174,11 @@ func (r *runner) work(c *cobra.Command, f workFlags) error {
 		return err
 	}
 	defer closePool(pool)
-	st := store.New(pool)
+	st, err := db.listenStore(store.New(pool))
+	if err != nil {
+		return err
+	}
+	log.Info("database pooler", "pooler", db.pooler, "wake_up", db.wakeups(wcfg.PollInterval))
 	if f.master == "" {
 		// Run by hand: the worker keeps a membership row of its own, so
 		// that masters know it is alive (and never release a job it still
@@ -396,7 +400,7 @@ func (s *commandSink) attach(w *worker.Worker) {
 // minute with the number of tries, and once when the database is back.
 // After every failed try it reports why it waits (spawner.ReportWaiting),
 // so that its master does not take it for hung.
-func waitForDatabase(ctx context.Context, sink *commandSink, url string, maxConns int, appName string, log *slog.Logger, report func(spawner.Report), first error) (*pgxpool.Pool, error) {
+func waitForDatabase(ctx context.Context, sink *commandSink, db database, maxConns int, appName string, log *slog.Logger, report func(spawner.Report), first error) (*pgxpool.Pool, error) {
 	log.Warn("cannot connect to the database at start; waiting for it", "err", first)
 	waiting := func(err error) {
 		if report != nil {
@@ -416,7 +420,7 @@ func waitForDatabase(ctx context.Context, sink *commandSink, url string, maxConn
 			return nil, nil
 		case <-t.C:
 		}
-		pool, err := openPool(ctx, url, maxConns, appName)
+		pool, err := openPool(ctx, db, maxConns, appName)
 		tries++
 		if err == nil {
 			log.Info("the database is reachable: starting", "tries", tries)
