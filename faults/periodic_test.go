@@ -122,8 +122,10 @@ func testPeriodicThreeMasters(t *testing.T, srv *mmServer) {
 	// The last tick of the window, and a grace of 3 s (the ttl) more for
 	// it to be dispatched.
 	waitDB(t, d, t0.Add(30*time.Second+3500*time.Millisecond))
-	jobs := scheduleJobs(t, d, "tick")
+	// Read once the masters are stopped: a tick dispatched while they
+	// stop must be among the jobs the counts below are compared with.
 	stopMasters(t, c, b2)
+	jobs := scheduleJobs(t, d, "tick")
 
 	seen := map[int64]bool{}
 	inWindow, created := 0, 0
