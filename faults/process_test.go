@@ -7,7 +7,9 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -65,15 +67,24 @@ func testHangingChild(t *testing.T, srv *mmServer) {
 	dir := t.TempDir()
 	a := apptest.Start(t, dir, mmEnv(url, "a", "APP_FLEET__START_TIMEOUT_SECS=2",
 		apptest.EnvHangOnce+"="+filepath.Join(dir, "hung")), "fleet")
-	var hung []int
+	// The hung child is the one whose line says so: the master prefixes
+	// each line of a child's output with "[SUPERVISOR GROUP PID] ". (Its
+	// children at the moment the line is seen may already be its
+	// replacement on a loaded machine.)
+	hungLine := regexp.MustCompile(`\[work default (\d+)\] test: this worker hangs before it reports ready`)
+	var hung int
 	apptest.Eventually(t, 10*time.Second, "a hung child", func() bool {
-		hung = apptest.Children(a.PID())
-		return len(hung) == 1 && strings.Contains(a.Output(), "hangs before it reports ready")
+		m := hungLine.FindStringSubmatch(a.Output())
+		if m == nil {
+			return false
+		}
+		hung, _ = strconv.Atoi(m[1])
+		return hung > 0
 	})
 	const n = 6
 	file := dispatchTo(t, url, dir, "default", n, 200)
 	// Trusted after a ttl and a beat (4 s), then the start timeout (2 s).
-	apptest.Eventually(t, 15*time.Second, "the hung child killed", func() bool { return !apptest.Alive(hung[0]) })
+	apptest.Eventually(t, 15*time.Second, "the hung child killed", func() bool { return !apptest.Alive(hung) })
 	// The master logs why before it kills; its output reaches the test
 	// through a pipe, so the line may arrive just after the child is gone.
 	if !apptest.Within(5*time.Second, func() bool {
