@@ -16,8 +16,9 @@
 //		}
 //	}
 //
-// It holds no clock: a caller that schedules rather than sleeps (the
-// master's crash backoff) adds the delay to its own clock's now.
+// It holds no clock and no service: a caller that schedules rather than
+// sleeps (the master's crash backoff) adds the delay to its own clock's
+// now.
 package backoff
 
 import (
