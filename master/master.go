@@ -93,7 +93,6 @@ func WithSettings(s Settings) Option { return func(m *Master) { m.set = s } }
 
 // Master supervises workers. Build it with New; call Run once.
 type Master struct {
-	st      *store.Store
 	spawner spawner.Spawner
 	set     Settings
 	log     *slog.Logger
@@ -122,7 +121,7 @@ type Master struct {
 
 // New returns a master for supervisors.
 func New(st *store.Store, supervisors []supervisor.Supervisor, opts ...Option) (*Master, error) {
-	m := &Master{st: st}
+	m := &Master{}
 	for _, o := range opts {
 		o(m)
 	}

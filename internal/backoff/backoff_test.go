@@ -87,3 +87,21 @@ func TestSleep(t *testing.T) {
 		t.Fatalf("a zero sleep: %v", err)
 	}
 }
+
+// A retry loop: each failure waits longer, at random between half the
+// delay and the delay, and a stop cuts the wait short.
+func ExampleExponential() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	try := func(context.Context) error { return errors.New("the database is away") }
+	b := backoff.Exponential{Base: 50 * time.Millisecond, Max: 5 * time.Second}
+	for {
+		if err := try(ctx); err == nil {
+			return
+		}
+		d := b.Next()
+		if err := backoff.Sleep(ctx, backoff.Between(d/2, d)); err != nil {
+			return // stopped
+		}
+	}
+}
