@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -286,14 +287,14 @@ func (r *runner) runMaster(ctx context.Context, c *cobra.Command, cfg *config.Co
 			Beat: m.Membership(), Logger: settings.Logger, Master: m.Name(), Instance: m.Instance(),
 			Version: settings.Version, LongWait: cfg.Fleet.LongWait,
 		})
-		stopHTTP, err := serveHTTP(ctx, addr, col, m.Readiness, dash, settings.Logger)
-		if err != nil {
+		srv := newHTTPServer(addr, httpMux(col, m.Readiness, dash), settings.Logger)
+		if err := srv.Start(ctx); err != nil {
 			// A second master on the host (the default address taken) still
 			// supervises its workers; only its probes and gauges are missing.
 			settings.Logger.Warn("the master runs without its HTTP listener (/metrics, /healthz, /readyz, the dashboard)", "logger", "fleet", "err", err)
 		} else {
 			defer func() {
-				stopHTTP()
+				srv.Stop()
 				// Hand the fleet-wide families over to another master now
 				// rather than when the lease runs out.
 				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
@@ -320,30 +321,133 @@ func (r *runner) runMaster(ctx context.Context, c *cobra.Command, cfg *config.Co
 	return err
 }
 
-// serveHTTP serves the master's HTTP endpoints on addr until the returned
-// stop function is called. A port that cannot be bound is an error naming
-// fleet.http.addr; the master then runs without the listener.
-func serveHTTP(ctx context.Context, addr string, col *metrics.Collector, ready func() master.Readiness, dash *dashboard.Handler, log *slog.Logger) (stop func(), err error) {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("fleet.http.addr %s: %w (set another address, or an empty one to turn the listener off)", addr, err)
+// httpStopTimeout bounds the HTTP listener's stop: requests still running
+// get most of it to finish, then their contexts end and their connections
+// close. A request hanging on a frozen database must not hold the stop:
+// see the stop bound in docs/operating.md.
+const httpStopTimeout = 2 * time.Second
+
+// httpServer serves the master's HTTP endpoints (/metrics, /healthz,
+// /readyz, the dashboard) with the lifecycle of the master's services:
+// Start listens, so a port in use fails it before anything is served,
+// then serves from its own goroutine until Stop, whatever becomes of
+// Start's context (a draining master still answers its probes). Stop
+// shuts the server down within httpStopTimeout, ending the contexts of
+// the requests still running, and returns once they have returned; it is
+// safe before Start and twice.
+type httpServer struct {
+	addr    string
+	handler http.Handler
+	log     *slog.Logger
+
+	mu       sync.Mutex
+	started  bool
+	stopped  bool
+	stopDone chan struct{} // closed when the first Stop returns
+	srv      *http.Server
+	cancel   context.CancelFunc // the requests' contexts
+	served   chan struct{}      // closed when Serve returned
+	inflight int                // requests being handled
+	idle     chan struct{}      // made by a Stop waiting for them, closed when they are done
+}
+
+func newHTTPServer(addr string, handler http.Handler, log *slog.Logger) *httpServer {
+	return &httpServer{addr: addr, handler: handler, log: log}
+}
+
+// Start listens on the server's address and serves until Stop.
+func (s *httpServer) Start(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.stopped:
+		return errors.New("http listener: stopped before it started")
+	case s.started:
+		return errors.New("http listener: already started")
 	}
-	srv := &http.Server{Handler: httpMux(col, ready, dash), ReadHeaderTimeout: 5 * time.Second, BaseContext: func(net.Listener) context.Context { return ctx }}
-	done := make(chan struct{})
+	ln, err := net.Listen("tcp", s.addr)
+	if err != nil {
+		return fmt.Errorf("fleet.http.addr %s: %w (set another address, or an empty one to turn the listener off)", s.addr, err)
+	}
+	base, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	s.started, s.cancel, s.served = true, cancel, make(chan struct{})
+	s.srv = &http.Server{Handler: http.HandlerFunc(s.serve), ReadHeaderTimeout: 5 * time.Second,
+		BaseContext: func(net.Listener) context.Context { return base }}
 	go func() {
-		defer close(done)
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error("http listener stopped", "addr", addr, "err", err)
+		defer close(s.served)
+		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.log.Error("http listener stopped", "addr", s.addr, "err", err)
 		}
 	}()
-	return func() {
-		// A request hanging on a frozen database must not hold the stop:
-		// see the stop bound in docs/operating.md.
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(sctx)
-		<-done
-	}, nil
+	return nil
+}
+
+// serve handles one request, counted so that Stop can wait for it.
+func (s *httpServer) serve(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	if s.stopped {
+		s.mu.Unlock()
+		http.Error(w, "the master is stopping", http.StatusServiceUnavailable)
+		return
+	}
+	s.inflight++
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		if s.inflight--; s.inflight == 0 && s.idle != nil {
+			close(s.idle)
+		}
+		s.mu.Unlock()
+	}()
+	s.handler.ServeHTTP(w, r)
+}
+
+// Stop shuts the server down, gracefully for most of httpStopTimeout,
+// then by ending the requests' contexts and closing their connections,
+// and waits for the requests to return. A second Stop waits for the
+// first.
+func (s *httpServer) Stop() {
+	s.mu.Lock()
+	if s.stopped {
+		done := s.stopDone
+		s.mu.Unlock()
+		if done != nil {
+			<-done
+		}
+		return
+	}
+	s.stopped = true
+	if !s.started {
+		s.mu.Unlock()
+		return
+	}
+	s.stopDone = make(chan struct{})
+	defer close(s.stopDone)
+	s.mu.Unlock()
+
+	sctx, cancel := context.WithTimeout(context.Background(), httpStopTimeout*3/4)
+	err := s.srv.Shutdown(sctx)
+	cancel()
+	s.cancel()
+	if err != nil {
+		_ = s.srv.Close()
+	}
+	<-s.served
+	s.mu.Lock()
+	if s.inflight == 0 {
+		s.mu.Unlock()
+		return
+	}
+	s.idle = make(chan struct{})
+	idle := s.idle
+	s.mu.Unlock()
+	t := time.NewTimer(httpStopTimeout / 4)
+	defer t.Stop()
+	select {
+	case <-idle:
+	case <-t.C:
+		s.log.Warn("http listener stopped with requests still running: they ignore their context", "addr", s.addr)
+	}
 }
 
 // httpMux routes the master's endpoints: /metrics, /healthz (the process

@@ -1,6 +1,11 @@
 // Package cmd holds the application's commands (cobra) and the glue that
 // turns configuration into running parts. It is the only package that knows
 // cobra; an app's main calls Execute.
+//
+// Of the services of a running master it holds one, the HTTP listener
+// (httpServer: /metrics, /healthz, /readyz, the dashboard), with the
+// master's lifecycle; it starts before the master's own (package master)
+// and stops after them.
 package cmd
 
 import (

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/fleet-go/fleet"
@@ -39,8 +40,9 @@ const (
 	// partitionsEvery is the period of the upkeep.
 	partitionsEvery = 10 * time.Minute
 	// upkeepLease is how long a master holds an upkeep period before
-	// another may take it over. The upkeep itself is not cut short: moving
-	// rows out of a default partition may take long, and is safe to repeat.
+	// another may take it over, and the upkeep's time limit: moving rows
+	// out of a default partition may take long, and is safe to repeat, but
+	// past its lease another master may be doing the same.
 	upkeepLease = 3 * time.Minute
 	// partitionsHoursAhead and partitionsDaysAhead say how far ahead
 	// partitions are created.
@@ -54,10 +56,82 @@ const (
 	dutyKeep = 24 * time.Hour
 
 	// dutyRecordTimeout bounds recording a duty's outcome, which is done
-	// even when the master is stopping, so that a finished duty is not
-	// redone.
+	// even when the master is stopping (within its stop budget), so that a
+	// finished duty is not redone.
 	dutyRecordTimeout = 5 * time.Second
+	// longWaitTimeout bounds the long-wait check and each of its claims.
+	longWaitTimeout = statementTimeout
 )
+
+// duties is the service that does, every tick, the once-per-period work
+// of the fleet that falls to this master: metrics snapshots, partition
+// upkeep and trimming, long-wait alerts (handed to the alerts service).
+// Its last round, on the stop budget once the children are gone, writes
+// the minutes still due and the minute in progress (lastSnapshot).
+type duties struct {
+	st        *store.Store
+	log       *slog.Logger
+	holder    func() string    // the instance duties are claimed under
+	startedAt func() time.Time // the master's row's, by the database clock
+	now       func() time.Time // the clock of the quiet times
+	budget    *stopBudget
+	tick      time.Duration
+
+	trim             store.TrimParams
+	longWait         map[string]int
+	longWaitCooldown time.Duration
+	alert            func(fleet.LongWaitDetected) bool // to the alerts service; false: dropped
+
+	// Its own state, used only by its goroutine.
+	since time.Time // startedAt, read at Start
+	// quiet is, per duty, the instant (of now) before which no period can
+	// become due by itself: until then the duty's periods are not read.
+	quiet map[string]time.Time
+
+	lc  lifecycle
+	sig struct {
+		round testSignal[struct{}] // a tick's round done
+		read  testSignal[string]   // a duty's periods read (its name)
+	}
+}
+
+// newDuties returns the duties service of a master with settings set.
+func newDuties(st *store.Store, set Settings, log *slog.Logger, holder func() string, startedAt func() time.Time,
+	budget *stopBudget, alert func(fleet.LongWaitDetected) bool) *duties {
+	d := &duties{
+		st: st, log: log, holder: holder, startedAt: startedAt, now: set.Now, budget: budget, tick: set.Tick,
+		trim: set.Trim, longWaitCooldown: set.LongWaitCooldown, alert: alert,
+		quiet: map[string]time.Time{},
+	}
+	if set.OnLongWait != nil {
+		d.longWait = set.LongWait
+	}
+	return d
+}
+
+func (d *duties) Name() string { return "duties" }
+
+// Start runs a round every tick until Stop.
+func (d *duties) Start(ctx context.Context) error {
+	sctx, end, err := d.lc.begin(ctx, d.Name())
+	if err != nil {
+		return err
+	}
+	d.since = d.startedAt()
+	go func() {
+		defer end()
+		tickEvery(sctx, d.tick, d.round, &d.sig.round)
+		d.lastSnapshot(d.budget.context())
+	}()
+	return nil
+}
+
+// Stop cancels the round in flight, writes the last snapshots on the stop
+// budget, and waits.
+func (d *duties) Stop() {
+	d.budget.start()
+	d.lc.halt()
+}
 
 // periodicDuty is a duty done once per period by one master of the fleet.
 type periodicDuty struct {
@@ -66,105 +140,88 @@ type periodicDuty struct {
 	back   int           // how many of the latest complete periods are checked
 	settle time.Duration // how long after its end a period is due
 	lease  time.Duration
-	// timeout bounds run; 0 for none.
+	// timeout bounds run.
 	timeout time.Duration
 	run     func(ctx context.Context, period time.Time) error
 }
 
-// dutyMemo is what duties remembers between ticks so as not to read
-// fleet_duties when nothing can be due: per duty, the instant (of this
-// process's monotonic clock) before which no period can become due by
-// itself. It is used only by the goroutine that runs duties.
-type dutyMemo struct {
-	quiet map[string]time.Time
-}
-
-// memo returns m's dutyMemo, made on first use.
-func (m *Master) memo() *dutyMemo {
-	if m.dutyMemo == nil {
-		m.dutyMemo = &dutyMemo{quiet: map[string]time.Time{}}
-	}
-	return m.dutyMemo
-}
-
-// dutyHolder is the name this master claims duties under.
-func (m *Master) dutyHolder() string { return m.Instance() }
-
-// duties runs the once-per-period work of the fleet that falls to this
-// master: metrics snapshots, partition upkeep, long-wait alerts.
-func (m *Master) duties(ctx context.Context) {
-	memo := m.memo()
-	m.periodic(ctx, memo, periodicDuty{
+// round does the duties due: the metrics snapshots, the upkeep, the
+// long-wait check.
+func (d *duties) round(ctx context.Context) {
+	d.periodic(ctx, periodicDuty{
 		name: snapshotDuty, every: time.Minute, back: snapshotBack, settle: snapshotSettle,
-		lease: snapshotLease, timeout: snapshotLease, run: m.snapshot,
+		lease: snapshotLease, timeout: snapshotLease, run: d.snapshot,
 	})
-	m.periodic(ctx, memo, periodicDuty{
-		name: upkeepDuty, every: partitionsEvery, back: 1, lease: upkeepLease, run: m.upkeep,
+	d.periodic(ctx, periodicDuty{
+		name: upkeepDuty, every: partitionsEvery, back: 1, lease: upkeepLease, timeout: upkeepLease, run: d.upkeep,
 	})
-	m.longWaits(ctx)
+	d.longWaits(ctx)
 }
 
-// periodic does the due periods of d that this master wins. It reads the
+// periodic does the due periods of p that this master wins. It reads the
 // duty's recent periods (one statement) unless it knows that none can be
 // due yet: after a round in which it did every due period, until the next
 // period completes or a lease held by another master ends.
-func (m *Master) periodic(ctx context.Context, memo *dutyMemo, d periodicDuty) {
-	if time.Now().Before(memo.quiet[d.name]) {
+func (d *duties) periodic(ctx context.Context, p periodicDuty) {
+	if d.now().Before(d.quiet[p.name]) {
 		return
 	}
-	delete(memo.quiet, d.name)
-	w, err := m.st.DutyRecent(ctx, store.DutyRecentParams{Duty: d.name, Every: d.every, Back: d.back, Settle: d.settle})
-	read := time.Now()
+	delete(d.quiet, p.name)
+	rctx, cancel := context.WithTimeout(ctx, statementTimeout)
+	w, err := d.st.DutyRecent(rctx, store.DutyRecentParams{Duty: p.name, Every: p.every, Back: p.back, Settle: p.settle})
+	cancel()
+	read := d.now()
 	if err != nil {
-		m.log.Warn("read duty periods failed", "duty", d.name, "err", err)
+		d.log.Warn("read duty periods failed", "duty", p.name, "err", err)
 		return
 	}
+	d.sig.read.signal(p.name)
 	settled := true
 	for _, period := range w.Due() {
-		if !m.doPeriod(ctx, d, period) {
+		if !d.doPeriod(ctx, p, period) {
 			settled = false
 		}
 	}
 	if settled {
-		// Measured from after the read, by this process's monotonic clock:
-		// the database's clock may differ from ours, not its pace.
-		memo.quiet[d.name] = read.Add(w.Wake().Sub(w.Now))
+		// Measured from after the read, by this process's clock: the
+		// database's clock may differ from ours, not its pace.
+		d.quiet[p.name] = read.Add(w.Wake().Sub(w.Now))
 	}
 }
 
-// doPeriod claims period of d and, when won, does it and records the
+// doPeriod claims period of p and, when won, does it and records the
 // outcome. It reports whether the period is settled: done by this master,
 // or no longer due (another master holds it and the next read will say
 // until when).
-func (m *Master) doPeriod(ctx context.Context, d periodicDuty, period time.Time) bool {
-	holder := m.dutyHolder()
-	won, err := m.st.DutyClaimPeriod(ctx, d.name, period, holder, d.lease)
+func (d *duties) doPeriod(ctx context.Context, p periodicDuty, period time.Time) bool {
+	holder := d.holder()
+	cctx, cancel := context.WithTimeout(ctx, statementTimeout)
+	won, err := d.st.DutyClaimPeriod(cctx, p.name, period, holder, p.lease)
+	cancel()
 	if err != nil {
-		m.log.Warn("claim a duty failed", "duty", d.name, "period", period, "err", err)
+		d.log.Warn("claim a duty failed", "duty", p.name, "period", period, "err", err)
 		return false
 	}
 	if !won {
 		return false // another master has it: read again next tick
 	}
-	rctx, cancel := ctx, context.CancelFunc(func() {})
-	if d.timeout > 0 {
-		rctx, cancel = context.WithTimeout(ctx, d.timeout)
-	}
-	runErr := d.run(rctx, period)
+	rctx, cancel := context.WithTimeout(ctx, p.timeout)
+	runErr := p.run(rctx, period)
 	cancel()
-	wctx, wcancel := context.WithTimeout(context.WithoutCancel(ctx), dutyRecordTimeout)
+	// Recorded even when the service is stopping, within the stop budget.
+	wctx, wcancel := d.budget.bound(ctx, dutyRecordTimeout)
 	defer wcancel()
 	if runErr != nil {
-		m.log.Warn("duty failed", "duty", d.name, "period", period, "err", runErr)
-		if err := m.st.DutyFailed(wctx, d.name, period, holder, runErr.Error()); err != nil {
-			m.log.Warn("record a duty's failure failed", "duty", d.name, "period", period, "err", err)
+		d.log.Warn("duty failed", "duty", p.name, "period", period, "err", runErr)
+		if err := d.st.DutyFailed(wctx, p.name, period, holder, runErr.Error()); err != nil {
+			d.log.Warn("record a duty's failure failed", "duty", p.name, "period", period, "err", err)
 		}
 		return false
 	}
-	if err := m.st.DutyDone(wctx, d.name, period, holder); err != nil {
+	if err := d.st.DutyDone(wctx, p.name, period, holder); err != nil {
 		// The work is done; it may be done again by whoever took the
 		// period over, which every duty allows.
-		m.log.Warn("record a duty done failed", "duty", d.name, "period", period, "err", err)
+		d.log.Warn("record a duty done failed", "duty", p.name, "period", period, "err", err)
 		return false
 	}
 	return true
@@ -174,13 +231,13 @@ func (m *Master) doPeriod(ctx context.Context, d periodicDuty, period time.Time)
 // as the minute's only when this master ran at the minute's end (and the
 // store finds the write timely): a master catching up minutes from before
 // it started writes their attempts, never today's backlog into them.
-func (m *Master) snapshot(ctx context.Context, minute time.Time) error {
-	watched := !m.startedAt.IsZero() && !m.startedAt.After(minute.Add(time.Minute))
-	n, err := m.st.MetricsSnapshot(ctx, store.SnapshotParams{Minute: minute, Watched: watched})
+func (d *duties) snapshot(ctx context.Context, minute time.Time) error {
+	watched := !d.since.IsZero() && !d.since.After(minute.Add(time.Minute))
+	n, err := d.st.MetricsSnapshot(ctx, store.SnapshotParams{Minute: minute, Watched: watched})
 	if err != nil {
 		return err
 	}
-	m.log.Debug("metrics snapshot written", "minute", minute, "rows", n, "backlog_seen", watched)
+	d.log.Debug("metrics snapshot written", "minute", minute, "rows", n, "backlog_seen", watched)
 	return nil
 }
 
@@ -194,48 +251,49 @@ const lastSnapshotTimeout = 10 * time.Second
 // it went, so that a fleet stopped within a minute leaves it counted. A
 // master still running writes that minute whole when it is over, replacing
 // the partial rows.
-func (m *Master) lastSnapshot(ctx context.Context) {
+func (d *duties) lastSnapshot(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, lastSnapshotTimeout)
 	defer cancel()
-	w, err := m.st.DutyRecent(ctx, store.DutyRecentParams{Duty: snapshotDuty, Every: time.Minute, Back: snapshotBack})
+	w, err := d.st.DutyRecent(ctx, store.DutyRecentParams{Duty: snapshotDuty, Every: time.Minute, Back: snapshotBack})
 	if err != nil {
-		m.log.Warn("last metrics snapshot: read duty periods failed", "err", err)
+		d.log.Warn("last metrics snapshot: read duty periods failed", "err", err)
 		return
 	}
-	d := periodicDuty{name: snapshotDuty, every: time.Minute, lease: snapshotLease, timeout: snapshotLease, run: m.snapshot}
+	p := periodicDuty{name: snapshotDuty, every: time.Minute, lease: snapshotLease, timeout: snapshotLease, run: d.snapshot}
 	for _, period := range w.Due() {
-		m.doPeriod(ctx, d, period)
+		d.doPeriod(ctx, p, period)
 	}
 	minute := w.Now.Truncate(time.Minute)
-	n, err := m.st.MetricsSnapshot(ctx, store.SnapshotParams{Minute: minute, Partial: true, Watched: !m.startedAt.IsZero()})
+	n, err := d.st.MetricsSnapshot(ctx, store.SnapshotParams{Minute: minute, Partial: true, Watched: !d.since.IsZero()})
 	if err != nil {
-		m.log.Warn("last metrics snapshot failed", "minute", minute, "err", err)
+		d.log.Warn("last metrics snapshot failed", "minute", minute, "err", err)
 		return
 	}
-	m.log.Debug("last metrics snapshot written", "minute", minute, "rows", n)
+	d.log.Debug("last metrics snapshot written", "minute", minute, "rows", n)
 }
 
 // upkeep creates history partitions ahead, drops expired ones and trims
-// failed jobs, old duty rows and old periodic ticks. Each step is tried even when one before
-// failed; the period fails (and is retried) when any did.
-func (m *Master) upkeep(ctx context.Context, _ time.Time) error {
+// failed jobs, old duty rows and old periodic ticks. Each step is tried
+// even when one before failed; the period fails (and is retried) when any
+// did.
+func (d *duties) upkeep(ctx context.Context, _ time.Time) error {
 	var errs []error
-	created, err := m.st.PartitionsEnsure(ctx, partitionsHoursAhead, partitionsDaysAhead)
+	created, err := d.st.PartitionsEnsure(ctx, partitionsHoursAhead, partitionsDaysAhead)
 	errs = append(errs, err)
-	dropped, err := m.st.PartitionsTrim(ctx, m.set.Trim)
+	dropped, err := d.st.PartitionsTrim(ctx, d.trim)
 	errs = append(errs, err)
-	failed, err := m.st.FailedJobTrim(ctx, time.Duration(m.set.Trim.FailedDays)*24*time.Hour)
+	failed, err := d.st.FailedJobTrim(ctx, time.Duration(d.trim.FailedDays)*24*time.Hour)
 	errs = append(errs, err)
-	duties, err := m.st.DutyTrim(ctx, dutyKeep)
+	duties, err := d.st.DutyTrim(ctx, dutyKeep)
 	errs = append(errs, err)
-	keys, err := m.st.UniqueKeyTrim(ctx)
+	keys, err := d.st.UniqueKeyTrim(ctx)
 	errs = append(errs, err)
-	limits, err := m.st.LimitKeyTrim(ctx, limitKeysTrimmed)
+	limits, err := d.st.LimitKeyTrim(ctx, limitKeysTrimmed)
 	errs = append(errs, err)
-	ticks, err := m.st.PeriodicTickTrim(ctx, time.Duration(m.set.Trim.CompletedHours)*time.Hour)
+	ticks, err := d.st.PeriodicTickTrim(ctx, time.Duration(d.trim.CompletedHours)*time.Hour)
 	errs = append(errs, err)
 	if created+dropped+keys+limits > 0 || failed+duties+ticks > 0 {
-		m.log.Info("history upkeep", "partitions_created", created, "partitions_dropped", dropped,
+		d.log.Info("history upkeep", "partitions_created", created, "partitions_dropped", dropped,
 			"failed_jobs_trimmed", failed, "duties_trimmed", duties, "periodic_ticks_trimmed", ticks, "unique_keys_trimmed", keys, "limit_keys_trimmed", limits)
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -247,36 +305,31 @@ func (m *Master) upkeep(ctx context.Context, _ time.Time) error {
 // longWaits raises LongWaitDetected for each queue whose oldest ready job
 // waited past its threshold, at most once per queue per cooldown across the
 // whole fleet.
-func (m *Master) longWaits(ctx context.Context) {
-	if len(m.set.LongWait) == 0 || m.set.OnLongWait == nil {
+func (d *duties) longWaits(ctx context.Context) {
+	if len(d.longWait) == 0 {
 		return
 	}
-	late, err := fleet.CheckLongWaits(ctx, m.st, m.set.LongWait)
+	lctx, cancel := context.WithTimeout(ctx, longWaitTimeout)
+	late, err := fleet.CheckLongWaits(lctx, d.st, d.longWait)
+	cancel()
 	if err != nil {
-		m.log.Warn("read queue waits failed", "err", err)
+		d.log.Warn("read queue waits failed", "err", err)
 		return
 	}
 	for _, e := range late {
-		won, err := m.st.DutyClaim(ctx, "longwait:"+e.Queue, m.set.LongWaitCooldown)
+		cctx, cancel := context.WithTimeout(ctx, longWaitTimeout)
+		won, err := d.st.DutyClaim(cctx, "longwait:"+e.Queue, d.longWaitCooldown)
+		cancel()
 		if err != nil {
-			m.log.Warn("claim a long-wait alert failed", "queue", e.Queue, "err", err)
+			d.log.Warn("claim a long-wait alert failed", "queue", e.Queue, "err", err)
 			continue
 		}
 		if !won {
 			continue
 		}
-		m.log.Warn("long wait detected", "queue", e.Queue, "wait_secs", e.WaitSecs, "threshold_secs", e.ThresholdSecs)
-		select {
-		case m.alerts <- e:
-		default:
-			m.log.Error("long-wait listener is too slow: alert dropped", "queue", e.Queue)
+		d.log.Warn("long wait detected", "queue", e.Queue, "wait_secs", e.WaitSecs, "threshold_secs", e.ThresholdSecs)
+		if !d.alert(e) {
+			d.log.Error("long-wait listener is too slow: alert dropped", "queue", e.Queue)
 		}
-	}
-}
-
-// notify hands alerts to the app's listener until alerts is closed.
-func (m *Master) notify(ctx context.Context) {
-	for e := range m.alerts {
-		m.set.OnLongWait(ctx, e)
 	}
 }

@@ -37,6 +37,7 @@ type bundle struct {
 	cancel  context.CancelFunc
 	summary chan master.Summary
 	m       *master.Master
+	sig     *master.Signals
 }
 
 func resolve(t *testing.T, sups map[string]supervisor.SupervisorOptions) []supervisor.Supervisor {
@@ -82,6 +83,7 @@ func start(t *testing.T, pool *pgxpool.Pool, sups []supervisor.Supervisor, sp sp
 		t.Fatal(err)
 	}
 	b.m = m
+	b.sig = master.InitSignals(m)
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	go func() {
 		sum, err := m.Run(b.ctx)
@@ -128,16 +130,8 @@ func waitCtx(t *testing.T) context.Context {
 	return ctx
 }
 
-func poll(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
+// poll is the package's one polling helper.
+var poll = master.Poll
 
 func (b *bundle) count(t *testing.T, sql string, args ...any) int {
 	t.Helper()
@@ -322,7 +316,9 @@ func TestMasterTerminate(t *testing.T) {
 	// A master started after the request keeps running.
 	second := start(t, pool, twoQueues(t), nil)
 	wait(t, second.fake.WaitRunning(waitCtx(t), 2))
-	time.Sleep(200 * time.Millisecond) // ten ticks: it must not have read the old request as its own
+	// Ten pause states read after the old request and applied: none
+	// ended it.
+	second.sig.StateApplied.WaitFresh(t, 10)
 	select {
 	case <-second.summary:
 		t.Fatal("a master started after fleet:terminate stopped")
@@ -423,7 +419,7 @@ func TestMasterBalancesTowardsBacklog(t *testing.T) {
 	}
 	poll(t, "mail to shrink back", func() bool { g := b.byGroup(); return g["mail"] == 1 && g["default"] == 1 })
 	spawned := len(b.fake.Specs())
-	time.Sleep(300 * time.Millisecond) // five cooldowns
+	b.sig.Rebalanced.WaitFresh(t, 5) // five cooldowns
 	if g := b.byGroup(); g["mail"] != 1 || g["default"] != 1 || len(b.fake.Specs()) != spawned {
 		t.Fatalf("idle allocation moved: %v, %d spawned (was %d)", g, len(b.fake.Specs()), spawned)
 	}
@@ -536,11 +532,13 @@ func TestLongWaitAlertOncePerCooldownAcrossMasters(t *testing.T) {
 			mu.Unlock()
 		}
 	}
-	start(t, pool, resolve(t, nil), nil, listen)
-	start(t, pool, resolve(t, nil), nil, listen)
+	one := start(t, pool, resolve(t, nil), nil, listen)
+	two := start(t, pool, resolve(t, nil), nil, listen)
 	count := func() int { mu.Lock(); defer mu.Unlock(); return len(alerts) }
 	poll(t, "the alert", func() bool { return count() >= 1 })
-	time.Sleep(500 * time.Millisecond) // 25 ticks of each master: no second alert within the cooldown
+	// 25 duty rounds of each master: no second alert within the cooldown.
+	one.sig.DutiesRound.WaitFresh(t, 25)
+	two.sig.DutiesRound.WaitFresh(t, 25)
 	mu.Lock()
 	defer mu.Unlock()
 	if len(alerts) != 1 || alerts[0].Queue != "default" || alerts[0].ThresholdSecs != 1 || alerts[0].WaitSecs < 1 {

@@ -279,33 +279,40 @@ func TestMasterKillsWorkerThatNeverGetsReady(t *testing.T) {
 
 // A worker that keeps reporting that it waits (for a free connection,
 // say) is not killed by the start timeout; once it stops saying so and
-// still is not ready, it is.
+// still is not ready, it is. Time is the master's injected clock, moved
+// by the test, and the checks run once the master's view is trusted (the
+// start timeout applies only then).
 func TestMasterSparesWorkerThatReportsItWaits(t *testing.T) {
 	t.Parallel()
 	sups := resolve(t, map[string]supervisor.SupervisorOptions{"solo": {Queues: []string{"q"}, MaxProcesses: intp(1)}})
 	fake := spawnertest.NewFakeSpawner()
 	fake.SkipReady(true)
 	const startTimeout = 300 * time.Millisecond
-	b := start(t, nil, sups, fake, func(s *master.Settings) { s.StartTimeout = startTimeout })
+	clock := master.NewTestClock(time.Now())
+	b := start(t, nil, sups, fake, func(s *master.Settings) { s.StartTimeout = startTimeout; s.Now = clock.Now })
 	wait(t, fake.WaitSpawned(waitCtx(t), 1))
+	poll(t, "a trusted view", b.m.Membership().Trusted)
 	waiting := spawner.Report{Type: spawner.ReportWaiting, Waiting: "cannot reach database: the server has no connection left (SQLSTATE 53300)"}
-	// Four start timeouts of waiting, reported every tenth of one.
+	// Four start timeouts of waiting, reported every tenth of one, each
+	// followed by a tick's checks at that time.
 	for range 40 {
+		b.sig.Event.Drain()
 		fake.Report(0, waiting)
-		time.Sleep(startTimeout / 10)
+		b.sig.Event.Wait(t)
+		clock.Advance(startTimeout / 10)
+		b.sig.Ticked.WaitFresh(t, 2)
 	}
 	if fake.Killed(0) {
 		t.Fatal("a worker reporting that it waits was killed by the start timeout")
 	}
-	poll(t, "the waiting line", func() bool { return strings.Contains(b.logs.String(), "worker waits before it can start") })
 	if n := strings.Count(b.logs.String(), "worker waits before it can start"); n != 1 {
 		t.Errorf("%d waiting lines for one reason, want 1", n)
 	}
 	// Silence: now it hangs.
 	fake.SkipReady(false)
+	clock.Advance(startTimeout)
+	poll(t, "the silent worker to be killed", func() bool { return fake.Killed(0) })
+	clock.Advance(time.Second) // past the crash backoff
 	wait(t, fake.WaitSpawned(waitCtx(t), 2))
-	if !fake.Killed(0) {
-		t.Error("a worker silent past the start timeout was not killed")
-	}
 	b.stop(t)
 }

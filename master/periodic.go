@@ -2,8 +2,10 @@ package master
 
 import (
 	"context"
+	"log/slog"
 	"time"
 
+	"github.com/fleet-go/fleet/internal/ratelog"
 	"github.com/fleet-go/fleet/periodic"
 	"github.com/fleet-go/fleet/store"
 )
@@ -26,108 +28,143 @@ const (
 	periodicRetry = 10 * time.Millisecond
 )
 
-// periodicRound does one round of every schedule and returns how long to
-// wait before the next.
-func (m *Master) periodicRound(ctx context.Context) time.Duration {
-	scheds := m.set.Periodic
-	names := make([]string, len(scheds))
-	for i, s := range scheds {
+// periodicSvc is the periodic service. It starts after duties and stops
+// right after supervision, so a draining master keeps dispatching while
+// its children finish. Without schedules it runs nothing.
+type periodicSvc struct {
+	st       *store.Store
+	log      *slog.Logger
+	logs     ratelog.Log
+	scheds   []periodic.Schedule
+	tick     time.Duration
+	grace    time.Duration
+	instance func() string    // recorded as the dispatcher of the ticks
+	now      func() time.Time // the clock of the waits between rounds
+
+	lc  lifecycle
+	sig struct {
+		round testSignal[time.Duration] // a round done, and the wait before the next
+	}
+}
+
+func newPeriodicSvc(st *store.Store, set Settings, log *slog.Logger, instance func() string) *periodicSvc {
+	return &periodicSvc{st: st, log: log, scheds: set.Periodic, tick: set.Tick, grace: set.PeriodicGrace, instance: instance, now: set.Now}
+}
+
+func (p *periodicSvc) Name() string { return "periodic" }
+
+// Start runs rounds until Stop: the first at once, each next when the
+// round before says.
+func (p *periodicSvc) Start(ctx context.Context) error {
+	sctx, end, err := p.lc.begin(ctx, p.Name())
+	if err != nil {
+		return err
+	}
+	if len(p.scheds) == 0 {
+		end()
+		return nil
+	}
+	go func() {
+		defer end()
+		t := time.NewTimer(0)
+		defer t.Stop()
+		for {
+			select {
+			case <-sctx.Done():
+				return
+			case <-t.C:
+				wait := p.round(sctx)
+				p.sig.round.signal(wait)
+				t.Reset(wait)
+			}
+		}
+	}()
+	return nil
+}
+
+// Stop cancels the round in flight and waits.
+func (p *periodicSvc) Stop() { p.lc.halt() }
+
+// round does one round of every schedule and returns how long to wait
+// before the next.
+func (p *periodicSvc) round(ctx context.Context) time.Duration {
+	names := make([]string, len(p.scheds))
+	for i, s := range p.scheds {
 		names[i] = s.Name
 	}
 	rctx, cancel := context.WithTimeout(ctx, periodicTimeout)
 	defer cancel()
-	v, err := m.st.PeriodicRead(rctx, names)
-	read := time.Now()
+	v, err := p.st.PeriodicRead(rctx, names)
+	read := p.now()
 	if err != nil {
-		m.logs.Fail(m.log, "periodic", "read periodic schedules failed; retrying every tick", "err", err)
-		return m.set.Tick
+		p.logs.Fail(p.log, "periodic", "read periodic schedules failed; retrying every tick", "err", err)
+		return p.tick
 	}
-	m.logs.OK(m.log, "periodic", "reading periodic schedules works again")
+	p.logs.OK(p.log, "periodic", "reading periodic schedules works again")
 	var missing []string
 	var next time.Time
-	for _, s := range scheds {
+	for _, s := range p.scheds {
 		st, ok := v.Find(s.Name)
 		if !ok {
 			missing = append(missing, s.Name)
 			continue
 		}
-		plan := periodic.Decide(periodic.Round{Schedule: s, Cursor: st.Cursor, Now: v.Now, Grace: m.set.PeriodicGrace})
+		plan := periodic.Decide(periodic.Round{Schedule: s, Cursor: st.Cursor, Now: v.Now, Grace: p.grace})
 		if plan.Advance {
-			m.dispatchTicks(rctx, s, st.Cursor, plan)
+			p.dispatch(rctx, s, st.Cursor, plan)
 		}
 		if !plan.Next.IsZero() && (next.IsZero() || plan.Next.Before(next)) {
 			next = plan.Next
 		}
 	}
 	if len(missing) > 0 {
-		n, err := m.st.PeriodicEnsure(rctx, missing)
+		n, err := p.st.PeriodicEnsure(rctx, missing)
 		if err != nil {
-			m.logs.Fail(m.log, "periodic-ensure", "create periodic schedules failed; retrying every tick", "schedules", missing, "err", err)
-			return m.set.Tick
+			p.logs.Fail(p.log, "periodic-ensure", "create periodic schedules failed; retrying every tick", "schedules", missing, "err", err)
+			return p.tick
 		}
-		m.logs.OK(m.log, "periodic-ensure", "creating periodic schedules works again")
+		p.logs.OK(p.log, "periodic-ensure", "creating periodic schedules works again")
 		if n > 0 {
-			m.log.Info("periodic schedules added: their first tick is the first after now", "schedules", missing)
+			p.log.Info("periodic schedules added: their first tick is the first after now", "schedules", missing)
 		}
 		return periodicRetry
 	}
 	if next.IsZero() {
-		return m.set.Tick
+		return p.tick
 	}
 	// By the database clock the next tick is next - v.Now after the read.
-	return min(max(next.Sub(v.Now)-time.Since(read), time.Millisecond), m.set.Tick)
+	return min(max(next.Sub(v.Now)-p.now().Sub(read), time.Millisecond), p.tick)
 }
 
-// dispatchTicks does the round plan of schedule s, whose cursor was from.
-func (m *Master) dispatchTicks(ctx context.Context, s periodic.Schedule, from time.Time, plan periodic.Plan) {
+// dispatch does the round plan of schedule s, whose cursor was from.
+func (p *periodicSvc) dispatch(ctx context.Context, s periodic.Schedule, from time.Time, plan periodic.Plan) {
 	jobs := make([]store.JobInsertParams, 0, len(plan.Dispatch))
 	for _, tick := range plan.Dispatch {
 		payload, err := s.PayloadAt(tick)
 		if err != nil { // checked at boot
-			m.log.Error("periodic job not dispatched", "schedule", s.Name, "tick", tick, "err", err)
+			p.log.Error("periodic job not dispatched", "schedule", s.Name, "tick", tick, "err", err)
 			return
 		}
 		jobs = append(jobs, store.JobInsertParams{Queue: s.Queue, Name: s.Job, Payload: payload})
 	}
-	res, err := m.st.PeriodicDispatch(ctx, store.PeriodicDispatchParams{
-		Name: s.Name, From: from, To: plan.Cursor, Ticks: plan.Dispatch, Jobs: jobs, By: m.Instance(),
+	res, err := p.st.PeriodicDispatch(ctx, store.PeriodicDispatchParams{
+		Name: s.Name, From: from, To: plan.Cursor, Ticks: plan.Dispatch, Jobs: jobs, By: p.instance(),
 	})
 	key := "periodic:" + s.Name
 	if err != nil {
-		m.logs.Fail(m.log, key, "dispatch periodic jobs failed; retrying next round", "schedule", s.Name, "err", err)
+		p.logs.Fail(p.log, key, "dispatch periodic jobs failed; retrying next round", "schedule", s.Name, "err", err)
 		return
 	}
-	m.logs.OK(m.log, key, "dispatching periodic jobs works again")
+	p.logs.OK(p.log, key, "dispatching periodic jobs works again")
 	if !res.Won {
 		return // another master did this round
 	}
 	if !plan.FirstMissed.IsZero() {
-		m.log.Warn("periodic schedule missed ticks while no master ran", "schedule", s.Name,
+		p.log.Warn("periodic schedule missed ticks while no master ran", "schedule", s.Name,
 			"first_missed", plan.FirstMissed, "last_missed", plan.LastMissed, "catch_up", s.CatchUp.String(),
 			"dispatched", len(plan.Dispatch), "some_skipped", plan.Skipped)
 	}
 	for i, tick := range plan.Dispatch {
-		m.log.Debug("periodic job dispatched", "schedule", s.Name, "tick", tick, "job", s.Job, "queue", s.Queue, "job_id", res.IDs[i])
+		p.log.Debug("periodic job dispatched", "schedule", s.Name, "tick", tick, "job", s.Job, "queue", s.Queue, "job_id", res.IDs[i])
 	}
-}
-
-// startTimedLoop runs run until stopped, waiting what each run returns
-// before the next.
-func startTimedLoop(run func(context.Context) time.Duration) *loop {
-	ctx, cancel := context.WithCancel(context.Background())
-	l := &loop{quit: make(chan struct{}), done: make(chan struct{}), cancel: cancel}
-	go func() {
-		defer close(l.done)
-		t := time.NewTimer(0)
-		defer t.Stop()
-		for {
-			select {
-			case <-l.quit:
-				return
-			case <-t.C:
-				t.Reset(run(ctx))
-			}
-		}
-	}()
-	return l
 }

@@ -101,11 +101,13 @@ func TestMasterPeriodicCatchUp(t *testing.T) {
 		t.Errorf("%d jobs, want 4", n)
 	}
 	// Another master joining later finds nothing left to do.
-	start(t, pool, resolve(t, nil), nil, func(s *master.Settings) {
+	second := start(t, pool, resolve(t, nil), nil, func(s *master.Settings) {
 		s.Name = "second"
 		s.Periodic = []periodic.Schedule{schedule(t, "last", expr, periodic.CatchUpLast, 0)}
 	})
-	time.Sleep(500 * time.Millisecond) // rounds of both masters, every tick (20 ms)
+	// Rounds of both masters, every tick (20 ms).
+	second.sig.PeriodicRound.WaitFresh(t, 10)
+	b.sig.PeriodicRound.WaitFresh(t, 10)
 	if n := b.count(t, `SELECT count(*) FROM queue_jobs`); n != 4 {
 		t.Errorf("%d jobs after a second master, want 4", n)
 	}

@@ -56,7 +56,7 @@ func short(s supRow) string {
 // Readiness reports whether the master is ready. It is safe to call from
 // any goroutine: it reads only what the master publishes for its beat.
 func (m *Master) Readiness() Readiness {
-	state := m.currentState()
+	state, rep := m.status.load()
 	age, ttl := m.member.ViewAge(), m.member.TTL()
 	r := Readiness{
 		State:       state,
@@ -65,7 +65,7 @@ func (m *Master) Readiness() Readiness {
 		Processes:   map[string]map[string]int{},
 	}
 	missing := ""
-	if rep := m.report.Load(); rep != nil {
+	if rep != nil {
 		for _, s := range rep.Supervisors {
 			r.Processes[s.Name] = maps.Clone(s.Processes)
 			if missing == "" {

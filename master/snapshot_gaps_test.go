@@ -15,22 +15,16 @@ import (
 // that minute.
 func earlyInMinute(t *testing.T, pool *pgxpool.Pool) time.Time {
 	t.Helper()
-	deadline := time.Now().Add(40 * time.Second)
-	for {
-		var m time.Time
+	var m time.Time
+	master.PollFor(t, "the database clock within the first half of a minute", 40*time.Second, func() bool {
 		var into float64
 		if err := pool.QueryRow(t.Context(), `SELECT date_trunc('minute', now()),
 			EXTRACT(EPOCH FROM now() - date_trunc('minute', now()))`).Scan(&m, &into); err != nil {
 			t.Fatal(err)
 		}
-		if into < 30 {
-			return m
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the database clock never came within the first half of a minute")
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return into < 30
+	})
+	return m
 }
 
 // tablesCreated sets when the fleet tables count as created.

@@ -8,6 +8,11 @@
 // limit keeps the last view; it is counted, and logged at most once a
 // minute. Masters and workers started without a master both run one.
 //
+// It holds one service, Service, the beat: Start (the first beat, then a
+// goroutine beating every interval) and Stop (the end of the beat, waiting
+// for one in flight, then the row's leave or linger). In a master it is
+// the first service started and the last stopped (see package master).
+//
 // The rules of release (README, "Who releases whose jobs"):
 //   - a job is released only when the member row of its holder's master (or
 //     of the holder itself, for a worker without a master) has expired on

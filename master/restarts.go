@@ -1,8 +1,9 @@
 package master
 
 import (
-	"math/rand/v2"
 	"time"
+
+	"github.com/fleet-go/fleet/internal/backoff"
 )
 
 // restarts tracks the failures of one process group: a crash or a failed
@@ -10,9 +11,13 @@ import (
 // to max, plus up to a quarter of it at random; a healthy run resets it.
 // It holds no clock: callers pass now.
 type restarts struct {
-	delay  time.Duration
+	delay  backoff.Exponential
 	next   time.Time   // no start before this
 	recent []time.Time // failures within the last minute
+}
+
+func newRestarts(base, max time.Duration) *restarts {
+	return &restarts{delay: backoff.Exponential{Base: base, Max: max}}
 }
 
 // healthyRun is how long a process must live for its crash not to count
@@ -29,16 +34,14 @@ const (
 // fail records a failure at now of a process that lived for lived, and
 // reports whether the group is now crash-looping (five failures within a
 // minute).
-func (r *restarts) fail(now time.Time, lived, base, max time.Duration) bool {
-	switch {
-	case lived >= healthyRun || r.delay == 0:
-		r.delay = base
-	default:
-		r.delay = min(r.delay*2, max)
+func (r *restarts) fail(now time.Time, lived time.Duration) bool {
+	if lived >= healthyRun {
+		r.delay.Reset()
 	}
+	d := r.delay.Next()
 	// Up to a quarter more, at random: the groups of many masters that lost
 	// something together (a deploy, a database) do not restart in step.
-	r.next = now.Add(r.delay + rand.N(r.delay/4+1))
+	r.next = now.Add(backoff.Between(d, d+d/4))
 	kept := r.recent[:0]
 	for _, t := range r.recent {
 		if now.Sub(t) < crashLoopWindow {
@@ -49,9 +52,12 @@ func (r *restarts) fail(now time.Time, lived, base, max time.Duration) bool {
 	return len(r.recent) >= crashLoopFailures
 }
 
+// retryIn is the delay of the last failure, without its random part.
+func (r *restarts) retryIn() time.Duration { return r.delay.Current() }
+
 // ok records a healthy exit: the next failure starts from base again.
 func (r *restarts) ok() {
-	r.delay = 0
+	r.delay.Reset()
 	r.next = time.Time{}
 }
 

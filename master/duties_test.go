@@ -1,0 +1,122 @@
+package master
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fleet-go/fleet"
+	"github.com/fleet-go/fleet/queue"
+)
+
+// After a round that did every due period, a duty's periods are not read
+// again until, by the service's clock, one can be due: the metrics a
+// minute (and a settle time) later, the upkeep ten minutes later.
+func TestDutiesStayQuietUntilAPeriodCanBeDue(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, time.Second)
+	e.exec(t, `UPDATE fleet_state SET updated_at = now() - interval '1 hour' WHERE key = 'tables:created'`)
+	clock := newTestClock(time.Now())
+	set := e.set
+	set.Now = clock.Now
+	d := newDuties(e.st, set, e.log, func() string { return "me" }, time.Now, e.budget, func(fleet.LongWaitDetected) bool { return true })
+	d.sig.read.init()
+	ctx := context.Background()
+	d.round(ctx)
+	if got := []string{d.sig.read.Wait(t), d.sig.read.Wait(t)}; !slices.Equal(got, []string{snapshotDuty, upkeepDuty}) {
+		t.Fatalf("first round read %v", got)
+	}
+	d.round(ctx)
+	d.sig.read.None(t, "a round with nothing due read the duties")
+	clock.Advance(65 * time.Second)
+	d.round(ctx)
+	if got := d.sig.read.Wait(t); got != snapshotDuty {
+		t.Fatalf("a minute later the round read %q, want the metrics", got)
+	}
+	d.sig.read.None(t, "the upkeep was read a minute after it was done")
+	clock.Advance(10 * time.Minute)
+	d.round(ctx)
+	if got := []string{d.sig.read.Wait(t), d.sig.read.Wait(t)}; !slices.Equal(got, []string{snapshotDuty, upkeepDuty}) {
+		t.Fatalf("ten minutes later the round read %v", got)
+	}
+}
+
+// A long wait is raised once per cooldown across the masters, whichever
+// checks first, and handed to the alerts service; one the alerts service
+// refuses is logged as dropped.
+func TestDutiesRaiseALongWaitOncePerCooldown(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, time.Second)
+	if _, err := queue.NewClient(e.pool, queue.Defaults{}).Dispatch(context.Background(), queue.NewJob("x", nil)); err != nil {
+		t.Fatal(err)
+	}
+	e.exec(t, `UPDATE queue_jobs SET available_at = now() - interval '5 seconds'`)
+	set := e.set
+	set.LongWait = map[string]int{"default": 1, "other": 1}
+	set.LongWaitCooldown = time.Hour
+	set.OnLongWait = func(context.Context, fleet.LongWaitDetected) {}
+	var mu sync.Mutex
+	var raised []fleet.LongWaitDetected
+	offer := func(refuse bool) func(fleet.LongWaitDetected) bool {
+		return func(ev fleet.LongWaitDetected) bool {
+			mu.Lock()
+			defer mu.Unlock()
+			raised = append(raised, ev)
+			return !refuse
+		}
+	}
+	a := newDuties(e.st, set, e.log, func() string { return "a" }, time.Now, e.budget, offer(true))
+	b := newDuties(e.st, set, e.log, func() string { return "b" }, time.Now, e.budget, offer(false))
+	ctx := context.Background()
+	for range 3 {
+		a.longWaits(ctx)
+		b.longWaits(ctx)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(raised) != 1 || raised[0].Queue != "default" || raised[0].ThresholdSecs != 1 || raised[0].WaitSecs < 5 {
+		t.Fatalf("raised %+v, want one alert for default", raised)
+	}
+	if !strings.Contains(e.logs.String(), "long-wait listener is too slow: alert dropped") {
+		t.Error("the refused alert was not logged as dropped")
+	}
+}
+
+// Without a listener the long-wait check reads nothing.
+func TestDutiesWithoutListenerCheckNoWaits(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, time.Second)
+	set := e.set
+	set.LongWait = map[string]int{"default": 1}
+	d := newDuties(e.st, set, e.log, func() string { return "a" }, time.Now, e.budget, nil)
+	if len(d.longWait) != 0 {
+		t.Fatal("long waits are checked with no listener")
+	}
+	d.longWaits(context.Background()) // would call the nil offer
+}
+
+// Stopped within a minute, the service writes the minute in progress as
+// far as it went, on its last round.
+func TestDutiesStopWritesTheMinuteInProgress(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, time.Second)
+	e.exec(t, `UPDATE fleet_state SET updated_at = now() - interval '1 hour' WHERE key = 'tables:created'`)
+	e.exec(t, `INSERT INTO fleet_jobs (job_id, queue, name, attempt, status, started_at, finished_at, runtime_ms)
+		SELECT g, 'mail', 'send', 1, 'completed', now(), now(), 20 FROM generate_series(1, 7) g`)
+	set := e.set
+	set.Tick = time.Hour // no round: the last one alone
+	since := time.Now().Add(-time.Minute)
+	d := newDuties(e.st, set, e.log, func() string { return "me" }, func() time.Time { return since }, e.budget, nil)
+	if err := d.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	d.Stop()
+	// Had the minute turned meanwhile, the last round did it whole, as a
+	// minute due.
+	if n := e.count(t, `SELECT count(*) FROM fleet_metrics WHERE kind = 'queue' AND subject = 'mail' AND jobs = 7`); n != 1 {
+		t.Fatalf("%d snapshots of the minute with its 7 attempts, want 1", n)
+	}
+}

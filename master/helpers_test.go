@@ -1,0 +1,259 @@
+package master
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/fleet-go/fleet/internal/syncbuf"
+	"github.com/fleet-go/fleet/pgtest"
+	"github.com/fleet-go/fleet/store"
+)
+
+// The helpers of the tests of one service at a time, shared with the
+// tests of the whole master through export_test.go.
+
+// pollEvery is the one polling interval of the package's tests.
+const pollEvery = 10 * time.Millisecond
+
+// poll waits until cond holds, for at most 15 s. It is the package's one
+// polling helper: a test polls only what it cannot be signalled (rows
+// written by another process, a database clock); what a service does is
+// waited for on its test signals.
+func poll(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	pollFor(t, what, 15*time.Second, cond)
+}
+
+// pollFor is poll with its own bound.
+func pollFor(t testing.TB, what string, within time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", within, what)
+		}
+		time.Sleep(pollEvery)
+	}
+}
+
+// signalWait bounds a wait for one test signal.
+const signalWait = 15 * time.Second
+
+// Wait returns the next event of the signal, failing the test when none
+// comes within signalWait.
+func (s *testSignal[T]) Wait(t testing.TB) T {
+	t.Helper()
+	if s.ch == nil {
+		t.Fatal("waiting on a test signal that was not initialised")
+	}
+	timer := time.NewTimer(signalWait)
+	defer timer.Stop()
+	select {
+	case v := <-s.ch:
+		return v
+	case <-timer.C:
+		t.Fatalf("no test signal within %s", signalWait)
+		panic("unreachable")
+	}
+}
+
+// Drain forgets the events not taken yet.
+func (s *testSignal[T]) Drain() {
+	for {
+		select {
+		case <-s.ch:
+		default:
+			return
+		}
+	}
+}
+
+// WaitFresh forgets the events so far and waits for n more: n rounds that
+// all began after the call's start but for the first, which may have been
+// under way.
+func (s *testSignal[T]) WaitFresh(t testing.TB, n int) []T {
+	t.Helper()
+	s.Drain()
+	out := make([]T, 0, n)
+	for range n {
+		out = append(out, s.Wait(t))
+	}
+	return out
+}
+
+// None fails the test if an event is waiting: for a round run by the test
+// itself, on its own goroutine, this proves that the round did not do it.
+func (s *testSignal[T]) None(t testing.TB, what string) {
+	t.Helper()
+	select {
+	case v := <-s.ch:
+		t.Fatalf("%s: got %v", what, v)
+	default:
+	}
+}
+
+// testClock is an injected clock that moves only when told.
+type testClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func newTestClock(at time.Time) *testClock { return &testClock{now: at} }
+
+// Now is the clock's time.
+func (c *testClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+// Advance moves the clock d forward.
+func (c *testClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+// fakePeers is a membership view set by the test: the instance, the view
+// and whether it is trusted. Kicks are counted.
+type fakePeers struct {
+	instance string
+	mu       sync.Mutex
+	view     store.View
+	trusted  bool
+	kicks    int
+}
+
+func (f *fakePeers) Instance() string { return f.instance }
+
+func (f *fakePeers) View() store.View {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.view
+}
+
+func (f *fakePeers) Trusted() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.trusted
+}
+
+func (f *fakePeers) Kick() {
+	f.mu.Lock()
+	f.kicks++
+	f.mu.Unlock()
+}
+
+func (f *fakePeers) set(v store.View, trusted bool) {
+	f.mu.Lock()
+	f.view, f.trusted = v, trusted
+	f.mu.Unlock()
+}
+
+// svcEnv is what a service under test runs on: a fresh database, a store,
+// settings with short intervals, a log to read, and its own stop budget.
+type svcEnv struct {
+	pool   *pgxpool.Pool
+	st     *store.Store
+	set    Settings
+	logs   *syncbuf.Buffer
+	log    *slog.Logger
+	budget *stopBudget
+}
+
+// newEnv returns an environment on a fresh database with a stop budget
+// of budget.
+func newEnv(t *testing.T, budget time.Duration) *svcEnv {
+	t.Helper()
+	pool := pgtest.Pool(t)
+	logs := &syncbuf.Buffer{}
+	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	set := Settings{Tick: 20 * time.Millisecond, BalanceCooldown: 60 * time.Millisecond, TTL: 2 * time.Second, Logger: log}.withDefaults()
+	e := &svcEnv{pool: pool, st: store.New(pool), set: set, logs: logs, log: log, budget: newStopBudget(budget)}
+	t.Cleanup(e.budget.release)
+	return e
+}
+
+// exec runs sql on the test's database.
+func (e *svcEnv) exec(t *testing.T, sql string, args ...any) {
+	t.Helper()
+	if _, err := e.pool.Exec(context.Background(), sql, args...); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+}
+
+// count runs a count query.
+func (e *svcEnv) count(t *testing.T, sql string, args ...any) int {
+	t.Helper()
+	var n int
+	if err := e.pool.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	return n
+}
+
+// member writes a live member row for instance (a master's) and returns
+// the view that beat read.
+func (e *svcEnv) member(t *testing.T, instance string, ttl time.Duration) store.View {
+	t.Helper()
+	v, err := e.st.MemberBeat(context.Background(), store.MemberBeatParams{
+		Instance: instance, Name: instance, Host: "h", PID: 1, State: "running", TTL: ttl,
+	}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// lockTables takes an ACCESS EXCLUSIVE lock on tables in a transaction
+// held until the test ends (or the returned func): every statement of a
+// service on them hangs, as on a frozen database.
+func (e *svcEnv) lockTables(t *testing.T, tables ...string) (unlock func()) {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := e.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, table := range tables {
+		if _, err := tx.Exec(ctx, "LOCK TABLE "+table+" IN ACCESS EXCLUSIVE MODE"); err != nil {
+			_ = tx.Rollback(ctx)
+			t.Fatal(err)
+		}
+	}
+	var once sync.Once
+	unlock = func() { once.Do(func() { _ = tx.Rollback(ctx) }) }
+	t.Cleanup(unlock)
+	return unlock
+}
+
+// waitBlocked waits until a backend of the test's database waits on a
+// lock.
+func (e *svcEnv) waitBlocked(t *testing.T) {
+	t.Helper()
+	poll(t, "a statement waiting on the lock", func() bool {
+		return e.count(t, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()`) > 0
+	})
+}
+
+// stopWithin stops s and fails the test when that takes longer than
+// within.
+func stopWithin(t *testing.T, s service, within time.Duration) time.Duration {
+	t.Helper()
+	start := time.Now()
+	s.Stop()
+	took := time.Since(start)
+	if took > within {
+		t.Errorf("%s: Stop took %s, want at most %s", s.Name(), took.Round(time.Millisecond), within)
+	}
+	return took
+}
+
+// discardLog is a logger that writes nowhere.
+func discardLog() *slog.Logger { return slog.New(slog.DiscardHandler) }

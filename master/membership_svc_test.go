@@ -1,0 +1,81 @@
+package master
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fleet-go/fleet/membership"
+)
+
+func newMember(t *testing.T, e *svcEnv, report func() (string, any)) *membership.Service {
+	t.Helper()
+	ms, err := membership.New(e.st, membership.Config{Name: "m", TTL: e.set.TTL, Interval: e.set.Tick, Logger: e.log, Report: report})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ms
+}
+
+// Start is the first beat: the row exists when it returns, and StartedAt
+// is the row's. Stop deletes it; a later Start fails.
+func TestMembershipServiceBeatsFromStartAndLeavesOnStop(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, time.Second)
+	ms := newMember(t, e, nil)
+	s := newMembershipSvc(ms, 0, e.budget, e.log)
+	if !s.StartedAt().IsZero() {
+		t.Fatal("a start time before Start")
+	}
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var startedAt time.Time
+	if err := e.pool.QueryRow(context.Background(), `SELECT started_at FROM fleet_masters WHERE instance = $1`, ms.Instance()).Scan(&startedAt); err != nil {
+		t.Fatalf("no row after Start: %v", err)
+	}
+	if !s.StartedAt().Equal(startedAt) {
+		t.Errorf("StartedAt %v, want the row's %v", s.StartedAt(), startedAt)
+	}
+	s.Stop()
+	s.Stop()
+	if n := e.count(t, `SELECT count(*) FROM fleet_masters`); n != 0 {
+		t.Fatal("the row outlived Stop")
+	}
+	if err := s.Start(context.Background()); !errors.Is(err, errStopped) {
+		t.Fatalf("Start after Stop: %v", err)
+	}
+}
+
+// With a linger, Stop rewrites the row as draining, to live that long.
+func TestMembershipServiceLingers(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, time.Second)
+	ms := newMember(t, e, nil)
+	s := newMembershipSvc(ms, time.Minute, e.budget, e.log)
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	s.Stop()
+	if n := e.count(t, `SELECT count(*) FROM fleet_masters WHERE instance = $1 AND state = 'draining'
+		AND expires_at > now() + interval '50 seconds'`, ms.Instance()); n != 1 {
+		t.Fatal("no lingering draining row")
+	}
+}
+
+// A first beat that fails fails Start, and leaves nothing to stop.
+func TestMembershipServiceStartFailure(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, time.Second)
+	ms := newMember(t, e, func() (string, any) { return "starting", strings.Repeat("x", membership.MaxReportBytes) })
+	s := newMembershipSvc(ms, 0, e.budget, e.log)
+	if err := s.Start(context.Background()); err == nil {
+		t.Fatal("a start whose report is over the cap succeeded")
+	}
+	stopWithin(t, s, 100*time.Millisecond)
+	if n := e.count(t, `SELECT count(*) FROM fleet_masters`); n != 0 {
+		t.Fatal("a row was written")
+	}
+}

@@ -1,0 +1,314 @@
+package master
+
+import (
+	"context"
+	"errors"
+	"maps"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fleet-go/fleet"
+	"github.com/fleet-go/fleet/balancer"
+	"github.com/fleet-go/fleet/membership"
+	"github.com/fleet-go/fleet/periodic"
+	"github.com/fleet-go/fleet/spawner/spawnertest"
+	"github.com/fleet-go/fleet/supervisor"
+)
+
+// wantOrder is the documented order of a master's services (package doc,
+// docs/internals.md): started in this order, stopped in the reverse.
+var wantOrder = []string{"membership", "housekeeping", "shared state", "workload", "alerts", "duties", "periodic", "supervision"}
+
+func serviceNames(services []service) []string {
+	names := make([]string, len(services))
+	for i, s := range services {
+		names[i] = s.Name()
+	}
+	return names
+}
+
+func oneSupervisor(t *testing.T) []supervisor.Supervisor {
+	t.Helper()
+	sups, err := supervisor.Resolve(supervisor.Options{DefaultConcurrency: 2, DefaultQueue: "default"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sups
+}
+
+func TestMasterServicesAreInTheDocumentedOrder(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, time.Second)
+	m, err := New(e.st, oneSupervisor(t), WithSpawner(spawnertest.NewFakeSpawner()), WithSettings(e.set))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := serviceNames(m.services); !slices.Equal(got, wantOrder) {
+		t.Fatalf("services %v, want %v", got, wantOrder)
+	}
+	if m.services[len(m.services)-1] != service(m.supervision) {
+		t.Error("supervision, whose end ends Run, is not the last service")
+	}
+}
+
+// Run starts every service in order, and once supervision has ended
+// stops them in the reverse: membership last.
+func TestRunStartsInOrderAndStopsInReverse(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, time.Second)
+	m, err := New(e.st, oneSupervisor(t), WithSpawner(spawnertest.NewFakeSpawner()), WithSettings(e.set))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.sig.lifecycle.init()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := m.Run(ctx)
+		done <- err
+	}()
+	var got []string
+	for range wantOrder {
+		got = append(got, m.sig.lifecycle.Wait(t))
+	}
+	cancel()
+	for range wantOrder {
+		got = append(got, m.sig.lifecycle.Wait(t))
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for _, n := range wantOrder {
+		want = append(want, "start "+n)
+	}
+	for _, n := range slices.Backward(wantOrder) {
+		want = append(want, "stop "+n)
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("lifecycle\n%v\nwant\n%v", got, want)
+	}
+	if _, err := m.Run(context.Background()); err == nil {
+		t.Error("a second Run did not fail")
+	}
+}
+
+// recorder is a service that records its starts and stops in a shared
+// log, and fails its start when told.
+type recorder struct {
+	name string
+	fail bool
+	mu   *sync.Mutex
+	log  *[]string
+}
+
+func (r *recorder) Name() string { return r.name }
+
+func (r *recorder) Start(context.Context) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	*r.log = append(*r.log, "start "+r.name)
+	if r.fail {
+		return errors.New(r.name + " cannot start")
+	}
+	return nil
+}
+
+func (r *recorder) Stop() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	*r.log = append(*r.log, "stop "+r.name)
+}
+
+// A service that fails to start stops those started before it, in the
+// reverse order, and never itself or those after it.
+func TestStartAllFailureStopsTheStartedInReverse(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var log []string
+	services := []service{
+		&recorder{name: "a", mu: &mu, log: &log},
+		&recorder{name: "b", mu: &mu, log: &log},
+		&recorder{name: "c", fail: true, mu: &mu, log: &log},
+		&recorder{name: "d", mu: &mu, log: &log},
+	}
+	n, err := startAll(context.Background(), services, nil)
+	if err == nil || n != 2 {
+		t.Fatalf("startAll = %d, %v; want 2 started and c's error", n, err)
+	}
+	stopAll(services[:n], nil)
+	want := []string{"start a", "start b", "start c", "stop b", "stop a"}
+	if !slices.Equal(log, want) {
+		t.Fatalf("log %v, want %v", log, want)
+	}
+}
+
+// The lifecycle contract: Stop before Start is safe and forbids a later
+// Start; a second Start fails; Stop twice returns; Stop cancels the
+// service's context and waits for its work.
+func TestLifecycleContract(t *testing.T) {
+	t.Parallel()
+	var l lifecycle
+	l.halt()
+	l.halt()
+	if _, _, err := l.begin(context.Background(), "x"); !errors.Is(err, errStopped) {
+		t.Fatalf("Start after Stop: %v, want errStopped", err)
+	}
+
+	var l2 lifecycle
+	parent, cancelParent := context.WithCancel(context.Background())
+	ctx, end, err := l2.begin(parent, "y")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := l2.begin(parent, "y"); !errors.Is(err, errStarted) {
+		t.Fatalf("second Start: %v, want errStarted", err)
+	}
+	cancelParent()
+	if ctx.Err() != nil {
+		t.Fatal("the service's context ended with the context of its Start")
+	}
+	worked := make(chan struct{})
+	go func() {
+		defer end()
+		<-ctx.Done()
+		close(worked)
+	}()
+	l2.halt()
+	select {
+	case <-worked:
+	default:
+		t.Fatal("Stop returned before the service's work ended")
+	}
+	l2.halt()
+	select {
+	case <-l2.ended():
+	default:
+		t.Fatal("ended is not closed after Stop")
+	}
+}
+
+// The stop budget's context ends its d after the first start, however
+// many services start it, and a bounded context ends with it.
+func TestStopBudget(t *testing.T) {
+	t.Parallel()
+	b := newStopBudget(50 * time.Millisecond)
+	defer b.release()
+	bctx, cancel := b.bound(context.Background(), time.Hour)
+	defer cancel()
+	if b.context().Err() != nil || bctx.Err() != nil {
+		t.Fatal("the budget ran before it started")
+	}
+	start := time.Now()
+	b.start()
+	b.start()
+	<-bctx.Done()
+	<-b.context().Done()
+	if took := time.Since(start); took < 50*time.Millisecond || took > 5*time.Second {
+		t.Errorf("the budget ended %s after its start, want 50 ms", took)
+	}
+	released := newStopBudget(time.Hour)
+	released.start()
+	released.release()
+	if released.context().Err() == nil {
+		t.Error("release did not end the budget")
+	}
+}
+
+// makers build each service of a master alone, on e, with its own stop
+// budget.
+func makers(t *testing.T, e *svcEnv) map[string]func(*stopBudget) service {
+	instance := membership.NewInstance()
+	e.member(t, instance, time.Minute)
+	peers := &fakePeers{instance: instance, trusted: true}
+	sched := func() periodic.Schedule {
+		spec, err := periodic.Parse("@every 1s", time.UTC)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return periodic.Schedule{Name: "tick", Spec: spec, Job: "report", Queue: "ticks"}
+	}()
+	sups := oneSupervisor(t)
+	return map[string]func(*stopBudget) service{
+		"membership": func(b *stopBudget) service {
+			ms, err := membership.New(e.st, membership.Config{Name: "stress", TTL: e.set.TTL, Interval: e.set.Tick, Logger: e.log})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return newMembershipSvc(ms, 0, b, e.log)
+		},
+		"housekeeping": func(b *stopBudget) service {
+			return newHousekeeping(e.st, e.set, e.log, peers, b, &fifo[*releaseReq]{}, newLatest[[]string]())
+		},
+		"shared state": func(*stopBudget) service {
+			return newSharedState(e.st, e.set.Tick, e.log, time.Now, newLatest[stateSnap]())
+		},
+		"workload": func(*stopBudget) service {
+			return newWorkload(e.st, e.set.BalanceCooldown, e.log, newLatest[map[string]balancer.QueueWorkload]())
+		},
+		"alerts": func(b *stopBudget) service {
+			a := newAlerts(func(context.Context, fleet.LongWaitDetected) {}, e.log, b)
+			a.offer(fleet.LongWaitDetected{Queue: "q"})
+			return a
+		},
+		"duties": func(b *stopBudget) service {
+			return newDuties(e.st, e.set, e.log, peers.Instance, time.Now, b, func(fleet.LongWaitDetected) bool { return true })
+		},
+		"periodic": func(*stopBudget) service {
+			set := e.set
+			set.Periodic = []periodic.Schedule{sched}
+			return newPeriodicSvc(e.st, set, e.log, peers.Instance)
+		},
+		"supervision": func(*stopBudget) service {
+			return newSupervision(spawnertest.NewFakeSpawner(), sups, e.set, e.log, peers, &status{},
+				newLatest[stateSnap](), newLatest[map[string]balancer.QueueWorkload](), newLatest[[]string](), &fifo[*releaseReq]{})
+		},
+	}
+}
+
+// Each service started and stopped from several goroutines at once, many
+// times (run under -race): every call returns, a Start either runs or
+// finds the service stopped, and a Stop after all that returns at once.
+// The package's TestMain fails the run if any goroutine outlived its
+// service.
+func TestServicesStartAndStopConcurrently(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, time.Second)
+	mk := makers(t, e)
+	if names := slices.Sorted(maps.Keys(mk)); !slices.Equal(names, slices.Sorted(slices.Values(wantOrder))) {
+		t.Fatalf("the stress test covers %v, want every service: %v", names, wantOrder)
+	}
+	for _, name := range wantOrder {
+		t.Run(name, func(t *testing.T) {
+			for i := range 20 {
+				budget := newStopBudget(time.Second)
+				s := mk[name](budget)
+				var wg sync.WaitGroup
+				var startErr error
+				if i%2 == 0 {
+					// Start and Stops race.
+					wg.Go(func() { startErr = s.Start(context.Background()) })
+				} else {
+					// Stops race with each other while the service runs.
+					if startErr = s.Start(context.Background()); startErr != nil {
+						t.Fatalf("Start: %v", startErr)
+					}
+				}
+				for range 3 {
+					wg.Go(s.Stop)
+				}
+				wg.Wait()
+				if startErr != nil && !errors.Is(startErr, errStopped) {
+					t.Fatalf("Start: %v", startErr)
+				}
+				stopWithin(t, s, 100*time.Millisecond)
+				if err := s.Start(context.Background()); err == nil {
+					t.Fatal("a Start after Stop succeeded")
+				}
+				budget.release()
+			}
+		})
+	}
+}

@@ -1,0 +1,615 @@
+package master
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/fleet-go/fleet"
+	"github.com/fleet-go/fleet/balancer"
+	"github.com/fleet-go/fleet/spawner"
+	"github.com/fleet-go/fleet/store"
+	"github.com/fleet-go/fleet/supervisor"
+)
+
+// supervision is the service that runs the children: it starts them to
+// meet each group's allocation, balances the allocation across queues,
+// replaces recycled workers at once and crashed ones after a backoff,
+// kills workers that never get ready or hold a job far past its timeout,
+// applies pause and terminate requests, and publishes the state and
+// report the membership beats. It runs no statement itself, so a slow
+// query delays neither a beat nor a child's event: it takes what the
+// other services last read from its mailboxes (pause state, workload,
+// overdue workers) and queues what exited workers held for housekeeping
+// to release; no send of its waits on another service.
+//
+// It starts last and stops first. It ends by itself on a terminate
+// request made after this master started; Stop, or that request, drains
+// it: every child is told to stop, finishes its running jobs within
+// StopTimeout, and is killed after it. Stop returns, and Done is closed,
+// once the last child has exited.
+type supervision struct {
+	spawner spawner.Spawner
+	set     Settings
+	log     *slog.Logger
+	now     func() time.Time
+	member  beater
+	status  *status // to the beat and Readiness
+
+	state    *latest[stateSnap]                         // from shared state
+	workload *latest[map[string]balancer.QueueWorkload] // from workload
+	kills    *latest[[]string]                          // from housekeeping
+	releases *fifo[*releaseReq]                         // to housekeeping
+
+	// Its own state, used only by its goroutine (and by New before it
+	// starts).
+	sups         []*supState
+	procs        map[spawner.Process]*proc
+	lastBal      time.Time
+	stopping     bool
+	running      bool // every supervisor had its children once
+	summary      Summary
+	pausedQueues map[string]bool // queues paused across every supervisor
+	seq          int             // numbers worker names
+	load         map[string]balancer.QueueWorkload
+	jobSamples   []jobSample
+
+	// Set by its goroutine before it ends.
+	sum Summary
+	err error
+
+	lc  lifecycle
+	sig struct {
+		applied    testSignal[stateSnap] // a pause state applied
+		rebalanced testSignal[struct{}]  // an allocation computed
+		ticked     testSignal[struct{}]  // a tick's checks done
+		event      testSignal[struct{}]  // a child's event handled
+	}
+}
+
+type supState struct {
+	sup      supervisor.Supervisor
+	groups   []supervisor.Group
+	alloc    balancer.Allocation
+	paused   bool
+	restarts map[string]*restarts
+	// ceiling is the process ceiling this master confirmed for the
+	// supervisor's fleet-wide budget (-1: no budget).
+	ceiling int
+	// claim is the ceiling published in the last beat.
+	claim int
+}
+
+type proc struct {
+	p        spawner.Process
+	sup      *supState
+	group    string
+	started  time.Time
+	ready    bool // it reported ready (or beat)
+	killed   bool // killed for not getting ready in time
+	stopping bool
+	// waitingAt is when it last reported that it waits (for the database
+	// or a free connection) before getting ready; waiting says for what.
+	waitingAt time.Time
+	waiting   string
+	jobs      int64
+	memoryMB  float64
+}
+
+type jobSample struct {
+	at   time.Time
+	jobs int64
+}
+
+func newSupervision(sp spawner.Spawner, sups []supervisor.Supervisor, set Settings, log *slog.Logger, member beater, st *status,
+	state *latest[stateSnap], workload *latest[map[string]balancer.QueueWorkload], kills *latest[[]string], releases *fifo[*releaseReq]) *supervision {
+	s := &supervision{
+		spawner: sp, set: set, log: log, now: set.Now, member: member, status: st,
+		state: state, workload: workload, kills: kills, releases: releases,
+		procs: map[spawner.Process]*proc{},
+	}
+	for _, sup := range sups {
+		ss := &supState{sup: sup, groups: sup.Groups(), alloc: balancer.Allocation{}, restarts: map[string]*restarts{}, ceiling: -1, claim: -1}
+		for _, g := range ss.groups {
+			ss.restarts[g.Key] = newRestarts(set.RestartBase, set.RestartMax)
+		}
+		if sup.FleetMaxProcesses > 0 {
+			ss.ceiling, ss.claim = 0, 0
+		}
+		s.sups = append(s.sups, ss)
+	}
+	return s
+}
+
+func (s *supervision) Name() string { return "supervision" }
+
+// Start starts the children and supervises them from its own goroutine
+// until Stop or a terminate request.
+func (s *supervision) Start(ctx context.Context) error {
+	sctx, end, err := s.lc.begin(ctx, s.Name())
+	if err != nil {
+		return err
+	}
+	go func() {
+		defer end()
+		s.sum, s.err = s.supervise(sctx)
+	}()
+	return nil
+}
+
+// Stop drains the children and waits until the last has exited.
+func (s *supervision) Stop() { s.lc.halt() }
+
+// Done is closed once supervision has ended (nil before Start).
+func (s *supervision) Done() <-chan struct{} { return s.lc.ended() }
+
+// Result is what supervision did; call it once Done is closed.
+func (s *supervision) Result() (Summary, error) { return s.sum, s.err }
+
+// supervise runs until ctx ends or a terminate request arrives, then
+// drains.
+func (s *supervision) supervise(ctx context.Context) (Summary, error) {
+	events := make(chan spawner.Event, 64)
+	if snap, ok := s.state.take(); ok {
+		s.applyState(snap) // a terminate in it is read again next tick
+	}
+	s.applyWorkload()
+	s.rebalance()
+	s.reconcileAll(ctx, events)
+
+	tick := time.NewTicker(s.set.Tick)
+	defer tick.Stop()
+	wake := time.NewTimer(time.Hour)
+	defer wake.Stop()
+	for {
+		s.armWake(wake)
+		select {
+		case <-ctx.Done():
+			return s.shutdown(events, "stopped")
+		case ev := <-events:
+			s.handle(ev)
+			s.reconcileAll(ctx, events)
+			s.sig.event.signal(struct{}{})
+		case <-wake.C:
+			s.reconcileAll(ctx, events)
+		case snap := <-s.state.c():
+			if s.applyState(snap) {
+				return s.shutdown(events, "terminate requested")
+			}
+			s.sig.applied.signal(snap)
+		case ws := <-s.kills.c():
+			s.killOverdue(ws)
+		case <-tick.C:
+			s.killUnready()
+			s.applyWorkload()
+			s.applyBudgets()
+			if s.now().Sub(s.lastBal) >= s.set.BalanceCooldown {
+				s.rebalance()
+			}
+			s.reconcileAll(ctx, events)
+			s.sig.ticked.signal(struct{}{})
+		}
+		s.publish()
+	}
+}
+
+// armWake points the wake timer at the earliest restart that is waiting
+// out its backoff, so a replacement starts on time rather than at the next
+// tick.
+func (s *supervision) armWake(t *time.Timer) {
+	var next time.Time
+	now := s.now()
+	for _, ss := range s.sups {
+		for key, r := range ss.restarts {
+			if r.ready(now) || s.alive(ss, key) >= ss.alloc[key] {
+				continue
+			}
+			if next.IsZero() || r.next.Before(next) {
+				next = r.next
+			}
+		}
+	}
+	d := time.Hour
+	if !next.IsZero() {
+		d = max(next.Sub(now), time.Millisecond)
+	}
+	t.Reset(d)
+}
+
+// applyWorkload takes the latest workload the workload service read.
+func (s *supervision) applyWorkload() {
+	if w, ok := s.workload.take(); ok {
+		s.load = w
+	}
+}
+
+// applyState applies pause flags and reports whether a terminate request
+// newer than this master arrived.
+func (s *supervision) applyState(snap stateSnap) (terminate bool) {
+	if !snap.ok {
+		return false
+	}
+	if !maps.Equal(snap.queues, s.pausedQueues) {
+		s.pausedQueues = snap.queues
+		s.log.Info("paused queues", "queues", slices.Sorted(maps.Keys(snap.queues)))
+		for _, p := range s.procs {
+			if p.stopping {
+				continue
+			}
+			cmd := spawner.Command{Type: spawner.CommandPauseQueues, Queues: pausedOf(p.p.Spec().Queues, snap.queues)}
+			if err := p.p.Send(cmd); err != nil {
+				s.log.Warn("send command failed", "command", cmd.Type, "pid", p.p.PID(), "err", err)
+			}
+		}
+	}
+	for _, ss := range s.sups {
+		paused := snap.keys[store.StatePauseAll] || snap.keys[store.StatePauseSupervisorPrefix+ss.sup.Name]
+		if paused == ss.paused {
+			continue
+		}
+		ss.paused = paused
+		cmd := spawner.Command{Type: spawner.CommandContinue}
+		if paused {
+			cmd.Type = spawner.CommandPause
+		}
+		s.log.Info("supervisor "+string(cmd.Type), "supervisor", ss.sup.Name)
+		for _, p := range s.procs {
+			if p.sup == ss && !p.stopping {
+				if err := p.p.Send(cmd); err != nil {
+					s.log.Warn("send command failed", "command", cmd.Type, "pid", p.p.PID(), "err", err)
+				}
+			}
+		}
+	}
+	return snap.terminate
+}
+
+// pausedOf returns which of queues are in the paused set, in their order.
+func pausedOf(queues []string, paused map[string]bool) []string {
+	var out []string
+	for _, q := range queues {
+		if paused[q] {
+			out = append(out, q)
+		}
+	}
+	return out
+}
+
+// killUnready kills workers that did not report ready within
+// StartTimeout (they hang while starting), but only while this master's
+// own beats have held for a ttl: when the database was away, a worker
+// waiting for it (retrying every few seconds) is not stuck. Nor is one
+// that keeps reporting that it waits (spawner.ReportWaiting: the server
+// has no connection left for it, say).
+func (s *supervision) killUnready() {
+	if !s.member.Trusted() {
+		return
+	}
+	now := s.now()
+	for _, p := range s.procs {
+		if p.ready || p.killed || p.stopping || now.Sub(p.started) < s.set.StartTimeout {
+			continue
+		}
+		if !p.waitingAt.IsZero() && now.Sub(p.waitingAt) < s.set.StartTimeout {
+			continue // it says it waits for the database: not hanging
+		}
+		p.killed = true
+		s.log.Error("worker did not get ready within the start timeout: killing it", "supervisor", p.sup.sup.Name,
+			"queues", p.group, "pid", p.p.PID(), "start_timeout", s.set.StartTimeout)
+		_ = p.p.Kill()
+	}
+}
+
+// killOverdue kills this master's workers named in overdue.
+func (s *supervision) killOverdue(overdue []string) {
+	for _, w := range overdue {
+		for _, p := range s.procs {
+			if p.p.Spec().Worker == w {
+				s.log.Error("worker holds a job past its timeout and grace: killing it", "worker", w, "pid", p.p.PID())
+				_ = p.p.Kill()
+			}
+		}
+	}
+}
+
+// alive counts the processes of a group that are not stopping: a process
+// that is on its way out is never counted as capacity.
+func (s *supervision) alive(ss *supState, group string) int {
+	n := 0
+	for _, p := range s.procs {
+		if p.sup == ss && p.group == group && !p.stopping {
+			n++
+		}
+	}
+	return n
+}
+
+// runningOf counts every process of a supervisor, stopping ones included.
+func (s *supervision) runningOf(ss *supState) int {
+	n := 0
+	for _, p := range s.procs {
+		if p.sup == ss {
+			n++
+		}
+	}
+	return n
+}
+
+func (s *supervision) reconcileAll(ctx context.Context, events chan<- spawner.Event) {
+	if s.stopping {
+		return
+	}
+	for _, ss := range s.sups {
+		for _, g := range ss.groups {
+			s.reconcile(ctx, events, ss, g)
+		}
+	}
+}
+
+// reconcile starts or stops processes of one group to meet its allocation.
+// Under a fleet-wide budget a start also waits until the supervisor's
+// processes, stopping ones included, are below the ceiling.
+func (s *supervision) reconcile(ctx context.Context, events chan<- spawner.Event, ss *supState, g supervisor.Group) {
+	want, have := ss.alloc[g.Key], s.alive(ss, g.Key)
+	for ; have < want; have++ {
+		r := ss.restarts[g.Key]
+		if !r.ready(s.now()) {
+			return
+		}
+		if ss.ceiling >= 0 && s.runningOf(ss) >= ss.ceiling {
+			return
+		}
+		if limit := s.set.Connections.Limit; limit > 0 && len(s.procs) >= limit {
+			// The connection cap: a process still finishing its jobs
+			// holds its connections until it exits.
+			return
+		}
+		if err := s.spawn(ctx, events, ss, g); err != nil {
+			s.summary.Crashed++
+			s.failed(ss, g.Key, 0, "spawn failed", err)
+			return
+		}
+	}
+	if have > want {
+		// Stop the newest first: the oldest are closest to recycling anyway.
+		var group []*proc
+		for _, p := range s.procs {
+			if p.sup == ss && p.group == g.Key && !p.stopping {
+				group = append(group, p)
+			}
+		}
+		slices.SortFunc(group, func(a, b *proc) int { return b.started.Compare(a.started) })
+		for _, p := range group[:have-want] {
+			s.stop(p)
+		}
+	}
+}
+
+func (s *supervision) stop(p *proc) {
+	p.stopping = true
+	if err := p.p.Send(spawner.Command{Type: spawner.CommandStop}); err != nil {
+		s.log.Warn("send stop failed; killing", "pid", p.p.PID(), "err", err)
+		_ = p.p.Kill()
+	}
+}
+
+func (s *supervision) spawn(ctx context.Context, events chan<- spawner.Event, ss *supState, g supervisor.Group) error {
+	s.seq++
+	instance := s.member.Instance()
+	spec := spawner.Spec{
+		Supervisor: ss.sup.Name,
+		Queues:     g.Queues,
+		Master:     instance,
+		MasterTTL:  s.set.TTL,
+		// Worker names carry the instance's first digits, so two masters
+		// under one name never hand out the same lease-holder name.
+		Worker:       fmt.Sprintf("%s/%s/%s-%d", s.set.Name, ss.sup.Name, instance[:min(6, len(instance))], s.seq),
+		Concurrency:  ss.sup.Concurrency,
+		MaxJobs:      ss.sup.MaxJobs,
+		MaxTime:      ss.sup.MaxTime,
+		MaxMemoryMB:  ss.sup.MaxMemoryMB,
+		Tries:        ss.sup.Tries,
+		Backoff:      ss.sup.Backoff,
+		Timeout:      ss.sup.Timeout,
+		Paused:       ss.paused,
+		PausedQueues: pausedOf(g.Queues, s.pausedQueues),
+	}
+	if s.set.Connections.Worker > 0 {
+		spec.MaxConns = s.set.Connections.WorkerPool()
+	}
+	p, err := s.spawner.Spawn(ctx, spec, events)
+	if err != nil {
+		return err
+	}
+	s.summary.Started++
+	s.procs[p] = &proc{p: p, sup: ss, group: g.Key, started: s.now()}
+	s.log.Debug("started worker", "supervisor", ss.sup.Name, "queues", g.Key, "pid", p.PID(), "worker", spec.Worker)
+	return nil
+}
+
+// failed records a crash or failed spawn of a group and logs an error when
+// the group crash-loops.
+func (s *supervision) failed(ss *supState, group string, lived time.Duration, what string, err error) {
+	r := ss.restarts[group]
+	looping := r.fail(s.now(), lived)
+	attrs := []any{"supervisor", ss.sup.Name, "queues", group, "retry_in", r.retryIn()}
+	if err != nil {
+		attrs = append(attrs, "err", err)
+	}
+	s.log.Warn("worker "+what+"; restarting after backoff", attrs...)
+	if looping {
+		s.log.Error("workers keep failing: five failures within a minute", "supervisor", ss.sup.Name,
+			"queues", group, "failures", len(r.recent), "retry_in", r.retryIn())
+	}
+}
+
+// handle applies one event from a process.
+func (s *supervision) handle(ev spawner.Event) {
+	p, ok := s.procs[ev.Process]
+	if !ok {
+		return
+	}
+	if r := ev.Report; r != nil {
+		if r.Type == spawner.ReportHeartbeat || r.Type == spawner.ReportExiting {
+			p.jobs, p.memoryMB = r.Jobs, r.MemoryMB
+		}
+		if r.Type == spawner.ReportExiting && r.Unsaved > 0 {
+			s.summary.Unsaved += r.Unsaved
+		}
+		if r.Type == spawner.ReportReady || r.Type == spawner.ReportHeartbeat {
+			p.ready = true
+		}
+		if r.Type == spawner.ReportWaiting && !p.ready {
+			if p.waitingAt.IsZero() || r.Waiting != p.waiting {
+				s.log.Warn("worker waits before it can start", "supervisor", p.sup.sup.Name, "queues", p.group,
+					"pid", p.p.PID(), "waiting", r.Waiting)
+			}
+			p.waitingAt, p.waiting = s.now(), r.Waiting
+		}
+		return
+	}
+	exit := ev.Exit
+	if exit == nil {
+		return
+	}
+	delete(s.procs, ev.Process)
+	s.summary.Jobs += p.jobs
+	spec := p.p.Spec()
+	lived := s.now().Sub(p.started)
+	// Whatever the worker still held is released by housekeeping, soon;
+	// its attempt counts. The row keeps beating until that is done.
+	s.releases.push(&releaseReq{worker: spec.Worker, tries: cmp.Or(spec.Tries, s.set.DefaultTries), reason: string(exit.Reason)})
+	switch {
+	case exit.Reason.Recycled():
+		s.summary.Recycled++
+		p.sup.restarts[p.group].ok()
+		s.log.Info("worker recycled", "supervisor", spec.Supervisor, "queues", p.group, "pid", p.p.PID(), "reason", string(exit.Reason), "jobs", p.jobs)
+	case exit.Reason == spawner.ExitCrash || exit.Reason == spawner.ExitError:
+		s.summary.Crashed++
+		if !s.stopping {
+			s.failed(p.sup, p.group, lived, exit.Describe(), exit.Err)
+		}
+	case exit.Reason == spawner.ExitFenced:
+		p.sup.restarts[p.group].ok()
+		s.log.Warn("worker stopped: this master was out of the fleet's view for a ttl", "supervisor", spec.Supervisor, "queues", p.group, "pid", p.p.PID())
+	default:
+		p.sup.restarts[p.group].ok()
+		s.log.Debug("worker exited", "supervisor", spec.Supervisor, "queues", p.group, "pid", p.p.PID(), "reason", string(exit.Reason))
+	}
+}
+
+// shutdown stops every worker gracefully and waits for them (killing those
+// still running after StopTimeout). The membership service keeps beating,
+// as draining, all the while.
+func (s *supervision) shutdown(events chan spawner.Event, why string) (Summary, error) {
+	s.stopping = true
+	s.publish() // beats draining at once
+	s.log.Info("master stopping: workers finish their running jobs", "reason", why, "workers", len(s.procs))
+	for _, p := range s.procs {
+		if !p.stopping {
+			s.stop(p)
+		}
+	}
+	deadline := time.NewTimer(s.set.StopTimeout)
+	defer deadline.Stop()
+	hard := time.NewTimer(s.set.StopTimeout + 15*time.Second)
+	defer hard.Stop()
+	for len(s.procs) > 0 {
+		select {
+		case ev := <-events:
+			s.handle(ev)
+			s.publish()
+			s.sig.event.signal(struct{}{})
+		case <-deadline.C:
+			s.log.Error("workers did not finish within the stop timeout: killing them", "workers", len(s.procs), "stop_timeout", s.set.StopTimeout)
+			for _, p := range s.procs {
+				_ = p.p.Kill()
+			}
+		case <-hard.C:
+			return s.summary, fmt.Errorf("workers did not exit after being killed: %d left", len(s.procs))
+		}
+	}
+	if s.summary.Unsaved > 0 {
+		return s.summary, fmt.Errorf("%d finished jobs' outcomes were not written before the workers exited (the database was unreachable): their jobs are released later and run again", s.summary.Unsaved)
+	}
+	return s.summary, nil
+}
+
+// stateNow is starting until every supervisor has had its children, then
+// running, or paused while every supervisor is paused, and draining from
+// the moment shutdown begins.
+func (s *supervision) stateNow() string {
+	if s.stopping {
+		return "draining"
+	}
+	if !s.running {
+		// Before the first allocation nothing is owed yet: still starting.
+		all := !s.lastBal.IsZero()
+		for _, ss := range s.sups {
+			for _, g := range ss.groups {
+				if s.alive(ss, g.Key) < ss.alloc[g.Key] {
+					all = false
+				}
+			}
+		}
+		if !all {
+			return "starting"
+		}
+		s.running = true
+	}
+	for _, ss := range s.sups {
+		if !ss.paused {
+			return "running"
+		}
+	}
+	return "paused"
+}
+
+// publish hands the beat the current state and report, and beats at once
+// when the state changed.
+func (s *supervision) publish() {
+	r := &masterReport{Supervisors: make([]supRow, 0, len(s.sups))}
+	if s.set.Connections.Total > 0 {
+		b := s.set.Connections
+		r.Connections = &b
+	}
+	for _, ss := range s.sups {
+		row := supRow{ReportedSupervisor: fleet.ReportedSupervisor{
+			Name: ss.sup.Name, Queues: ss.sup.Queues, Balance: string(ss.sup.Balance), Paused: ss.paused, Processes: map[string]int{},
+		}}
+		for _, g := range ss.groups {
+			row.Processes[g.Key] = s.alive(ss, g.Key)
+		}
+		row.Running = s.runningOf(ss)
+		if ss.claim >= 0 {
+			c := ss.claim
+			row.Claim = &c
+		}
+		r.Supervisors = append(r.Supervisors, row)
+	}
+	var jobs int64
+	for _, p := range s.procs {
+		jobs += p.jobs
+		r.MemoryMB += p.memoryMB
+	}
+	now := s.now()
+	s.jobSamples = append(s.jobSamples, jobSample{at: now, jobs: s.summary.Jobs + jobs})
+	for len(s.jobSamples) > 1 && now.Sub(s.jobSamples[1].at) >= time.Minute {
+		s.jobSamples = s.jobSamples[1:]
+	}
+	if first := s.jobSamples[0]; now.Sub(first.at) > time.Second {
+		r.JobsPerMinute = float64(s.summary.Jobs+jobs-first.jobs) / now.Sub(first.at).Minutes()
+	}
+	prev := s.status.report.Swap(r)
+	current, _ := s.status.load()
+	if st := s.stateNow(); st != current || pauseChanged(prev, r) {
+		// A state or pause change is beaten at once, so that every view
+		// (fleet:masters, the dashboard) shows it within one round trip.
+		s.status.state.Store(st)
+		s.member.Kick()
+	}
+}

@@ -1,0 +1,221 @@
+package master
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fleet-go/fleet/balancer"
+	"github.com/fleet-go/fleet/internal/syncbuf"
+	"github.com/fleet-go/fleet/spawner"
+	"github.com/fleet-go/fleet/spawner/spawnertest"
+	"github.com/fleet-go/fleet/store"
+	"github.com/fleet-go/fleet/supervisor"
+)
+
+// supEnv is a supervision service alone: it runs no statement, so it
+// needs no database, only its mailboxes, a membership view and a spawner.
+type supEnv struct {
+	s        *supervision
+	fake     *spawnertest.FakeSpawner
+	peers    *fakePeers
+	status   *status
+	state    *latest[stateSnap]
+	workload *latest[map[string]balancer.QueueWorkload]
+	kills    *latest[[]string]
+	releases *fifo[*releaseReq]
+	logs     *syncbuf.Buffer
+}
+
+// newSupEnv builds supervision over one supervisor of one queue and one
+// process, with a trusted view; tweak adjusts its settings.
+func newSupEnv(t *testing.T, tweak func(*Settings)) *supEnv {
+	t.Helper()
+	sups, err := supervisor.Resolve(supervisor.Options{DefaultConcurrency: 2, DefaultQueue: "q"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &syncbuf.Buffer{}
+	set := Settings{
+		Tick: 20 * time.Millisecond, BalanceCooldown: 60 * time.Millisecond, TTL: 2 * time.Second,
+		RestartBase: 50 * time.Millisecond, RestartMax: 400 * time.Millisecond, StopTimeout: 5 * time.Second,
+		Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+	}
+	if tweak != nil {
+		tweak(&set)
+	}
+	set = set.withDefaults()
+	e := &supEnv{
+		fake: spawnertest.NewFakeSpawner(), peers: &fakePeers{instance: "0123456789abcdef", trusted: true}, status: &status{},
+		state: newLatest[stateSnap](), workload: newLatest[map[string]balancer.QueueWorkload](), kills: newLatest[[]string](),
+		releases: &fifo[*releaseReq]{}, logs: logs,
+	}
+	e.s = newSupervision(e.fake, sups, set, set.Logger, e.peers, e.status, e.state, e.workload, e.kills, e.releases)
+	e.s.sig.applied.init()
+	e.s.sig.ticked.init()
+	e.s.sig.event.init()
+	return e
+}
+
+func (e *supEnv) start(t *testing.T) {
+	t.Helper()
+	if err := e.s.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.s.Stop)
+	if err := e.fake.WaitRunning(waitCtx(t), 1); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func waitCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), signalWait)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// Supervision hands what exited workers held to housekeeping without
+// ever waiting for it: with nobody taking the releases (housekeeping
+// stalled on a frozen database) far more workers exit than any bounded
+// channel would hold, and each is replaced at once.
+func TestSupervisionNeverWaitsOnHousekeeping(t *testing.T) {
+	t.Parallel()
+	e := newSupEnv(t, nil)
+	e.start(t)
+	const exits = 1500
+	for i := range exits {
+		e.fake.Exit(i, spawner.ExitMaxJobs)
+		if err := e.fake.WaitSpawned(waitCtx(t), i+2); err != nil {
+			t.Fatalf("exit %d: %v", i, err)
+		}
+	}
+	if n := e.releases.len(); n != exits {
+		t.Fatalf("%d releases queued for %d exits", n, exits)
+	}
+	e.s.Stop()
+	if sum, _ := e.s.Result(); sum.Recycled != exits {
+		t.Fatalf("summary %+v, want %d recycled", sum, exits)
+	}
+}
+
+// A terminate request in the state mailbox ends supervision by itself:
+// its children are told to stop, the state beaten at once is draining,
+// and Done closes once they have exited.
+func TestSupervisionEndsOnATerminateRequest(t *testing.T) {
+	t.Parallel()
+	e := newSupEnv(t, nil)
+	e.start(t)
+	e.state.put(stateSnap{ok: true, terminate: true})
+	select {
+	case <-e.s.Done():
+	case <-time.After(signalWait):
+		t.Fatal("supervision did not end on a terminate request")
+	}
+	if st, _ := e.status.load(); st != "draining" {
+		t.Errorf("state %q, want draining", st)
+	}
+	cmds := e.fake.Commands(0)
+	if len(cmds) == 0 || cmds[len(cmds)-1].Type != spawner.CommandStop {
+		t.Errorf("the child got %v, want a stop", cmds)
+	}
+	if !strings.Contains(e.logs.String(), `reason="terminate requested"`) {
+		t.Error("the stop does not say why")
+	}
+	if sum, err := e.s.Result(); err != nil || sum.Started != 1 {
+		t.Errorf("result %+v, %v", sum, err)
+	}
+}
+
+// Pause flags from the state mailbox reach the children and the report.
+func TestSupervisionAppliesThePauseState(t *testing.T) {
+	t.Parallel()
+	e := newSupEnv(t, nil)
+	e.start(t)
+	e.s.sig.applied.Drain()
+	e.state.put(stateSnap{ok: true, keys: map[string]bool{store.StatePauseAll: true}, queues: map[string]bool{}})
+	e.s.sig.applied.Wait(t)
+	cmds := e.fake.Commands(0)
+	if len(cmds) == 0 || cmds[len(cmds)-1].Type != spawner.CommandPause {
+		t.Fatalf("the child got %v, want a pause", cmds)
+	}
+	e.s.sig.ticked.WaitFresh(t, 1) // published after a tick
+	if st, rep := e.status.load(); st != "paused" || !rep.Supervisors[0].Paused {
+		t.Fatalf("state %q, report %+v; want paused", st, rep)
+	}
+}
+
+// A crashed group is restarted after its backoff by supervision's own
+// clock: not while the clock stands still, however many ticks go by.
+func TestSupervisionRestartsAfterTheBackoffOfItsClock(t *testing.T) {
+	t.Parallel()
+	clock := newTestClock(time.Now())
+	e := newSupEnv(t, func(s *Settings) { s.Now = clock.Now; s.RestartBase = time.Second; s.RestartMax = time.Minute })
+	e.start(t)
+	e.s.sig.event.Drain()
+	e.fake.Exit(0, spawner.ExitCrash)
+	e.s.sig.event.Wait(t) // the exit handled
+	e.s.sig.ticked.WaitFresh(t, 5)
+	if n := e.fake.Attempts(); n != 1 {
+		t.Fatalf("%d spawns before the backoff passed", n)
+	}
+	clock.Advance(999 * time.Millisecond)
+	e.s.sig.ticked.WaitFresh(t, 3)
+	if n := e.fake.Attempts(); n != 1 {
+		t.Fatalf("%d spawns within the backoff's base", n)
+	}
+	clock.Advance(251 * time.Millisecond) // past the base and its random quarter
+	if err := e.fake.WaitSpawned(waitCtx(t), 2); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A worker that never reports ready is killed once the start timeout
+// passed by supervision's clock, and only while the view is trusted.
+func TestSupervisionKillsAWorkerThatNeverGetsReady(t *testing.T) {
+	t.Parallel()
+	clock := newTestClock(time.Now())
+	e := newSupEnv(t, func(s *Settings) { s.Now = clock.Now; s.StartTimeout = time.Minute })
+	e.fake.SkipReady(true)
+	e.peers.set(store.View{}, false)
+	if err := e.s.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.s.Stop)
+	if err := e.fake.WaitSpawned(waitCtx(t), 1); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(59 * time.Second)
+	e.s.sig.ticked.WaitFresh(t, 2)
+	if e.fake.Killed(0) {
+		t.Fatal("killed within the start timeout")
+	}
+	clock.Advance(2 * time.Second)
+	e.s.sig.ticked.WaitFresh(t, 2)
+	if e.fake.Killed(0) {
+		t.Fatal("killed while the view is not trusted")
+	}
+	e.peers.set(store.View{}, true)
+	e.s.sig.ticked.WaitFresh(t, 2)
+	if !e.fake.Killed(0) {
+		t.Fatal("not killed past the start timeout")
+	}
+}
+
+// The overdue workers housekeeping names are killed.
+func TestSupervisionKillsTheOverdueWorkers(t *testing.T) {
+	t.Parallel()
+	e := newSupEnv(t, nil)
+	e.start(t)
+	e.kills.put([]string{"someone-else", e.fake.Specs()[0].Worker})
+	for e.releases.len() == 0 {
+		e.s.sig.event.Wait(t) // until the kill's exit is handled
+	}
+	if !e.fake.Killed(0) {
+		t.Fatal("the overdue worker was not killed")
+	}
+	if r := e.releases.takeAll(); len(r) != 1 || r[0].worker != e.fake.Specs()[0].Worker {
+		t.Fatalf("releases %+v, want the killed worker's", r)
+	}
+}
