@@ -1269,13 +1269,15 @@ func testSIGTERMWithTimeouts(t *testing.T, srv *mmServer) {
 	dir := t.TempDir()
 	a := apptest.Start(t, dir, mmEnv(url, "a", "APP_FLEET__SUPERVISORS__WORK__MAX_PROCESSES=2"), "fleet")
 	am := d.waitMember(a, 10*time.Second, "master a running", func(m member) bool { return m.State == "running" })
-	file := dispatchTo(t, url, dir, "default", 2, 1000)
+	// The short jobs run long enough (4 s) to be still running once the
+	// long ones are dispatched and claimed, however loaded the machine.
+	file := dispatchTo(t, url, dir, "default", 2, 4000)
 	long, _ := json.Marshal(map[string]any{"ms": 6000, "file": file})
 	if r := apptest.Run(t, dir, apptest.DBEnv(url), "dispatch", "--name", "test.sleep", "--count", "2", "--timeout", "2s", "--tries", "1",
 		"--payload", string(long)); r.Code != 0 {
 		t.Fatalf("dispatch the long jobs: %+v", r)
 	}
-	apptest.Eventually(t, 10*time.Second, "a running all four jobs", func() bool {
+	apptest.Eventually(t, 20*time.Second, "a running all four jobs", func() bool {
 		return d.count(`SELECT count(*) FROM queue_jobs WHERE reserved_master = $1`, am.Instance) == 4
 	})
 	if err := a.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
