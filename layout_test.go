@@ -15,6 +15,7 @@ import (
 var layout = map[string][]string{
 	"":                    {"config", "periodic", "queue", "redact", "store", "supervisor"},
 	"balancer":            {"supervisor"},
+	"bench":               {"config", "master", "metrics", "queue", "spawner", "store", "supervisor"},
 	"cmd":                 nil, // anything
 	"cmd/app":             {"", "cmd", "queue"},
 	"config":              {"internal/names"},
