@@ -6,12 +6,16 @@ import (
 	"encoding/json"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/fleet-go/fleet/bench"
+	"github.com/fleet-go/fleet/cmd"
 	"github.com/fleet-go/fleet/internal/apptest"
 	"github.com/fleet-go/fleet/pgtest"
+	"github.com/fleet-go/fleet/queue"
 )
 
 // runProcess runs the test binary as the application, as a real process
@@ -119,5 +123,77 @@ func TestBenchRefusesForeignJobs(t *testing.T) {
 	}
 	if n := countJobs(t, url, "queue_jobs"); n != 3 {
 		t.Fatalf("%d jobs in queue_jobs after bench --force, want the 3 others only", n)
+	}
+}
+
+// TestBenchHandlerOnlyWhereTheBenchRuns: the bench's no-op handler is in
+// no application's normal registry, so a plain fleet:work fails a job of
+// that name; a fleet:work the bench started (bench.EnvRun in its
+// environment) has it and runs the job, and so does the bench's own
+// process. (TestBenchBoundAndDrain drains through real children of a
+// real bench, which stalls without it.)
+func TestBenchHandlerOnlyWhereTheBenchRuns(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	env := dbEnv(url)
+	dir := t.TempDir()
+	const q = bench.Prefix + "registration"
+	execute := func(env []string, args ...string) (*queue.Registry, result) {
+		t.Helper()
+		jobs := appJobs()
+		var out, errb bytes.Buffer
+		code := cmd.ExecuteContext(context.Background(), cmd.App{
+			Jobs: jobs, Args: args, Environ: env, Dir: dir, Stdout: &out, Stderr: &errb,
+		})
+		return jobs, result{code, out.String(), errb.String()}
+	}
+	has := func(jobs *queue.Registry) bool {
+		_, ok := jobs.Lookup(bench.JobName)
+		return ok
+	}
+	dispatch := func() {
+		t.Helper()
+		if r := run(t, dir, env, "dispatch", "--name", bench.JobName, "--queue", q, "--tries", "1"); r.code != 0 {
+			t.Fatalf("dispatch: %+v", r)
+		}
+	}
+
+	if jobs, r := execute(env, "version"); r.code != 0 || has(jobs) {
+		t.Fatalf("app version: registry has %s: %v (%+v)", bench.JobName, has(jobs), r)
+	}
+
+	dispatch()
+	jobs, r := execute(env, "fleet:work", "--queue", q, "--stop-when-empty")
+	if r.code != 0 {
+		t.Fatalf("fleet:work: %+v", r)
+	}
+	if has(jobs) {
+		t.Errorf("a plain fleet:work registered %s", bench.JobName)
+	}
+	if n := countJobs(t, url, "queue_failed_jobs"); n != 1 {
+		t.Fatalf("%d failed jobs after a plain fleet:work, want its job of %s failed (no handler)", n, bench.JobName)
+	}
+
+	dispatch()
+	jobs, r = execute(append(slices.Clone(env), bench.EnvRun+"=test-run"), "fleet:work", "--queue", q, "--stop-when-empty")
+	if r.code != 0 {
+		t.Fatalf("fleet:work of a bench: %+v", r)
+	}
+	if !has(jobs) {
+		t.Errorf("a fleet:work with %s set has no %s", bench.EnvRun, bench.JobName)
+	}
+	if n := countJobs(t, url, "queue_jobs"); n != 0 {
+		t.Errorf("%d jobs left after a bench's fleet:work, want its job run", n)
+	}
+	if n := countJobs(t, url, "queue_failed_jobs"); n != 1 {
+		t.Errorf("%d failed jobs after a bench's fleet:work, want the first one only", n)
+	}
+
+	jobs, r = execute(env, "bench", "--scenario", "bound", "--jobs", "100", "--json")
+	if r.code != 0 {
+		t.Fatalf("bench: %+v", r)
+	}
+	if !has(jobs) {
+		t.Errorf("the bench's own process has no %s", bench.JobName)
 	}
 }

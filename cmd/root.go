@@ -20,6 +20,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fleet-go/fleet"
+	"github.com/fleet-go/fleet/bench"
 	"github.com/fleet-go/fleet/config"
 	"github.com/fleet-go/fleet/queue"
 )
@@ -66,8 +67,6 @@ func ExecuteContext(ctx context.Context, app App) int {
 	if app.Jobs == nil {
 		app.Jobs = queue.NewRegistry()
 	}
-	// Every app can run the bench's jobs, in its fleet:work children too.
-	registerBenchJobs(app.Jobs)
 	version := versionInfo(app.Version)
 	if app.Stdin == nil {
 		app.Stdin = os.Stdin
@@ -85,6 +84,11 @@ func ExecuteContext(ctx context.Context, app App) int {
 		app.Environ = os.Environ()
 	}
 	r := &runner{app: app, version: version}
+	// A process the bench started (a master, fleet:work) runs the bench's
+	// jobs; no other process has their handler.
+	if r.getenv(bench.EnvRun) != "" {
+		bench.Register(app.Jobs)
+	}
 	root := r.rootCommand()
 	appCommands, err := addAppCommands(root, app.Commands)
 	if err != nil {

@@ -23,6 +23,12 @@ func priorityLevels(queue string) string {
 	)`
 }
 
+// ReadyPick is the statement a claim picks its jobs with, $1 the queue and
+// $2 the limit: the ids of up to $2 ready jobs of the queue, locked (SKIP
+// LOCKED), in the order a claim takes them. The bench's reference loop
+// runs it, so that its bound picks rows as a claim does.
+func ReadyPick() string { return readyPick("$1", "$2", "") }
+
 // readyPick selects, locking them (SKIP LOCKED), the ids of up to limit
 // ready jobs of the queue as a claim takes them: the queue's priorities
 // lowest first, and within each the oldest first along the ready index.

@@ -1,4 +1,4 @@
-package cmd
+package bench
 
 import (
 	"context"
@@ -54,7 +54,7 @@ func (b *bench) idle(ctx context.Context) error {
 		only = append(only, name)
 		var queues []string
 		for q := range benchIdleQueues {
-			queues = append(queues, fmt.Sprintf("%sidle-%d-%d", benchPrefix, s, q))
+			queues = append(queues, fmt.Sprintf("%sidle-%d-%d", Prefix, s, q))
 		}
 		key := "APP_FLEET__SUPERVISORS__" + strings.ToUpper(name) + "__"
 		extra = append(extra, key+"QUEUES="+strings.Join(queues, ","), key+"BALANCE=off", key+"MAX_PROCESSES=1")
@@ -95,20 +95,20 @@ func (b *bench) idle(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	x0, err := b.st.BenchXactCommits(ctx)
+	x0, err := b.db.xactCommits(ctx)
 	if err != nil {
 		return err
 	}
 	t0 := time.Now()
-	total := int64(b.f.idleSecs)
+	total := int64(b.f.IdleSecs)
 	stop := b.progress(ctx, "idle", total, func(context.Context) (int64, error) { return int64(time.Since(t0).Seconds()), nil })
-	err = sleepCtx(ctx, time.Duration(b.f.idleSecs)*time.Second)
+	err = sleepCtx(ctx, time.Duration(b.f.IdleSecs)*time.Second)
 	stop()
 	if err != nil {
 		return err
 	}
 	secs := time.Since(t0).Seconds()
-	x1, err := b.st.BenchXactCommits(ctx)
+	x1, err := b.db.xactCommits(ctx)
 	if err != nil {
 		return err
 	}
@@ -141,7 +141,7 @@ func (b *bench) idle(ctx context.Context) error {
 	res.XactPerSec = round(float64(x1-x0)/secs, 1)
 	res.Restarted = !slicesEqual(kids, procChildren(pid))
 	b.rep.Idle = res
-	note := fmt.Sprintf("%d s, master + %d fleet:work (%d supervisors × %d queues)", b.f.idleSecs, res.Processes, benchIdleSupervisors, benchIdleQueues)
+	note := fmt.Sprintf("%d s, master + %d fleet:work (%d supervisors × %d queues)", b.f.IdleSecs, res.Processes, benchIdleSupervisors, benchIdleQueues)
 	b.addRow("idle", "CPU, master + workers", fmt.Sprintf("%.2f %% of one core", res.TotalCPUPct),
 		fmt.Sprintf("%s; master %.2f %%, workers %.2f %%, %.2f %% of %d cores", note, res.MasterCPUPct, res.WorkersCPUPct, res.MachineCPUPct, runtime.NumCPU()))
 	b.addRow("idle", "peak RSS", fmt.Sprintf("master %.1f MB, worker max %.1f MB", res.MasterPeakRSSMB, res.WorkerPeakRSSMB), "VmHWM")
@@ -214,8 +214,8 @@ func timeN(ctx context.Context, n int, fn func(context.Context) error) (latencyS
 }
 
 func (b *bench) backlog(ctx context.Context) error {
-	q := benchPrefix + "backlog"
-	n := b.f.backlog
+	q := Prefix + "backlog"
+	n := b.f.Backlog
 	res := &backlogResult{Backlog: n}
 	if err := b.insert(ctx, q, n); err != nil {
 		return err
@@ -227,7 +227,7 @@ func (b *bench) backlog(ctx context.Context) error {
 	var claims []time.Duration
 	for range benchProbeSamples {
 		start := time.Now()
-		jobs, err := b.st.JobClaim(ctx, store.JobClaimParams{Queue: q, Limit: 100, Worker: benchPrefix + "probe"})
+		jobs, err := b.st.JobClaim(ctx, store.JobClaimParams{Queue: q, Limit: 100, Worker: Prefix + "probe"})
 		claims = append(claims, time.Since(start))
 		if err == nil && len(jobs) != 100 {
 			err = fmt.Errorf("claim took %d jobs, want 100", len(jobs))
@@ -273,7 +273,7 @@ func (b *bench) backlog(ctx context.Context) error {
 	var dispatched atomic.Int64
 	done := func(ctx context.Context) (int64, error) {
 		d := dispatched.Load()
-		size, err := b.st.BenchQueueSize(ctx, q)
+		size, err := b.db.queueSize(ctx, q)
 		return int64(n) + d - size, err
 	}
 	// Wait for the first finished job, then measure the fleet's drain rate.
@@ -292,7 +292,7 @@ func (b *bench) backlog(ctx context.Context) error {
 			return err
 		}
 	}
-	window := min(benchMaxRateWindow, b.f.sustain/4)
+	window := min(benchMaxRateWindow, b.f.Sustain/4)
 	b.progressf("backlog: measuring the drain rate of the fleet (%d × concurrency %d) over %s", benchDrainProcesses, benchDrainConc, window)
 	stop := b.progress(ctx, "backlog max rate", 0, done)
 	d0, err := done(ctx)
@@ -312,11 +312,11 @@ func (b *bench) backlog(ctx context.Context) error {
 	}
 	res.MaxRate = b.rate(d1-d0, time.Since(t0))
 	res.TargetPerSec = round(benchSustainShare*res.MaxRate.JobsPerSec, 1)
-	if res.BacklogStart, err = b.st.BenchQueueSize(ctx, q); err != nil {
+	if res.BacklogStart, err = b.db.queueSize(ctx, q); err != nil {
 		return err
 	}
 
-	b.progressf("backlog: sustained drain for %s while dispatching %.0f jobs/s (%.0f %% of %.0f)", b.f.sustain,
+	b.progressf("backlog: sustained drain for %s while dispatching %.0f jobs/s (%.0f %% of %.0f)", b.f.Sustain,
 		res.TargetPerSec, 100*benchSustainShare, res.MaxRate.JobsPerSec)
 	type sample struct {
 		at   time.Time
@@ -331,7 +331,7 @@ func (b *bench) backlog(ctx context.Context) error {
 	wg.Go(func() { dispErr = b.dispatchAt(sctx, q, res.TargetPerSec, &dispatched) })
 	stop = b.progress(ctx, "backlog sustain", 0, done)
 	tick := time.NewTicker(time.Second)
-	end := start.Add(b.f.sustain)
+	end := start.Add(b.f.Sustain)
 	d, err := done(ctx)
 	samples = append(samples, sample{time.Now(), d})
 	for err == nil && time.Now().Before(end) {
@@ -356,10 +356,10 @@ func (b *bench) backlog(ctx context.Context) error {
 	}
 	res.SustainSecs = round(time.Since(start).Seconds(), 1)
 	res.DispatchedRate = round(float64(dispatched.Load())/time.Since(start).Seconds(), 1)
-	if res.BacklogEnd, err = b.st.BenchQueueSize(ctx, q); err != nil {
+	if res.BacklogEnd, err = b.db.queueSize(ctx, q); err != nil {
 		return err
 	}
-	w := min(time.Minute, b.f.sustain/10)
+	w := min(time.Minute, b.f.Sustain/10)
 	res.WindowSecs = w.Seconds()
 	between := func(from, to time.Time) benchRate {
 		var a, z sample
@@ -391,7 +391,7 @@ func (b *bench) backlog(ctx context.Context) error {
 		stable = "yes"
 	}
 	b.addRate("backlog", fmt.Sprintf("sustained drain, first %s", w), res.First,
-		fmt.Sprintf("dispatching %.0f/s (target %.0f/s) for %s", res.DispatchedRate, res.TargetPerSec, b.f.sustain))
+		fmt.Sprintf("dispatching %.0f/s (target %.0f/s) for %s", res.DispatchedRate, res.TargetPerSec, b.f.Sustain))
 	b.addRate("backlog", fmt.Sprintf("sustained drain, last %s", w), res.Last,
 		fmt.Sprintf("at least 90 %% of the first: %s; backlog %d → %d", stable, res.BacklogStart, res.BacklogEnd))
 	return nil
@@ -422,7 +422,7 @@ func (b *bench) dispatchAt(ctx context.Context, q string, perSec float64, dispat
 			k := min(due, 5000)
 			jobs := make([]*queue.Job, k)
 			for i := range jobs {
-				jobs[i] = queue.NewJob(benchJob, nil).OnQueue(q)
+				jobs[i] = queue.NewJob(JobName, nil).OnQueue(q)
 			}
 			if _, err := b.client.DispatchMany(ctx, jobs); err != nil {
 				return err
@@ -450,12 +450,12 @@ type scaleResult struct {
 }
 
 func (b *bench) scale(ctx context.Context) error {
-	backlogs, _ := parseInts("--scale-backlogs", b.f.scaleBacklogs)
-	concs, _ := parseInts("--scale-concurrency", b.f.scaleConc)
-	q := benchPrefix + "scale"
-	res := &scaleResult{CellSecs: b.f.cellSecs}
-	mode := fmt.Sprintf("each cell time-boxed to %d s from the worker's ready report, backlog topped up every %s", b.f.cellSecs, benchTopUpEvery)
-	if b.f.cellSecs == 0 {
+	backlogs, _ := parseInts("--scale-backlogs", b.f.ScaleBacklogs)
+	concs, _ := parseInts("--scale-concurrency", b.f.ScaleConcurrency)
+	q := Prefix + "scale"
+	res := &scaleResult{CellSecs: b.f.CellSecs}
+	mode := fmt.Sprintf("each cell time-boxed to %d s from the worker's ready report, backlog topped up every %s", b.f.CellSecs, benchTopUpEvery)
+	if b.f.CellSecs == 0 {
 		mode = "each cell a full drain (--cell-secs 0), from the worker's ready report to queue empty"
 	}
 	b.progressf("scale: one fleet:work process per cell; %s", mode)
@@ -471,7 +471,7 @@ func (b *bench) scale(ctx context.Context) error {
 			res.Cells = append(res.Cells, cell)
 			how := "full drain"
 			if cell.TimeBoxed {
-				how = fmt.Sprintf("time-boxed %d s", b.f.cellSecs)
+				how = fmt.Sprintf("time-boxed %d s", b.f.CellSecs)
 			}
 			b.addRate("scale", fmt.Sprintf("backlog %d × concurrency %d", n, c), cell.Rate, "1 fleet:work, "+how)
 		}
@@ -503,7 +503,7 @@ func (b *bench) scale(ctx context.Context) error {
 
 // topUp inserts the jobs that bring queue up to n; added counts them.
 func (b *bench) topUp(ctx context.Context, q string, n int, added *atomic.Int64) error {
-	size, err := b.st.BenchQueueSize(ctx, q)
+	size, err := b.db.queueSize(ctx, q)
 	if err != nil {
 		return err
 	}
@@ -511,7 +511,7 @@ func (b *bench) topUp(ctx context.Context, q string, n int, added *atomic.Int64)
 		if added == nil && missing > benchInsertChunk {
 			return b.insert(ctx, q, int(missing))
 		}
-		if err := b.st.BenchInsert(ctx, q, benchJob, int(missing)); err != nil {
+		if err := b.db.insert(ctx, q, JobName, int(missing)); err != nil {
 			return err
 		}
 		if added != nil {
@@ -524,7 +524,7 @@ func (b *bench) topUp(ctx context.Context, q string, n int, added *atomic.Int64)
 // scaleCell measures one fleet:work process with concurrency c on a backlog
 // of n jobs.
 func (b *bench) scaleCell(ctx context.Context, q string, n, c int) (scaleCell, error) {
-	cell := scaleCell{Backlog: n, Concurrency: c, TimeBoxed: b.f.cellSecs > 0}
+	cell := scaleCell{Backlog: n, Concurrency: c, TimeBoxed: b.f.CellSecs > 0}
 	args := []string{"fleet:work", "--queue", q, "--concurrency", strconv.Itoa(c), "--reports"}
 	if !cell.TimeBoxed {
 		args = append(args, "--stop-when-empty")
@@ -545,7 +545,7 @@ func (b *bench) scaleCell(ctx context.Context, q string, n, c int) (scaleCell, e
 	size0 := int64(n)
 	done := func(ctx context.Context) (int64, error) {
 		a := added.Load()
-		size, err := b.st.BenchQueueSize(ctx, q)
+		size, err := b.db.queueSize(ctx, q)
 		return size0 + a - size, err
 	}
 	label := fmt.Sprintf("scale %d × %d", n, c)
@@ -562,7 +562,7 @@ func (b *bench) scaleCell(ctx context.Context, q string, n, c int) (scaleCell, e
 	}
 	stop := b.progress(ctx, label, 0, done)
 	defer stop()
-	end := t0.Add(time.Duration(b.f.cellSecs) * time.Second)
+	end := t0.Add(time.Duration(b.f.CellSecs) * time.Second)
 	for time.Now().Before(end) {
 		if err := b.topUp(ctx, q, n, &added); err != nil {
 			return cell, err

@@ -1,4 +1,4 @@
-package store
+package bench
 
 import (
 	"context"
@@ -7,17 +7,23 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/fleet-go/fleet/store"
 )
 
-// The statements of "app bench". They touch only the queues whose name
-// starts with the prefix they are given (the bench's own), apart from
-// BenchForeignJobs, which counts the others, and BenchXactCommits, which
-// reads the database's statistics.
+// db holds the bench's own statements, kept out of the product's store.
+// They touch only the queues whose name starts with the prefix they are
+// given (the bench's own), apart from foreignJobs, which counts the
+// others, and xactCommits, which reads the database's statistics.
+type db struct {
+	pool *pgxpool.Pool
+}
 
-// BenchTablesMissing lists fleet's tables that do not exist in the
+// tablesMissing lists fleet's tables that do not exist in the
 // database (none when it is migrated).
-func (s *Store) BenchTablesMissing(ctx context.Context) ([]string, error) {
-	rows, err := s.pool.Query(ctx, `
+func (d db) tablesMissing(ctx context.Context) ([]string, error) {
+	rows, err := d.pool.Query(ctx, `
 		SELECT t FROM unnest($1::text[]) AS t WHERE to_regclass(t) IS NULL ORDER BY t`,
 		[]string{"queue_jobs", "queue_counts", "queue_failed_jobs", "fleet_jobs", "fleet_masters", "fleet_counters", "fleet_runtime_counters", "fleet_metrics", "fleet_state", "fleet_duties"})
 	if err != nil {
@@ -30,27 +36,27 @@ func (s *Store) BenchTablesMissing(ctx context.Context) ([]string, error) {
 	return missing, nil
 }
 
-// BenchForeignJobs counts the rows of queue_jobs whose queue does not start
+// foreignJobs counts the rows of queue_jobs whose queue does not start
 // with prefix.
-func (s *Store) BenchForeignJobs(ctx context.Context, prefix string) (int64, error) {
+func (d db) foreignJobs(ctx context.Context, prefix string) (int64, error) {
 	var n int64
-	err := s.pool.QueryRow(ctx, `SELECT count(*) FROM queue_jobs WHERE left(queue, length($1)) <> $1`, prefix).Scan(&n)
+	err := d.pool.QueryRow(ctx, `SELECT count(*) FROM queue_jobs WHERE left(queue, length($1)) <> $1`, prefix).Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("count jobs of other queues: %w", err)
 	}
 	return n, nil
 }
 
-// BenchCleanupResult says what BenchCleanup deleted.
-type BenchCleanupResult struct {
+// cleanupResult says what cleanup deleted.
+type cleanupResult struct {
 	Jobs, FailedJobs, History int64
 }
 
-// BenchCleanup deletes everything of the queues starting with prefix:
+// cleanup deletes everything of the queues starting with prefix:
 // queued and failed jobs, their history, counters and metrics snapshots,
 // and vacuums the tables it deleted rows from.
-func (s *Store) BenchCleanup(ctx context.Context, prefix string) (BenchCleanupResult, error) {
-	var res BenchCleanupResult
+func (d db) cleanup(ctx context.Context, prefix string) (cleanupResult, error) {
+	var res cleanupResult
 	steps := []struct {
 		what string
 		sql  string
@@ -64,7 +70,7 @@ func (s *Store) BenchCleanup(ctx context.Context, prefix string) (BenchCleanupRe
 		{"metrics", `DELETE FROM fleet_metrics WHERE kind = 'queue' AND left(subject, length($1)) = $1`, nil},
 	}
 	for _, st := range steps {
-		tag, err := s.pool.Exec(ctx, st.sql, prefix)
+		tag, err := d.pool.Exec(ctx, st.sql, prefix)
 		if err != nil {
 			return res, fmt.Errorf("delete the bench's %s: %w", st.what, err)
 		}
@@ -83,16 +89,16 @@ func (s *Store) BenchCleanup(ctx context.Context, prefix string) (BenchCleanupRe
 		if table.n == 0 {
 			continue
 		}
-		if _, err := s.pool.Exec(ctx, `VACUUM (ANALYZE, SKIP_LOCKED) `+table.name, pgx.QueryExecModeSimpleProtocol); err != nil {
+		if _, err := d.pool.Exec(ctx, `VACUUM (ANALYZE, SKIP_LOCKED) `+table.name, pgx.QueryExecModeSimpleProtocol); err != nil {
 			return res, fmt.Errorf("vacuum %s after the bench: %w", table.name, err)
 		}
 	}
 	return res, nil
 }
 
-// BenchInsert bulk-inserts n jobs named name on queue with an empty payload
+// insert bulk-inserts n jobs named name on queue with an empty payload
 // (COPY), as fast as the database takes them.
-func (s *Store) BenchInsert(ctx context.Context, queue, name string, n int) error {
+func (d db) insert(ctx context.Context, queue, name string, n int) error {
 	i := 0
 	src := pgx.CopyFromFunc(func() ([]any, error) {
 		if i >= n {
@@ -101,7 +107,7 @@ func (s *Store) BenchInsert(ctx context.Context, queue, name string, n int) erro
 		i++
 		return []any{queue, name}, nil
 	})
-	got, err := s.pool.CopyFrom(ctx, pgx.Identifier{"queue_jobs"}, []string{"queue", "name"}, src)
+	got, err := d.pool.CopyFrom(ctx, pgx.Identifier{"queue_jobs"}, []string{"queue", "name"}, src)
 	if err != nil {
 		return fmt.Errorf("copy %d jobs into %s: %w", n, queue, err)
 	}
@@ -111,18 +117,18 @@ func (s *Store) BenchInsert(ctx context.Context, queue, name string, n int) erro
 	return nil
 }
 
-// BenchClaimDelete is one step of the reference loop: in one transaction it
+// claimDelete is one step of the reference loop: in one transaction it
 // locks up to batch ready jobs of queue, oldest first, skipping locked
 // rows, and deletes them. It returns how many it deleted.
-func (s *Store) BenchClaimDelete(ctx context.Context, queue string, batch int) (int, error) {
-	tx, err := s.pool.Begin(ctx)
+func (d db) claimDelete(ctx context.Context, queue string, batch int) (int, error) {
+	tx, err := d.pool.Begin(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("bench claim: %w", err)
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 	// The same pick as a claim: the queue's priorities from queue_counts,
 	// then each one's ready jobs in order along the ready index.
-	rows, err := tx.Query(ctx, readyPick("$1", "$2", ""), queue, batch)
+	rows, err := tx.Query(ctx, store.ReadyPick(), queue, batch)
 	if err != nil {
 		return 0, fmt.Errorf("bench claim: %w", err)
 	}
@@ -142,11 +148,11 @@ func (s *Store) BenchClaimDelete(ctx context.Context, queue string, batch int) (
 	return len(ids), nil
 }
 
-// BenchQueueSize counts the jobs of queue, reserved or not, from the
+// queueSize counts the jobs of queue, reserved or not, from the
 // trigger-maintained counts (exact, a few rows whatever the backlog).
-func (s *Store) BenchQueueSize(ctx context.Context, queue string) (int64, error) {
+func (d db) queueSize(ctx context.Context, queue string) (int64, error) {
 	var n int64
-	err := s.pool.QueryRow(ctx, `
+	err := d.pool.QueryRow(ctx, `
 		SELECT COALESCE(sum(unreserved + reserved), 0)::bigint FROM queue_counts WHERE queue = $1`, queue).Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("count the jobs of %s: %w", queue, err)
@@ -154,34 +160,34 @@ func (s *Store) BenchQueueSize(ctx context.Context, queue string) (int64, error)
 	return n, nil
 }
 
-// BenchJobGone reports whether job id has left queue_jobs.
-func (s *Store) BenchJobGone(ctx context.Context, id int64) (bool, error) {
+// jobGone reports whether job id has left queue_jobs.
+func (d db) jobGone(ctx context.Context, id int64) (bool, error) {
 	var there bool
-	if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM queue_jobs WHERE id = $1)`, id).Scan(&there); err != nil {
+	if err := d.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM queue_jobs WHERE id = $1)`, id).Scan(&there); err != nil {
 		return false, fmt.Errorf("look for job %d: %w", id, err)
 	}
 	return !there, nil
 }
 
-// BenchAttempt is the recorded history of one job's attempt.
-type BenchAttempt struct {
+// attempt is the recorded history of one job's attempt.
+type attempt struct {
 	ReservedAt time.Time
 	StartedAt  time.Time
 	FinishedAt time.Time
 }
 
-// ErrBenchNoHistory says a job has no history row (yet).
-var ErrBenchNoHistory = errors.New("no history row")
+// errNoHistory says a job has no history row (yet).
+var errNoHistory = errors.New("no history row")
 
-// BenchAttemptOf returns the history of job id's first attempt.
-func (s *Store) BenchAttemptOf(ctx context.Context, id int64) (BenchAttempt, error) {
-	var a BenchAttempt
+// attemptOf returns the history of job id's first attempt.
+func (d db) attemptOf(ctx context.Context, id int64) (attempt, error) {
+	var a attempt
 	var reserved *time.Time
-	err := s.pool.QueryRow(ctx, `
+	err := d.pool.QueryRow(ctx, `
 		SELECT reserved_at, started_at, finished_at FROM fleet_jobs
 		WHERE job_id = $1 ORDER BY attempt LIMIT 1`, id).Scan(&reserved, &a.StartedAt, &a.FinishedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return a, ErrBenchNoHistory
+		return a, errNoHistory
 	}
 	if err != nil {
 		return a, fmt.Errorf("read the history of job %d: %w", id, err)
@@ -192,11 +198,11 @@ func (s *Store) BenchAttemptOf(ctx context.Context, id int64) (BenchAttempt, err
 	return a, nil
 }
 
-// BenchFirstReserved returns when the first attempt of queue that finished
+// firstReserved returns when the first attempt of queue that finished
 // at or after since was reserved (false when none finished).
-func (s *Store) BenchFirstReserved(ctx context.Context, queue string, since time.Time) (time.Time, bool, error) {
+func (d db) firstReserved(ctx context.Context, queue string, since time.Time) (time.Time, bool, error) {
 	var t *time.Time
-	err := s.pool.QueryRow(ctx, `
+	err := d.pool.QueryRow(ctx, `
 		SELECT min(reserved_at) FROM fleet_jobs WHERE queue = $1 AND finished_at >= $2`, queue, since).Scan(&t)
 	if err != nil {
 		return time.Time{}, false, fmt.Errorf("read the first claim of %s: %w", queue, err)
@@ -207,22 +213,22 @@ func (s *Store) BenchFirstReserved(ctx context.Context, queue string, since time
 	return *t, true, nil
 }
 
-// BenchXactCommits returns pg_stat_database.xact_commit of the current
+// xactCommits returns pg_stat_database.xact_commit of the current
 // database: transactions committed so far (the statistics lag by up to a
 // second or so).
-func (s *Store) BenchXactCommits(ctx context.Context) (int64, error) {
+func (d db) xactCommits(ctx context.Context) (int64, error) {
 	var n int64
-	err := s.pool.QueryRow(ctx, `SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()`).Scan(&n)
+	err := d.pool.QueryRow(ctx, `SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()`).Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("read pg_stat_database: %w", err)
 	}
 	return n, nil
 }
 
-// BenchFailedCount counts the failed jobs of queue.
-func (s *Store) BenchFailedCount(ctx context.Context, queue string) (int64, error) {
+// failedCount counts the failed jobs of queue.
+func (d db) failedCount(ctx context.Context, queue string) (int64, error) {
 	var n int64
-	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM queue_failed_jobs WHERE queue = $1`, queue).Scan(&n); err != nil {
+	if err := d.pool.QueryRow(ctx, `SELECT count(*) FROM queue_failed_jobs WHERE queue = $1`, queue).Scan(&n); err != nil {
 		return 0, fmt.Errorf("count the failed jobs of %s: %w", queue, err)
 	}
 	return n, nil

@@ -1,4 +1,4 @@
-package cmd
+package bench
 
 import (
 	"context"
@@ -37,7 +37,7 @@ func (b *bench) insert(ctx context.Context, queue string, n int) error {
 	defer stop()
 	for done.Load() < int64(n) {
 		k := min(benchInsertChunk, n-int(done.Load()))
-		if err := b.st.BenchInsert(ctx, queue, benchJob, k); err != nil {
+		if err := b.db.insert(ctx, queue, JobName, k); err != nil {
 			return err
 		}
 		done.Add(int64(k))
@@ -60,22 +60,22 @@ func (b *bench) bound(ctx context.Context) error {
 	res := &boundResult{Connections: benchBoundConns,
 		Statement: "BEGIN; SELECT id ... FOR UPDATE SKIP LOCKED LIMIT batch; DELETE ... WHERE id = ANY(ids); COMMIT"}
 	for _, batch := range []int{100, 1000} {
-		q := fmt.Sprintf("%sbound-%d", benchPrefix, batch)
+		q := fmt.Sprintf("%sbound-%d", Prefix, batch)
 		start := time.Now()
-		if err := b.insert(ctx, q, b.f.jobs); err != nil {
+		if err := b.insert(ctx, q, b.f.Jobs); err != nil {
 			return err
 		}
-		ins := b.rate(int64(b.f.jobs), time.Since(start))
+		ins := b.rate(int64(b.f.Jobs), time.Since(start))
 		if batch == 1000 {
 			res.Insert = ins
 		}
 		var deleted atomic.Int64
-		stop := b.progress(ctx, fmt.Sprintf("bound batch %d", batch), int64(b.f.jobs),
+		stop := b.progress(ctx, fmt.Sprintf("bound batch %d", batch), int64(b.f.Jobs),
 			func(context.Context) (int64, error) { return deleted.Load(), nil })
 		start = time.Now()
 		err := runGroup(ctx, benchBoundConns, func(ctx context.Context, _ int) error {
 			for {
-				n, err := b.st.BenchClaimDelete(ctx, q, batch)
+				n, err := b.db.claimDelete(ctx, q, batch)
 				if err != nil {
 					return err
 				}
@@ -101,7 +101,7 @@ func (b *bench) bound(ctx context.Context) error {
 	}
 	res.Reference = round(b.ref, 1)
 	b.rep.Bound = res
-	note := fmt.Sprintf("%d jobs, %d connections", b.f.jobs, benchBoundConns)
+	note := fmt.Sprintf("%d jobs, %d connections", b.f.Jobs, benchBoundConns)
 	b.addRate("bound", "claim+delete, batch 100", res.Batch100, note)
 	b.addRate("bound", "claim+delete, batch 1000 (reference)", res.Batch1000, note)
 	b.addRate("bound", "COPY insert (1 connection)", res.Insert, "how fast the bench fills queues")
@@ -134,7 +134,7 @@ func runGroup(ctx context.Context, n int, fn func(ctx context.Context, i int) er
 // ---- the in-process fleet
 
 // benchFleet is a real master, built as "app fleet" builds it, running
-// fleet:work children of this executable on one bench queue.
+// fleet:work children of the app's executable on one bench queue.
 type benchFleet struct {
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -154,7 +154,7 @@ func (b *bench) startFleet(ctx context.Context, queueName string, processes, con
 	if err != nil {
 		return nil, err
 	}
-	sp, err := spawner.NewProcessSpawner(spawner.ProcessOptions{Dir: b.r.app.Dir, Output: b.stderr, Logger: b.log})
+	sp, err := spawner.NewProcessSpawner(spawner.ProcessOptions{Executable: b.exe, Dir: b.opts.Dir, Output: b.stderr, Logger: b.log})
 	if err != nil {
 		return nil, err
 	}
@@ -162,11 +162,11 @@ func (b *bench) startFleet(ctx context.Context, queueName string, processes, con
 	if err != nil {
 		return nil, err
 	}
-	for _, kv := range env[len(b.r.app.Environ):] {
+	for _, kv := range env[len(b.opts.Environ):] {
 		k, v, _ := cutEnv(kv)
 		sp.Env(k, v)
 	}
-	m, _, err := b.r.newMaster(b.cfg, masterName(b.cfg, b.r.getenv), sups, b.st, sp)
+	m, err := b.opts.NewMaster(b.cfg, sups, b.st, sp)
 	if err != nil {
 		return nil, err
 	}
@@ -220,7 +220,7 @@ func (f *benchFleet) failedIfStopped() error {
 func (b *bench) waitEmpty(ctx context.Context, stopped func() error, queueName string, interval time.Duration) (time.Time, error) {
 	last, lastMove := int64(-1), time.Now()
 	for {
-		n, err := b.st.BenchQueueSize(ctx, queueName)
+		n, err := b.db.queueSize(ctx, queueName)
 		if err != nil {
 			return time.Time{}, err
 		}
@@ -232,7 +232,7 @@ func (b *bench) waitEmpty(ctx context.Context, stopped func() error, queueName s
 			last, lastMove = n, now
 		} else if now.Sub(lastMove) > benchStallAfter {
 			return time.Time{}, fmt.Errorf("%s: %d jobs left and none finished for %s (is %s registered? see the children's logs)",
-				queueName, n, benchStallAfter, benchJob)
+				queueName, n, benchStallAfter, JobName)
 		}
 		if err := stopped(); err != nil {
 			return time.Time{}, err
@@ -268,8 +268,8 @@ type drainResult struct {
 }
 
 func (b *bench) drain(ctx context.Context) error {
-	q := benchPrefix + "drain"
-	n := b.f.jobs
+	q := Prefix + "drain"
+	n := b.f.Jobs
 	if err := b.insert(ctx, q, n); err != nil {
 		return err
 	}
@@ -290,14 +290,14 @@ func (b *bench) drain(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	first, ok, err := b.st.BenchFirstReserved(ctx, q, since)
+	first, ok, err := b.db.firstReserved(ctx, q, since)
 	if err != nil {
 		return err
 	}
 	if !ok {
 		return fmt.Errorf("%s drained but no attempt is in fleet_jobs", q)
 	}
-	failed, err := b.st.BenchFailedCount(ctx, q)
+	failed, err := b.db.failedCount(ctx, q)
 	if err != nil {
 		return err
 	}
@@ -315,7 +315,7 @@ func (b *bench) drain(ctx context.Context) error {
 // doneOf reads how many of total jobs have left queue.
 func (b *bench) doneOf(queueName string, total int64) func(context.Context) (int64, error) {
 	return func(ctx context.Context) (int64, error) {
-		n, err := b.st.BenchQueueSize(ctx, queueName)
+		n, err := b.db.queueSize(ctx, queueName)
 		return total - n, err
 	}
 }
@@ -356,22 +356,22 @@ func (l latencyStats) String() string {
 }
 
 func (b *bench) latency(ctx context.Context) error {
-	q := benchPrefix + "latency"
+	q := Prefix + "latency"
 	f, err := b.startFleet(ctx, q, 1, benchLatencyConc)
 	if err != nil {
 		return err
 	}
 	defer func() { _, _ = f.stop() }()
-	b.progressf("latency: master + 1 fleet:work × concurrency %d on %s, %d samples one at a time", benchLatencyConc, q, b.f.samples)
+	b.progressf("latency: master + 1 fleet:work × concurrency %d on %s, %d samples one at a time", benchLatencyConc, q, b.f.Samples)
 	// The first job waits for the child to start; it is no sample.
 	if _, _, err := b.timeOne(ctx, f, q); err != nil {
 		return err
 	}
 	var starts, outcomes []time.Duration
 	var count atomic.Int64
-	stop := b.progress(ctx, "latency", int64(b.f.samples), func(context.Context) (int64, error) { return count.Load(), nil })
+	stop := b.progress(ctx, "latency", int64(b.f.Samples), func(context.Context) (int64, error) { return count.Load(), nil })
 	defer stop()
-	for range b.f.samples {
+	for range b.f.Samples {
 		// Let the worker go idle (waiting for a notification) first.
 		if err := sleepCtx(ctx, 20*time.Millisecond); err != nil {
 			return err
@@ -399,13 +399,13 @@ func (b *bench) latency(ctx context.Context) error {
 // gone from queue_jobs. One host, one wall clock.
 func (b *bench) timeOne(ctx context.Context, f *benchFleet, q string) (time.Duration, time.Duration, error) {
 	t0 := time.Now()
-	id, err := b.client.Dispatch(ctx, queue.NewJob(benchJob, nil).OnQueue(q))
+	id, err := b.client.Dispatch(ctx, queue.NewJob(JobName, nil).OnQueue(q))
 	if err != nil {
 		return 0, 0, err
 	}
 	deadline := t0.Add(benchStallAfter)
 	for {
-		gone, err := b.st.BenchJobGone(ctx, id)
+		gone, err := b.db.jobGone(ctx, id)
 		if err != nil {
 			return 0, 0, err
 		}
@@ -423,7 +423,7 @@ func (b *bench) timeOne(ctx context.Context, f *benchFleet, q string) (time.Dura
 		}
 	}
 	outcome := time.Since(t0)
-	a, err := b.st.BenchAttemptOf(ctx, id)
+	a, err := b.db.attemptOf(ctx, id)
 	if err != nil {
 		return 0, 0, fmt.Errorf("job %d: %w", id, err)
 	}
@@ -442,7 +442,7 @@ type dispatchResult struct {
 }
 
 func (b *bench) dispatch(ctx context.Context) error {
-	q := benchPrefix + "dispatch"
+	q := Prefix + "dispatch"
 	res := &dispatchResult{}
 	single := func(workers int) (benchRate, error) {
 		var n atomic.Int64
@@ -451,8 +451,8 @@ func (b *bench) dispatch(ctx context.Context) error {
 		start := time.Now()
 		deadline := start.Add(benchDispatchWindow)
 		err := runGroup(ctx, workers, func(ctx context.Context, _ int) error {
-			for time.Now().Before(deadline) && n.Load() < int64(b.f.jobs) {
-				if _, err := b.client.Dispatch(ctx, queue.NewJob(benchJob, nil).OnQueue(q)); err != nil {
+			for time.Now().Before(deadline) && n.Load() < int64(b.f.Jobs) {
+				if _, err := b.client.Dispatch(ctx, queue.NewJob(JobName, nil).OnQueue(q)); err != nil {
 					return err
 				}
 				n.Add(1)
@@ -476,14 +476,14 @@ func (b *bench) dispatch(ctx context.Context) error {
 	}
 	many := func(batch int) (benchRate, error) {
 		var n atomic.Int64
-		stop := b.progress(ctx, fmt.Sprintf("DispatchMany batches of %d", batch), int64(b.f.jobs), func(context.Context) (int64, error) { return n.Load(), nil })
+		stop := b.progress(ctx, fmt.Sprintf("DispatchMany batches of %d", batch), int64(b.f.Jobs), func(context.Context) (int64, error) { return n.Load(), nil })
 		defer stop()
 		var total time.Duration
-		for n.Load() < int64(b.f.jobs) {
-			k := min(batch, b.f.jobs-int(n.Load()))
+		for n.Load() < int64(b.f.Jobs) {
+			k := min(batch, b.f.Jobs-int(n.Load()))
 			jobs := make([]*queue.Job, k)
 			for i := range jobs {
-				jobs[i] = queue.NewJob(benchJob, nil).OnQueue(q)
+				jobs[i] = queue.NewJob(JobName, nil).OnQueue(q)
 			}
 			start := time.Now() // building the jobs is the caller's, not timed
 			if _, err := b.client.DispatchMany(ctx, jobs); err != nil {
@@ -500,11 +500,11 @@ func (b *bench) dispatch(ctx context.Context) error {
 	if err := b.cleanup(ctx, "DispatchMany 1000"); err != nil {
 		return err
 	}
-	res.LargeSize = min(benchDispatchLarge, b.f.jobs)
-	saved := b.f.jobs
-	b.f.jobs = res.LargeSize
+	res.LargeSize = min(benchDispatchLarge, b.f.Jobs)
+	saved := b.f.Jobs
+	b.f.Jobs = res.LargeSize
 	res.ManyLarge, err = many(res.LargeSize)
-	b.f.jobs = saved
+	b.f.Jobs = saved
 	if err != nil {
 		return err
 	}
@@ -512,14 +512,14 @@ func (b *bench) dispatch(ctx context.Context) error {
 		return err
 	}
 	start := time.Now()
-	if err := b.st.BenchInsert(ctx, q, benchJob, res.LargeSize); err != nil {
+	if err := b.db.insert(ctx, q, JobName, res.LargeSize); err != nil {
 		return err
 	}
 	res.Copy = b.rate(int64(res.LargeSize), time.Since(start))
 	b.rep.Dispatch = res
-	b.addRate("dispatch", "Dispatch, 1 goroutine", res.Single1, fmt.Sprintf("for %s or %d jobs", benchDispatchWindow, b.f.jobs))
-	b.addRate("dispatch", fmt.Sprintf("Dispatch, %d goroutines", benchDispatchWorkers), res.Single16, fmt.Sprintf("for %s or %d jobs", benchDispatchWindow, b.f.jobs))
-	b.addRate("dispatch", "DispatchMany, batches of 1000", res.Many1000, fmt.Sprintf("%d jobs", b.f.jobs))
+	b.addRate("dispatch", "Dispatch, 1 goroutine", res.Single1, fmt.Sprintf("for %s or %d jobs", benchDispatchWindow, b.f.Jobs))
+	b.addRate("dispatch", fmt.Sprintf("Dispatch, %d goroutines", benchDispatchWorkers), res.Single16, fmt.Sprintf("for %s or %d jobs", benchDispatchWindow, b.f.Jobs))
+	b.addRate("dispatch", "DispatchMany, batches of 1000", res.Many1000, fmt.Sprintf("%d jobs", b.f.Jobs))
 	b.addRate("dispatch", fmt.Sprintf("DispatchMany, one batch of %d", res.LargeSize), res.ManyLarge, "")
 	b.addRate("dispatch", fmt.Sprintf("COPY, %d rows (reference, not an API)", res.LargeSize), res.Copy, "")
 	return nil

@@ -1,4 +1,4 @@
-package cmd
+package bench
 
 import (
 	"bufio"
@@ -29,16 +29,12 @@ type benchProc struct {
 	once  sync.Once
 }
 
-// startProc starts this executable with args and env in the app's
+// startProc starts the app's executable with args and env in the app's
 // directory. Protocol lines on its stdout are read (ready is noticed); every
 // other line of stdout and stderr goes to the bench's stderr.
 func (b *bench) startProc(args, env []string) (*benchProc, error) {
-	exe, err := os.Executable()
-	if err != nil {
-		return nil, fmt.Errorf("find the running executable: %w", err)
-	}
-	c := exec.Command(exe, args...)
-	c.Dir = b.r.app.Dir
+	c := exec.Command(b.exe, args...)
+	c.Dir = b.opts.Dir
 	c.Env = env
 	c.Stderr = b.stderr
 	c.SysProcAttr = benchSysProcAttr()
