@@ -14,7 +14,7 @@ func TestEveryCommandSpeaksJSON(t *testing.T) {
 		{"migrate"}, {"migrate", "status"}, {"migrate", "down"}, {"dispatch"}, {"version"},
 		{"fleet:status"}, {"fleet:pause"}, {"fleet:continue"}, {"fleet:terminate"}, {"fleet:workload"}, {"fleet:masters"},
 		{"fleet:failed"}, {"fleet:retry"}, {"fleet:forget"}, {"fleet:cancel"}, {"fleet:jobs"}, {"fleet:job"}, {"fleet:metrics"}, {"fleet:periodic"},
-		{"fleet:clear"},
+		{"fleet:clear"}, {"fleet:trim"},
 	} {
 		r := run(t, t.TempDir(), nil, append(args, "--help")...)
 		if r.code != 0 || !strings.Contains(r.stdout, "--json") {
