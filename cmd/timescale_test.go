@@ -132,8 +132,15 @@ func TestTimescaleFleet(t *testing.T) {
 	if r := run(t, dir, env, "fleet:workload"); r.code != 0 {
 		t.Fatalf("fleet:workload: %+v", r)
 	}
+	// The master's own upkeep runs on the hypertables, and fails nowhere.
+	eventually(t, 20*time.Second, "the master's history upkeep", func() bool {
+		return query(t, url, `SELECT count(*) FROM fleet_duties WHERE duty = 'partitions' AND done_at IS NOT NULL`) > 0
+	})
 	_ = master.Cmd.Process.Signal(syscall.SIGTERM)
 	<-master.Done
+	if out := master.Output(); strings.Contains(out, "duty failed") || strings.Contains(out, "level=ERROR") {
+		t.Fatalf("the master failed a duty on hypertables:\n%s", out)
+	}
 
 	oldHistory(t, url)
 	total := query(t, url, `SELECT count(*) FROM fleet_jobs`)
