@@ -29,9 +29,15 @@ import (
 // is "true" or FLEET_TEST_REQUIRE is "all" (as .ci/run sets, after
 // installing it), where it fails.
 
-// EnvRequire names the variable that, set to "all", makes a test fail
-// rather than skip when what it needs is not installed.
-const EnvRequire = "FLEET_TEST_REQUIRE"
+const (
+	// EnvRequire names the variable that, set to "all", makes a test fail
+	// rather than skip when what it needs is not installed.
+	EnvRequire = "FLEET_TEST_REQUIRE"
+	// EnvNoTimescale names a variable that, set to anything but "" or "0",
+	// makes the harness act as if TimescaleDB were not installed. It exists
+	// to test that path on a machine that has it.
+	EnvNoTimescale = "FLEET_TEST_NO_TIMESCALE"
+)
 
 // timescaleSettings are the server settings of the TimescaleDB cluster.
 // fleet needs none of TimescaleDB's background jobs (it drops chunks
@@ -142,6 +148,10 @@ func (x *tsHarness) database(t testing.TB, template string) string {
 // setup checks that TimescaleDB is installed, starts the cluster and makes
 // its templates.
 func (x *tsHarness) setup() {
+	if v := os.Getenv(EnvNoTimescale); v != "" && v != "0" {
+		x.missing = EnvNoTimescale + " is set"
+		return
+	}
 	lib, err := pgcluster.LibraryDir()
 	if err != nil {
 		x.missing = err.Error()
