@@ -57,6 +57,7 @@ type cleanupResult struct {
 // and vacuums the tables it deleted rows from.
 func (d db) cleanup(ctx context.Context, prefix string) (cleanupResult, error) {
 	var res cleanupResult
+	var completed, other int64 // history rows deleted
 	steps := []struct {
 		what string
 		sql  string
@@ -64,7 +65,10 @@ func (d db) cleanup(ctx context.Context, prefix string) (cleanupResult, error) {
 	}{
 		{"queued jobs", `DELETE FROM queue_jobs WHERE left(queue, length($1)) = $1`, &res.Jobs},
 		{"failed jobs", `DELETE FROM queue_failed_jobs WHERE left(queue, length($1)) = $1`, &res.FailedJobs},
-		{"history", `DELETE FROM fleet_jobs WHERE left(queue, length($1)) = $1`, &res.History},
+		// The history's two tables, not fleet_jobs: on TimescaleDB that is a
+		// view, which takes no DELETE.
+		{"completed history", `DELETE FROM fleet_jobs_completed WHERE left(queue, length($1)) = $1`, &completed},
+		{"other history", `DELETE FROM fleet_jobs_failed WHERE left(queue, length($1)) = $1`, &other},
 		{"counters", `DELETE FROM fleet_counters WHERE left(queue, length($1)) = $1`, nil},
 		{"runtime counters", `DELETE FROM fleet_runtime_counters WHERE left(queue, length($1)) = $1`, nil},
 		{"metrics", `DELETE FROM fleet_metrics WHERE kind = 'queue' AND left(subject, length($1)) = $1`, nil},
@@ -78,6 +82,7 @@ func (d db) cleanup(ctx context.Context, prefix string) (cleanupResult, error) {
 			*st.n = tag.RowsAffected()
 		}
 	}
+	res.History = completed + other
 	// The deleted rows would otherwise stay as dead entries where the next
 	// scenario's claims and counts read (autovacuum may be off, and is
 	// slow to come in any case), so each scenario starts from a vacuumed
@@ -85,7 +90,7 @@ func (d db) cleanup(ctx context.Context, prefix string) (cleanupResult, error) {
 	for _, table := range []struct {
 		name string
 		n    int64
-	}{{"queue_jobs", 1}, {"fleet_jobs", res.History}} { // queue_jobs always: an earlier run may have left it so
+	}{{"queue_jobs", 1}, {"fleet_jobs_completed", completed}, {"fleet_jobs_failed", other}} { // queue_jobs always: an earlier run may have left it so
 		if table.n == 0 {
 			continue
 		}

@@ -14,7 +14,7 @@ func TestEveryCommandSpeaksJSON(t *testing.T) {
 		{"migrate"}, {"migrate", "status"}, {"migrate", "down"}, {"dispatch"}, {"version"},
 		{"fleet:status"}, {"fleet:pause"}, {"fleet:continue"}, {"fleet:terminate"}, {"fleet:workload"}, {"fleet:masters"},
 		{"fleet:failed"}, {"fleet:retry"}, {"fleet:forget"}, {"fleet:cancel"}, {"fleet:jobs"}, {"fleet:job"}, {"fleet:metrics"}, {"fleet:periodic"},
-		{"fleet:clear"},
+		{"fleet:clear"}, {"fleet:trim"},
 	} {
 		r := run(t, t.TempDir(), nil, append(args, "--help")...)
 		if r.code != 0 || !strings.Contains(r.stdout, "--json") {
@@ -66,7 +66,8 @@ func TestJSONOfStateAndChanges(t *testing.T) {
 	same(d["dispatched"].(map[string]any)["queue"], `"mail"`)
 
 	st := js(0, "migrate", "status")
-	same(st["sets"], `[{"applied":true,"dirty":false,"latest":8,"set":"queue","version":8},{"applied":true,"dirty":false,"latest":9,"set":"fleet","version":9}]`)
+	same(st["sets"], `[{"applied":true,"dirty":false,"latest":8,"set":"queue","version":8},{"applied":true,"dirty":false,"latest":10,"set":"fleet","version":10}]`)
+	same(st["history"], `"partitions"`)
 	same(js(0, "migrate")["applied"], `0`)
 	down := js(0, "migrate", "down", "--set", "fleet", "--steps", "1")
 	same(down["rolled_back"], `1`)

@@ -6,6 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/fleet-go/fleet/config"
 	"github.com/fleet-go/fleet/migrations"
 )
 
@@ -16,6 +17,11 @@ type migrateResult struct {
 	RolledBack *int                   `json:"rolled_back,omitempty"`
 	Set        string                 `json:"set,omitempty"`
 	Sets       []migrations.SetStatus `json:"sets"`
+	// History is the layout of fleet_jobs and fleet_metrics: partitions
+	// or hypertables ("" before the fleet set is applied).
+	History string `json:"history,omitempty"`
+	// ConvertedFrom is the layout migrate converted the history from.
+	ConvertedFrom string `json:"converted_from,omitempty"`
 }
 
 func (r *runner) migrateCommand() *cobra.Command {
@@ -25,11 +31,11 @@ func (r *runner) migrateCommand() *cobra.Command {
 		Short: "Apply the queue and fleet migration sets (idempotent)",
 		Args:  cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
-			url, err := r.migrationURL(c.Context())
+			url, cfg, err := r.migrationSetup(c.Context())
 			if err != nil {
 				return err
 			}
-			n, err := migrations.Up(c.Context(), url)
+			res, err := migrations.UpWith(c.Context(), url, migrations.Options{Timescale: cfg.Fleet.Timescale})
 			if err != nil {
 				return err
 			}
@@ -38,14 +44,20 @@ func (r *runner) migrateCommand() *cobra.Command {
 				return err
 			}
 			if asJSON {
-				return printJSON(c.OutOrStdout(), migrateResult{Applied: &n, Sets: statuses})
+				return printJSON(c.OutOrStdout(), migrateResult{Applied: &res.Applied, Sets: statuses,
+					History: res.Layout, ConvertedFrom: res.ConvertedFrom})
 			}
-			if n == 0 {
+			if res.Applied == 0 && res.ConvertedFrom == "" {
 				fmt.Fprintln(c.OutOrStdout(), "nothing to migrate: the database is up to date")
-			} else {
-				fmt.Fprintf(c.OutOrStdout(), "applied %d migration(s)\n", n)
+			} else if res.Applied > 0 {
+				fmt.Fprintf(c.OutOrStdout(), "applied %d migration(s)\n", res.Applied)
+			}
+			if res.ConvertedFrom != "" {
+				fmt.Fprintf(c.OutOrStdout(), "converted the history from %s to %s (fleet.timescale = %q)\n",
+					layoutName(res.ConvertedFrom), layoutName(res.Layout), cfg.Fleet.Timescale)
 			}
 			printMigrationStatus(c, statuses)
+			printHistoryLayout(c, res.Layout)
 			return nil
 		},
 	}
@@ -64,12 +76,17 @@ func (r *runner) migrateCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			layout, err := migrations.HistoryLayout(c.Context(), url)
+			if err != nil {
+				return err
+			}
 			if asJSON {
-				if err := printJSON(c.OutOrStdout(), migrateResult{Sets: statuses}); err != nil {
+				if err := printJSON(c.OutOrStdout(), migrateResult{Sets: statuses, History: layout}); err != nil {
 					return err
 				}
 			} else {
 				printMigrationStatus(c, statuses)
+				printHistoryLayout(c, layout)
 			}
 			return migrationsPending(statuses)
 		},
@@ -128,24 +145,50 @@ func (r *runner) migrateCommand() *cobra.Command {
 // set, see database.migrationTarget) after checking that the database
 // answers, so an unreachable one is a single clear line.
 func (r *runner) migrationURL(ctx context.Context) (string, error) {
+	url, _, err := r.migrationSetup(ctx)
+	return url, err
+}
+
+// migrationSetup is migrationURL with the configuration it read.
+func (r *runner) migrationSetup(ctx context.Context) (string, *config.Config, error) {
 	cfg, err := r.loadConfig()
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	db, err := databaseOf(cfg)
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	target, err := db.migrationTarget()
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	pool, err := openPool(ctx, target, 1, "fleet migrate")
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	pool.Close()
-	return target.url, nil
+	return target.url, cfg, nil
+}
+
+// layoutName says a history layout in words.
+func layoutName(layout string) string {
+	switch layout {
+	case migrations.LayoutHypertables:
+		return "TimescaleDB hypertables"
+	case migrations.LayoutPartitions:
+		return "native partitions"
+	}
+	return layout
+}
+
+// printHistoryLayout prints the line that says where the history lives,
+// when the fleet set has made its tables.
+func printHistoryLayout(c *cobra.Command, layout string) {
+	if layout == "" {
+		return
+	}
+	fmt.Fprintf(c.OutOrStdout(), "history: %s (fleet_jobs, fleet_metrics)\n", layoutName(layout))
 }
 
 // migrationsPending returns an ExitMigrationsPending error, silent (the

@@ -242,6 +242,7 @@ func (r *runner) rootCommand() *cobra.Command {
 		r.retryCommand(),
 		r.forgetCommand(),
 		r.clearCommand(),
+		r.trimCommand(),
 		r.cancelCommand(),
 		r.jobsCommand(),
 		r.jobCommand(),

@@ -138,6 +138,13 @@ type FleetConfig struct {
 	LongWaitWebhook string `toml:"long_wait_webhook"`
 	// Trim says how long history is kept.
 	Trim TrimConfig `toml:"trim"`
+	// Timescale is "auto" or "off": with auto, app migrate puts the history
+	// and snapshot tables (fleet_jobs, fleet_metrics) on TimescaleDB
+	// hypertables when the timescaledb extension is installed in the
+	// database, else on native partitions; with off, on native partitions
+	// whatever is installed. app migrate converts a database whose tables
+	// are in the other layout.
+	Timescale string `toml:"timescale"`
 	// HTTP is the master's listener for /metrics and the dashboard.
 	HTTP HTTPConfig `toml:"http"`
 	// Path is where the dashboard is served.
@@ -194,6 +201,12 @@ type SupervisorConfig struct {
 	TimeoutSecs       *int  `toml:"timeout_secs"`
 }
 
+// The values of fleet.timescale.
+const (
+	TimescaleAuto = "auto"
+	TimescaleOff  = "off"
+)
+
 // TrimConfig says how long job history and metrics are kept.
 type TrimConfig struct {
 	CompletedHours int `toml:"completed_hours"`
@@ -238,6 +251,7 @@ func Default() Config {
 			StartTimeoutSecs:        int(defaults.StartTimeout / time.Second),
 			LongWaitCooldownMinutes: int(defaults.LongWaitCooldown / time.Minute),
 			Trim:                    TrimConfig{CompletedHours: defaults.CompletedHours, FailedDays: defaults.FailedDays, MetricsDays: defaults.MetricsDays},
+			Timescale:               TimescaleAuto,
 			HTTP:                    HTTPConfig{Addr: "127.0.0.1:9465"},
 			Path:                    "/_fleet",
 			Dashboard:               true,

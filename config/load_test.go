@@ -127,6 +127,7 @@ func TestLoadFullFile(t *testing.T) {
 			LongWaitCooldownMinutes: 30,
 			LongWaitWebhook:         "https://hooks.example.com/fleet",
 			Trim:                    TrimConfig{CompletedHours: 48, FailedDays: 14, MetricsDays: 60},
+			Timescale:               "off",
 			HTTP:                    HTTPConfig{Addr: ":9000"},
 			Path:                    "/admin/fleet",
 			Dashboard:               false,

@@ -27,7 +27,7 @@ import (
 // character, at most 200 bytes); the fleet section's cooldowns, shift and retentions are at least 1,
 // queue.limits patterns are path.Match patterns with limits of at least 1;
 // fleet.master_ttl_secs at least 1 with fleet.beat_interval_ms below half
-// of it, fleet.on_stop leave or linger, fleet.name free of tabs, newlines
+// of it, fleet.on_stop leave or linger, fleet.timescale auto or off, fleet.name free of tabs, newlines
 // and braces, long-wait thresholds at least 0, fleet.path a URL path such
 // as /_fleet (see checkDashboardPath), and for each
 // fleet.periodic.NAME: cron and job set, catch_up none, last or all,
@@ -85,6 +85,7 @@ func (c *Config) Validate() error {
 		atLeast("fleet.trim.completed_hours", f.Trim.CompletedHours, 1),
 		atLeast("fleet.trim.failed_days", f.Trim.FailedDays, 1),
 		atLeast("fleet.trim.metrics_days", f.Trim.MetricsDays, 1),
+		oneOf("fleet.timescale", f.Timescale, secrets, TimescaleAuto, TimescaleOff),
 	)
 	if f.MasterTTLSecs >= 1 && f.BeatIntervalMs >= 10 && f.BeatIntervalMs*2 >= f.MasterTTLSecs*1000 {
 		// One lost beat must never expire the row.

@@ -69,6 +69,11 @@ func TestValidate(t *testing.T) {
 			want:   `log.format: must be text or json, got "xml"`,
 		},
 		{
+			name:   "timescale",
+			modify: func(c *Config) { c.Fleet.Timescale = "on" },
+			want:   `fleet.timescale: must be auto or off, got "on"`,
+		},
+		{
 			name:   "workers",
 			modify: func(c *Config) { c.Queue.Workers = 0 },
 			want:   "queue.workers: must be at least 1, got 0",

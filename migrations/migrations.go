@@ -19,7 +19,8 @@ import (
 	"github.com/golang-migrate/migrate/v4"
 	pgxmigrate "github.com/golang-migrate/migrate/v4/database/pgx/v5"
 	"github.com/golang-migrate/migrate/v4/source/iofs"
-	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx" for golang-migrate
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
 )
 
 //go:embed queue/*.sql fleet/*.sql
@@ -49,14 +50,73 @@ type SetStatus struct {
 	Applied bool   `json:"applied"`
 }
 
-// Up applies every pending migration of every set, in order. Running it again
-// changes nothing. It reports how many migrations it applied itself: runs
-// at the same time on one database take turns per set, and each counts only
-// the migrations it applied, so together they report each migration once.
+// Up applies every pending migration of every set, in order, with the
+// default Options. It reports how many migrations it applied (see UpWith).
 func Up(ctx context.Context, databaseURL string) (int, error) {
-	applied := 0
+	res, err := UpWith(ctx, databaseURL, Options{})
+	return res.Applied, err
+}
+
+// The values of Options.Timescale, the configuration key fleet.timescale.
+const (
+	// TimescaleAuto puts the history on hypertables when the timescaledb
+	// extension is installed in the database, else on native partitions.
+	TimescaleAuto = "auto"
+	// TimescaleOff keeps the history on native partitions.
+	TimescaleOff = "off"
+)
+
+// The layouts of the history and snapshot tables (UpResult.Layout).
+const (
+	// LayoutPartitions: fleet_jobs and fleet_metrics are partitioned by
+	// PostgreSQL itself.
+	LayoutPartitions = "partitions"
+	// LayoutHypertables: fleet_jobs_completed, fleet_jobs_failed and
+	// fleet_metrics are TimescaleDB hypertables, and fleet_jobs a view of
+	// the first two.
+	LayoutHypertables = "hypertables"
+)
+
+// Options shape UpWith.
+type Options struct {
+	// Timescale says which layout the history takes: TimescaleAuto (also
+	// "") or TimescaleOff. It reaches the migrations' SQL as the setting
+	// fleet.timescale of their sessions.
+	Timescale string
+}
+
+// UpResult is what UpWith did.
+type UpResult struct {
+	// Applied counts the migrations this run applied itself.
+	Applied int `json:"applied"`
+	// Layout is the history's layout afterwards: LayoutPartitions or
+	// LayoutHypertables.
+	Layout string `json:"layout"`
+	// ConvertedFrom is the layout the history was converted from by this
+	// run, "" when it was not converted (or did not exist before).
+	ConvertedFrom string `json:"converted_from,omitempty"`
+}
+
+// UpWith applies every pending migration of every set, in order, then puts
+// the history in the layout opts ask for: a database whose history is in
+// the other layout (migrated before TimescaleDB was installed, or with
+// another fleet.timescale) is converted, its rows moved, not copied beside
+// them. Running it again changes nothing. It reports how many migrations
+// it applied itself: runs at the same time on one database take turns per
+// set, and each counts only the migrations it applied, so together they
+// report each migration once.
+func UpWith(ctx context.Context, databaseURL string, opts Options) (UpResult, error) {
+	var res UpResult
+	setting, err := timescaleSetting(opts.Timescale)
+	if err != nil {
+		return res, err
+	}
+	before, err := historyLayout(ctx, databaseURL, setting)
+	if err != nil {
+		return res, err
+	}
 	for _, set := range Sets() {
-		n, err := withMigrate(ctx, databaseURL, set, true, func(m *migrate.Migrate) (int, error) {
+		n, err := withMigrate(ctx, databaseURL, setting, set, true, func(m *migrate.Migrate) (int, error) {
 			before, _, err := version(m)
 			if err != nil {
 				return 0, err
@@ -71,11 +131,59 @@ func Up(ctx context.Context, databaseURL string) (int, error) {
 			return countBetween(set, before, after)
 		})
 		if err != nil {
-			return applied, fmt.Errorf("migrate set %q up: %w", set.Name, err)
+			return res, fmt.Errorf("migrate set %q up: %w", set.Name, err)
 		}
-		applied += n
+		res.Applied += n
 	}
-	return applied, nil
+	db, err := openDB(databaseURL, setting)
+	if err != nil {
+		return res, err
+	}
+	defer db.Close()
+	if err := db.QueryRowContext(ctx, `SELECT fleet_history_convert()`).Scan(&res.Layout); err != nil {
+		return res, fmt.Errorf("put the history in its layout (fleet.timescale = %q): %w", setting, err)
+	}
+	if before != "" && before != res.Layout {
+		res.ConvertedFrom = before
+	}
+	return res, nil
+}
+
+// timescaleSetting checks a value of Options.Timescale and returns it as
+// the migrations read it.
+func timescaleSetting(v string) (string, error) {
+	switch v {
+	case "", TimescaleAuto:
+		return TimescaleAuto, nil
+	case TimescaleOff:
+		return TimescaleOff, nil
+	}
+	return "", fmt.Errorf("fleet.timescale is %q: want %q or %q", v, TimescaleAuto, TimescaleOff)
+}
+
+// HistoryLayout reads the layout of the history and snapshot tables:
+// LayoutPartitions, LayoutHypertables, or "" when the fleet set has not
+// created them.
+func HistoryLayout(ctx context.Context, databaseURL string) (string, error) {
+	return historyLayout(ctx, databaseURL, TimescaleAuto)
+}
+
+// historyLayout reads the history's layout, "" when fleet_jobs does not
+// exist (yet).
+func historyLayout(ctx context.Context, databaseURL, setting string) (string, error) {
+	db, err := openDB(databaseURL, setting)
+	if err != nil {
+		return "", err
+	}
+	defer db.Close()
+	var layout sql.NullString
+	err = db.QueryRowContext(ctx, `
+		SELECT CASE c.relkind WHEN 'v' THEN 'hypertables' WHEN 'p' THEN 'partitions' END
+		FROM pg_class c WHERE c.oid = to_regclass('fleet_jobs')`).Scan(&layout)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return "", fmt.Errorf("read the history's layout: %w", err)
+	}
+	return layout.String, nil
 }
 
 // Down rolls back the last steps migrations of the named set.
@@ -87,7 +195,7 @@ func Down(ctx context.Context, databaseURL, setName string, steps int) error {
 	if !ok {
 		return fmt.Errorf("unknown migration set %q (sets: queue, fleet)", setName)
 	}
-	_, err := withMigrate(ctx, databaseURL, set, true, func(m *migrate.Migrate) (int, error) {
+	_, err := withMigrate(ctx, databaseURL, TimescaleAuto, set, true, func(m *migrate.Migrate) (int, error) {
 		err := m.Steps(-steps)
 		if errors.Is(err, migrate.ErrNoChange) {
 			return 0, nil
@@ -109,7 +217,7 @@ func Status(ctx context.Context, databaseURL string) ([]SetStatus, error) {
 			return nil, err
 		}
 		st := SetStatus{Set: set.Name, Latest: latest}
-		_, err = withMigrate(ctx, databaseURL, set, false, func(m *migrate.Migrate) (int, error) {
+		_, err = withMigrate(ctx, databaseURL, TimescaleAuto, set, false, func(m *migrate.Migrate) (int, error) {
 			v, dirty, err := version(m)
 			st.Version, st.Dirty, st.Applied = v, dirty, v > 0
 			return 0, err
@@ -198,17 +306,18 @@ func version(m *migrate.Migrate) (uint, bool, error) {
 }
 
 // withMigrate opens a connection for one set and runs fn with a migrator
-// bound to that set's table. golang-migrate takes no context, so ctx only
-// bounds opening the connection (and waiting for the set's lock).
+// bound to that set's table; its sessions have fleet.timescale set to
+// timescale. golang-migrate takes no context, so ctx only bounds opening
+// the connection (and waiting for the set's lock).
 //
 // With exclusive, fn runs holding a session advisory lock of the set's
 // own, taken before fn reads the version it starts from: golang-migrate
 // locks only around each of its calls, so two runs could both read the
 // version before either migrated and both count the other's migrations.
-func withMigrate(ctx context.Context, databaseURL string, set Set, exclusive bool, fn func(*migrate.Migrate) (int, error)) (int, error) {
-	db, err := sql.Open("pgx", databaseURL)
+func withMigrate(ctx context.Context, databaseURL, timescale string, set Set, exclusive bool, fn func(*migrate.Migrate) (int, error)) (int, error) {
+	db, err := openDB(databaseURL, timescale)
 	if err != nil {
-		return 0, fmt.Errorf("open database: %w", err)
+		return 0, err
 	}
 	defer db.Close()
 	if err := db.PingContext(ctx); err != nil {
@@ -244,6 +353,23 @@ func withMigrate(ctx context.Context, databaseURL string, set Set, exclusive boo
 	}
 	defer m.Close()
 	return fn(m)
+}
+
+// openDB opens a database/sql pool on databaseURL whose sessions have the
+// setting fleet.timescale, which the migrations read, set to timescale. It
+// is a setting of the session, not a startup parameter, so that a pooler
+// that refuses unknown startup parameters lets it through.
+func openDB(databaseURL, timescale string) (*sql.DB, error) {
+	cfg, err := pgx.ParseConfig(databaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("open database: %w", err)
+	}
+	return stdlib.OpenDB(*cfg, stdlib.OptionAfterConnect(func(ctx context.Context, conn *pgx.Conn) error {
+		if _, err := conn.Exec(ctx, `SELECT set_config('fleet.timescale', $1, false)`, timescale); err != nil {
+			return fmt.Errorf("set fleet.timescale: %w", err)
+		}
+		return nil
+	})), nil
 }
 
 // Fingerprint is a short hash of every embedded migration file. Test

@@ -93,6 +93,29 @@ func FindBinaries() (string, error) {
 		"or set a database URL to use an existing server")
 }
 
+// LibraryDir returns the directory the installed server loads extension
+// libraries from: what pg_config --pkglibdir says, pg_config being the one
+// beside the binaries FindBinaries finds, else the "lib" directory beside
+// those binaries (Debian's layout), when it exists. An extension that a
+// server must preload (shared_preload_libraries) is installed when its
+// library is there.
+func LibraryDir() (string, error) {
+	bin, err := FindBinaries()
+	if err != nil {
+		return "", err
+	}
+	if out, err := exec.Command(filepath.Join(bin, "pg_config"), "--pkglibdir").Output(); err == nil {
+		if dir := strings.TrimSpace(string(out)); dir != "" {
+			return dir, nil
+		}
+	}
+	dir := filepath.Join(filepath.Dir(bin), "lib")
+	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+		return "", fmt.Errorf("no library directory for the PostgreSQL binaries in %s: no pg_config there, and no %s", bin, dir)
+	}
+	return dir, nil
+}
+
 // hasBinaries reports whether dir holds initdb and pg_ctl.
 func hasBinaries(dir string) bool {
 	for _, name := range []string{"initdb", "pg_ctl"} {

@@ -110,6 +110,19 @@ func TestFindBinaries(t *testing.T) {
 	t.Logf("binaries in %s", dir)
 }
 
+// The library directory holds the libraries every server has, such as
+// plpgsql's.
+func TestLibraryDir(t *testing.T) {
+	needBinaries(t)
+	dir, err := pgcluster.LibraryDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if matches, _ := filepath.Glob(filepath.Join(dir, "plpgsql.*")); len(matches) == 0 {
+		t.Fatalf("no plpgsql library in %s", dir)
+	}
+}
+
 func TestFindBinariesMissing(t *testing.T) {
 	t.Setenv("PATH", t.TempDir())
 	dir, err := pgcluster.FindBinaries()

@@ -99,13 +99,14 @@ type harness struct {
 var h harness
 
 // Main runs the package's tests, then stops the throwaway cluster the harness
-// started (dropping the template it made there first) and checks, when the
+// started (dropping the template it made there first) and the TimescaleDB
+// cluster of TimescaleURL, and checks, when the
 // tests passed, that they leaked no goroutines. It exits the process with
 // the tests' code, or 1 when teardown fails or goroutines leaked.
 func Main(m *testing.M) {
 	h.running = true
 	code := m.Run()
-	if err := h.teardown(); err != nil {
+	if err := errors.Join(h.teardown(), ts.teardown()); err != nil {
 		fmt.Fprintf(os.Stderr, "pgtest: %v\n", err)
 		if code == 0 {
 			code = 1
@@ -336,12 +337,25 @@ fi
 rm -rf "$2"
 `
 
-// startWatchdog starts the watchdog of a throwaway cluster. It runs in a
-// session of its own, so a Ctrl-C that kills the tests does not kill it.
+// startWatchdog starts the watchdog of a throwaway cluster (see
+// startWatchdogOf).
 func (h *harness) startWatchdog(dataDir, dir string) error {
+	cmd, w, err := startWatchdogOf(dataDir, dir)
+	if err != nil {
+		return err
+	}
+	h.watchdog, h.watchPipe = cmd, w
+	return nil
+}
+
+// startWatchdogOf starts a watchdog (watchdogScript) for the cluster of
+// dataDir in dir, and returns it with the pipe whose closing makes it
+// clean up. It runs in a session of its own, so a Ctrl-C that kills the
+// tests does not kill it.
+func startWatchdogOf(dataDir, dir string) (*exec.Cmd, *os.File, error) {
 	r, w, err := os.Pipe()
 	if err != nil {
-		return fmt.Errorf("start cluster watchdog: %w", err)
+		return nil, nil, fmt.Errorf("start cluster watchdog: %w", err)
 	}
 	cmd := exec.Command("/bin/sh", "-c", watchdogScript, "pgtest-watchdog", dataDir, dir)
 	cmd.Stdin = r
@@ -350,10 +364,9 @@ func (h *harness) startWatchdog(dataDir, dir string) error {
 	_ = r.Close()
 	if err != nil {
 		_ = w.Close()
-		return fmt.Errorf("start cluster watchdog: %w", err)
+		return nil, nil, fmt.Errorf("start cluster watchdog: %w", err)
 	}
-	h.watchdog, h.watchPipe = cmd, w
-	return nil
+	return cmd, w, nil
 }
 
 // stopWatchdog lets the watchdog clean up and waits for it to exit.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -195,6 +196,39 @@ func TestUnreachableServerFails(t *testing.T) {
 	}
 	if strings.Contains(string(out), "secret") {
 		t.Errorf("child output shows the password:\n%s", out)
+	}
+}
+
+// TestTimescaleMissingSkipsOrFails runs this test binary as if TimescaleDB
+// were not installed: a test asking for it skips, saying why, unless CI is
+// true or FLEET_TEST_REQUIRE is all, where it fails.
+func TestTimescaleMissingSkipsOrFails(t *testing.T) {
+	if os.Getenv("PGTEST_TIMESCALE_CHILD") == "1" {
+		pgtest.TimescaleURL(t)
+		return
+	}
+	t.Parallel()
+	var base []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "CI=") && !strings.HasPrefix(kv, pgtest.EnvRequire+"=") {
+			base = append(base, kv)
+		}
+	}
+	for _, c := range []struct {
+		env  []string
+		pass bool
+		want string
+	}{
+		{nil, true, "--- SKIP: TestTimescaleMissingSkipsOrFails"},
+		{[]string{pgtest.EnvRequire + "=all"}, false, "TimescaleDB is required here"},
+		{[]string{"CI=true"}, false, "TimescaleDB is required here"},
+	} {
+		cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^TestTimescaleMissingSkipsOrFails$", "-test.count=1", "-test.v")
+		cmd.Env = append(append(slices.Clone(base), "PGTEST_TIMESCALE_CHILD=1", pgtest.EnvNoTimescale+"=1"), c.env...)
+		out, err := cmd.CombinedOutput()
+		if (err == nil) != c.pass || !strings.Contains(string(out), c.want) || !strings.Contains(string(out), pgtest.EnvNoTimescale+" is set") {
+			t.Errorf("with %v: err %v, want passing %v and %q:\n%s", c.env, err, c.pass, c.want, out)
+		}
 	}
 }
 

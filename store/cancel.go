@@ -82,7 +82,7 @@ const jobCancelLockSQL = `SELECT id FROM queue_jobs WHERE id = ANY ($1::bigint[]
 // cancel of the reserved ones (who: $2; a first request stays), notifying
 // their workers at commit. It reads the jobs by primary key: its cost
 // grows with $1 alone. No counter counts a job cancelled before it ran.
-const jobCancelSQL = `
+var jobCancelSQL = `
 	WITH gone AS (
 		DELETE FROM queue_jobs j
 		WHERE j.id = ANY ($1::bigint[]) AND j.reserved_by IS NULL
@@ -92,12 +92,9 @@ const jobCancelSQL = `
 		SET cancel_requested_at = COALESCE(j.cancel_requested_at, now()), cancelled_by = COALESCE(j.cancelled_by, $2)
 		WHERE j.id = ANY ($1::bigint[]) AND j.reserved_by IS NOT NULL
 		RETURNING j.id, j.lease, j.cancelled_by
-	), history AS (
-		INSERT INTO fleet_jobs (job_id, queue, name, attempt, status, reserved_at, started_at, finished_at,
-		                        runtime_ms, error, master, worker, tags)
-		SELECT id, queue, name, attempts, 'cancelled', NULL, now(), now(), 0, 'cancelled by ' || $2, NULL, NULL, tags
-		FROM gone
-	), freed AS (
+	), ` + historyInsert("history", `
+		SELECT id, queue, name, attempts, 'cancelled', NULL::timestamptz, now(), now(), 0, 'cancelled by ' || $2, NULL, NULL, tags
+		FROM gone`) + `, freed AS (
 		SELECT limit_key AS key, count(*)::integer AS n FROM gone
 		WHERE limit_key IS NOT NULL AND available_at <> 'infinity' GROUP BY limit_key
 	), ` + limitHandoffCTEs + `, notified AS (

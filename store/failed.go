@@ -256,6 +256,17 @@ func (s *Store) FailedJobForgetAll(ctx context.Context, f FailedFilter) (int, er
 	return int(tag.RowsAffected()), nil
 }
 
+// FailedJobTrimCount counts the failed jobs older than age: those
+// FailedJobTrim would delete.
+func (s *Store) FailedJobTrimCount(ctx context.Context, age time.Duration) (int64, error) {
+	var n int64
+	err := s.pool.QueryRow(ctx, `SELECT count(*) FROM queue_failed_jobs WHERE failed_at < now() - $1 * interval '1 millisecond'`, age.Milliseconds()).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("count failed jobs to trim: %w", err)
+	}
+	return n, nil
+}
+
 // FailedJobTrim deletes failed jobs older than age.
 func (s *Store) FailedJobTrim(ctx context.Context, age time.Duration) (int64, error) {
 	tag, err := s.pool.Exec(ctx, `DELETE FROM queue_failed_jobs WHERE failed_at < now() - $1 * interval '1 millisecond'`, age.Milliseconds())

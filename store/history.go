@@ -74,11 +74,35 @@ func runtimeCounted(rows, shard string) string {
 		ON CONFLICT (queue, name, shard, bucket) DO UPDATE SET n = r.n + EXCLUDED.n, sum_ms = r.sum_ms + EXCLUDED.sum_ms`
 }
 
+// historyColumns are the columns of the history that fleet's statements
+// write, in the order historyInsert takes them.
+const historyColumns = `job_id, queue, name, attempt, status, reserved_at, started_at, finished_at, runtime_ms, error, master, worker, tags`
+
+// historyInsert returns the CTEs that write the rows of query (a SELECT of
+// historyColumns, in order) to the history: name+"_rows" holds them, name
+// inserts the completed attempts into fleet_jobs_completed and
+// name+"_other" the others into fleet_jobs_failed. Both are tables in
+// either layout (partitions of fleet_jobs, or TimescaleDB hypertables
+// behind the view fleet_jobs), so the statement is the same on both and no
+// row goes through the view's trigger. A row without a status goes to
+// fleet_jobs_failed, whose NOT NULL refuses it.
+func historyInsert(name, query string) string {
+	return name + `_rows (` + historyColumns + `) AS (` + query + `
+	), ` + name + ` AS (
+		INSERT INTO fleet_jobs_completed (` + historyColumns + `)
+		SELECT * FROM ` + name + `_rows WHERE status = 'completed'
+	), ` + name + `_other AS (
+		INSERT INTO fleet_jobs_failed (` + historyColumns + `)
+		SELECT * FROM ` + name + `_rows WHERE status IS DISTINCT FROM 'completed'
+	)`
+}
+
 // PartitionsEnsure creates the missing history partitions from the hour
 // (day) before now up to hoursAhead hours (daysAhead days) ahead, and those
 // of any hour (day) whose rows wait in a default partition, moving such rows
 // in; it reports how many it created. A partition whose table is busy for
-// over a second is left for the next call.
+// over a second is left for the next call. On TimescaleDB hypertables it
+// creates nothing and reports 0: chunks are made as rows arrive.
 func (s *Store) PartitionsEnsure(ctx context.Context, hoursAhead, daysAhead int) (int, error) {
 	var n int
 	if err := s.pool.QueryRow(ctx, `SELECT fleet_partitions_ensure(now(), $1, $2)`, hoursAhead, daysAhead).Scan(&n); err != nil {
@@ -94,10 +118,11 @@ type TrimParams struct {
 	MetricsDays    int
 }
 
-// PartitionsTrim drops the history partitions whose range ended at least
-// their retention ago and reports how many it dropped. It drops whole
-// partitions only, never a default one, and never deletes rows one by one;
-// a table busy for over a second keeps its partitions until the next call.
+// PartitionsTrim drops the history partitions (on TimescaleDB, chunks)
+// whose range ended at least their retention ago and reports how many it
+// dropped. It drops whole partitions only, never a default one, and never
+// deletes rows one by one; a table busy for over a second keeps its
+// partitions until the next call. HistoryTrim says which it dropped.
 func (s *Store) PartitionsTrim(ctx context.Context, p TrimParams) (int, error) {
 	if p.CompletedHours < 1 || p.FailedDays < 1 || p.MetricsDays < 1 {
 		return 0, errors.New("trim: every retention must be at least 1")
@@ -109,6 +134,100 @@ func (s *Store) PartitionsTrim(ctx context.Context, p TrimParams) (int, error) {
 		return 0, fmt.Errorf("trim history partitions: %w", err)
 	}
 	return n, nil
+}
+
+// The layouts of the history and snapshot tables (HistoryLayout.Kind); see
+// migrations.LayoutPartitions and migrations.LayoutHypertables.
+const (
+	LayoutPartitions  = "partitions"
+	LayoutHypertables = "hypertables"
+)
+
+// HistoryLayout says how fleet_jobs and fleet_metrics are laid out.
+type HistoryLayout struct {
+	// Kind is LayoutPartitions (native partitions: an hour of completed
+	// attempts, a day of the others and of snapshots per partition) or
+	// LayoutHypertables (TimescaleDB hypertables with chunks of those
+	// spans; fleet_jobs is a view of fleet_jobs_completed and
+	// fleet_jobs_failed).
+	Kind string `json:"kind"`
+	// Timescale is the version of the timescaledb extension installed in
+	// the database, "" when it is not.
+	Timescale string `json:"timescale,omitempty"`
+}
+
+// HistoryLayout reads the layout of the history and snapshot tables.
+func (s *Store) HistoryLayout(ctx context.Context) (HistoryLayout, error) {
+	var l HistoryLayout
+	var kind, version *string
+	err := s.pool.QueryRow(ctx, `
+		SELECT fleet_history_layout(), (SELECT extversion FROM pg_extension WHERE extname = 'timescaledb')`).Scan(&kind, &version)
+	if err != nil {
+		return l, fmt.Errorf("read the history's layout: %w", err)
+	}
+	if kind == nil {
+		return l, errors.New("read the history's layout: fleet_jobs does not exist")
+	}
+	l.Kind = *kind
+	if version != nil {
+		l.Timescale = *version
+	}
+	return l, nil
+}
+
+// TrimmedPart is a partition or chunk that HistoryTrim dropped, or would
+// drop.
+type TrimmedPart struct {
+	// Table is fleet_jobs_completed, fleet_jobs_failed or fleet_metrics.
+	Table string `json:"table"`
+	// Name is the partition (fleet_jobs_completed_p2025010203) or the
+	// chunk (_timescaledb_internal._hyper_1_2_chunk).
+	Name string `json:"name"`
+	// From and To bound the rows it held, [From, To); zero when unknown (a
+	// chunk made while the trim ran).
+	From time.Time `json:"from"`
+	To   time.Time `json:"to"`
+	// Bytes is its size on disk with its indexes, before it was dropped.
+	Bytes int64 `json:"bytes"`
+}
+
+// HistoryTrim drops, in either layout, the partitions or chunks of the
+// history and the snapshots whose range ended at least their retention ago,
+// and returns them, oldest first per table: whole partitions or chunks,
+// never a default partition, never rows one by one. With dryRun it drops
+// nothing and returns what it would drop. A table busy for over a second
+// keeps its partitions until the next call and is left out. PartitionsTrim
+// is the same trim, counted.
+func (s *Store) HistoryTrim(ctx context.Context, p TrimParams, dryRun bool) ([]TrimmedPart, error) {
+	if p.CompletedHours < 1 || p.FailedDays < 1 || p.MetricsDays < 1 {
+		return nil, errors.New("trim: every retention must be at least 1")
+	}
+	rows, err := s.pool.Query(ctx, `
+		SELECT parent, part, range_start, range_end, bytes
+		FROM fleet_history_trim(now(), $1, $2, $3, $4)`, p.CompletedHours, p.FailedDays, p.MetricsDays, dryRun)
+	if err != nil {
+		return nil, fmt.Errorf("trim history: %w", err)
+	}
+	parts, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (TrimmedPart, error) {
+		var t TrimmedPart
+		var from, to *time.Time
+		var bytes *int64
+		err := row.Scan(&t.Table, &t.Name, &from, &to, &bytes)
+		if from != nil {
+			t.From = *from
+		}
+		if to != nil {
+			t.To = *to
+		}
+		if bytes != nil {
+			t.Bytes = *bytes
+		}
+		return t, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("trim history: %w", err)
+	}
+	return parts, nil
 }
 
 // DutyClaim decides which master does a periodic duty: it sets the

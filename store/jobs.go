@@ -468,13 +468,10 @@ func jobFinishStatement(releases bool) string {
 		SELECT d.id, d.queue, d.name, d.attempt, d.kind, COALESCE(c.status, d.status) AS status, d.reserved, d.started,
 		       d.finished, d.runtime, COALESCE(c.err, d.err) AS err, c.tags
 		FROM d JOIN changed c ON c.id = d.id AND c.lease = d.lease
-	), history AS (
-		INSERT INTO fleet_jobs (job_id, queue, name, attempt, status, reserved_at, started_at, finished_at,
-		                        runtime_ms, error, master, worker, tags)
+	), ` + historyInsert("history", `
 		SELECT id, queue, name, attempt, status, reserved, started, finished, runtime,
 		       NULLIF(err, ''), NULLIF($15, ''), NULLIF($16, ''), tags
-		FROM written
-	), counted AS (
+		FROM written`) + `, counted AS (
 		` + counterUpsert + `
 		SELECT queue, ` + shard + `, ` + counterIncrements + `
 		FROM written GROUP BY queue ORDER BY queue` + counterConflict + `
@@ -705,7 +702,7 @@ func (s *Store) JobRelease(ctx context.Context, p JobReleaseParams) (int, error)
 // deleted instead, with a 'cancelled' history row, and its concurrency
 // slot handed over: it must not run again. Rows are found by primary key,
 // so the statement's cost grows with its batch.
-const jobReleaseSQL = `
+var jobReleaseSQL = `
 	WITH d AS MATERIALIZED (
 		SELECT * FROM unnest($1::bigint[], $2::bigint[]) AS d(id, lease)
 	), cancelled AS (
@@ -721,16 +718,13 @@ const jobReleaseSQL = `
 		FROM d
 		WHERE j.id = d.id AND j.lease = d.lease AND j.cancel_requested_at IS NULL
 		RETURNING j.id
-	), history AS (
-		INSERT INTO fleet_jobs (job_id, queue, name, attempt, status, reserved_at, started_at, finished_at,
-		                        runtime_ms, error, master, worker, tags)
+	), ` + historyInsert("history", `
 		SELECT id, queue, name, CASE WHEN $3 THEN greatest(attempts - 1, 0) ELSE attempts END, 'cancelled',
 		       reserved_at, COALESCE(reserved_at, now()), now(),
 		       EXTRACT(EPOCH FROM now() - COALESCE(reserved_at, now())) * 1000,
 		       'cancelled by ' || COALESCE(cancelled_by, 'an operator') || ' (its worker gave it back unfinished)',
 		       reserved_master, reserved_by, tags
-		FROM cancelled
-	), freed AS (
+		FROM cancelled`) + `, freed AS (
 		SELECT limit_key AS key, count(*)::integer AS n FROM cancelled
 		WHERE limit_key IS NOT NULL GROUP BY limit_key
 	), ` + limitHandoffCTEs + `

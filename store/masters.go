@@ -282,16 +282,13 @@ func (s *Store) releaseLostAs(ctx context.Context, uncount bool, cond string, de
 			SELECT j.id, j.queue, j.name, j.attempts, j.reserved_at, j.reserved_by, j.reserved_master, j.tags,
 			       j.cancel_requested_at IS NOT NULL AS cancel, j.cancelled_by
 			FROM queue_jobs j WHERE %s FOR UPDATE
-		), history AS (
-			INSERT INTO fleet_jobs (job_id, queue, name, attempt, status, reserved_at, started_at,
-			                        finished_at, runtime_ms, error, master, worker, tags)
+		), `+historyInsert("history", `
 			SELECT id, queue, name, attempts, CASE WHEN cancel THEN 'cancelled' ELSE 'lost' END,
 			       reserved_at, COALESCE(reserved_at, now()), now(),
 			       EXTRACT(EPOCH FROM now() - COALESCE(reserved_at, now())) * 1000,
 			       CASE WHEN cancel THEN 'cancelled by ' || COALESCE(cancelled_by, 'an operator') || '; ' || $%d ELSE $%d END,
 			       reserved_master, reserved_by, tags
-			FROM lost
-		), cancelled AS (
+			FROM lost`)+`, cancelled AS (
 			DELETE FROM queue_jobs j USING lost
 			WHERE j.id = lost.id AND lost.cancel
 			RETURNING j.id, j.limit_key

@@ -211,10 +211,13 @@ type FinishedJob struct {
 // JobHistoryList returns finished attempts with the given status (empty:
 // any), newest first. Each combination of status and queue is a statement
 // of its own (see filter), and each reads about a page of rows whatever the
-// plan, generic or custom: a status prunes the partitions of the others (a
-// status other than completed is then filtered within the partitions it
-// shares with the other unsuccessful ones), and a queue walks
-// fleet_jobs_queue_finished_at_idx backwards. The queue is matched as the
+// plan, generic or custom: a status reads the table of its class alone,
+// fleet_jobs_completed or fleet_jobs_failed (partitions of fleet_jobs, or
+// on TimescaleDB the hypertables behind that view: naming the table, not
+// the status, is what keeps the other out of a plan ordered by queue), a
+// status other than completed is then filtered within the table it shares
+// with the other unsuccessful ones, and a queue walks the (queue,
+// finished_at) index backwards. The queue is matched as the
 // range [queue, queue] and the rows ordered by (queue, finished_at), the
 // same rows in the same order as queue = $n ordered by finished_at, so that
 // this index is the only one giving the order and the range's small
@@ -224,7 +227,13 @@ type FinishedJob struct {
 // queue that holds few of its rows.
 func (s *Store) JobHistoryList(ctx context.Context, status string, p JobListParams) ([]FinishedJob, error) {
 	var f filter
-	if status != "" {
+	table := `fleet_jobs`
+	switch status {
+	case "":
+	case "completed":
+		table = `fleet_jobs_completed`
+	default:
+		table = `fleet_jobs_failed`
 		f.add(`status = $?`, status)
 	}
 	order := `finished_at DESC`
@@ -234,7 +243,7 @@ func (s *Store) JobHistoryList(ctx context.Context, status string, p JobListPara
 	}
 	sql := `
 		SELECT job_id, queue, name, attempt, status, started_at, finished_at, runtime_ms, error, master, worker
-		FROM fleet_jobs` + f.where() + `
+		FROM ` + table + f.where() + `
 		ORDER BY ` + order + f.page(p.Limit, p.Offset)
 	rows, err := s.pool.Query(ctx, sql, f.args...)
 	if err != nil {

@@ -151,11 +151,13 @@ func TestWorkerHoldsAtMostConcurrencyPlusItsBounds(t *testing.T) {
 	}
 	b.dispatch(t, jobs...)
 	// The database is made slow to write outcomes: every history insert
-	// waits, so outcomes pile up faster than they are written.
+	// waits, so outcomes pile up faster than they are written. (fleet's
+	// statements write completed attempts into fleet_jobs_completed, not
+	// through fleet_jobs.)
 	if _, err := b.pool.Exec(context.Background(), `
 		CREATE FUNCTION slow_history() RETURNS trigger LANGUAGE plpgsql AS $$
 		BEGIN PERFORM pg_sleep(0.05); RETURN NULL; END $$;
-		CREATE TRIGGER slow_history AFTER INSERT ON fleet_jobs FOR EACH STATEMENT EXECUTE FUNCTION slow_history()`); err != nil {
+		CREATE TRIGGER slow_history AFTER INSERT ON fleet_jobs_completed FOR EACH STATEMENT EXECUTE FUNCTION slow_history()`); err != nil {
 		t.Fatal(err)
 	}
 	const concurrency, unsaved, prefetch = 4, 20, 8

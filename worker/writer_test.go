@@ -91,7 +91,9 @@ func TestWriterFlappingLogsOncePerMinute(t *testing.T) {
 		     END IF;
 		     RETURN NULL;
 		 END $$`,
-		`CREATE TRIGGER flap BEFORE INSERT ON fleet_jobs FOR EACH STATEMENT EXECUTE FUNCTION flap()`,
+		// On the table the completed attempts are written to (fleet's
+		// statements name it, not fleet_jobs).
+		`CREATE TRIGGER flap BEFORE INSERT ON fleet_jobs_completed FOR EACH STATEMENT EXECUTE FUNCTION flap()`,
 		`INSERT INTO queue_jobs (queue, name) SELECT 'default', 'n' FROM generate_series(1, 216)`,
 	} {
 		if _, err := pool.Exec(ctx, sql); err != nil {
