@@ -201,7 +201,7 @@ func (s *Service) Start(ctx context.Context) error {
 	if err := s.CheckReport(); err != nil {
 		return err
 	}
-	if err := s.beat(ctx); err != nil {
+	if err := s.beatWithin(context.WithoutCancel(ctx), max(s.BeatTimeout(), FirstBeatTimeout)); err != nil {
 		return fmt.Errorf("first beat of %s %s failed: %w", s.cfg.Kind, s.cfg.Name, err)
 	}
 	s.started.Store(true)
@@ -241,13 +241,24 @@ func (s *Service) loop() {
 	}
 }
 
+// FirstBeatTimeout is the least time limit of the first beat, Start's boot
+// check. No peer relies on the row before it exists, so a first beat
+// slowed by a cold pool or a busy server is waited for rather than failed
+// as a boot error.
+const FirstBeatTimeout = 10 * time.Second
+
 // beat writes the row and takes the view.
 func (s *Service) beat(ctx context.Context) error {
+	return s.beatWithin(context.WithoutCancel(ctx), s.BeatTimeout())
+}
+
+// beatWithin is a beat under the time limit d and ctx.
+func (s *Service) beatWithin(ctx context.Context, d time.Duration) error {
 	state, report, err := s.report()
 	if err != nil {
 		return err
 	}
-	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.BeatTimeout())
+	bctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	start := time.Now()
 	v, err := s.st.MemberBeat(bctx, store.MemberBeatParams{
