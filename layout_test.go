@@ -14,7 +14,7 @@ import (
 // and the test harness that runs it as a process.
 var layout = map[string][]string{
 	"":                       {"config", "periodic", "queue", "redact", "store", "supervisor"},
-	"bench":                  {"config", "master", "metrics", "queue", "spawner", "store", "supervisor"},
+	"bench":                  {"config", "master", "metrics", "queue", "spawner", "store", "supervisor", "worker"},
 	"balancer":               {"supervisor"},
 	"cmd":                    nil, // anything
 	"cmd/app":                {"", "cmd", "queue"},

@@ -171,6 +171,8 @@ type bench struct {
 	rep  benchReport
 	rows []benchRow
 	ref  float64 // the bound's jobs/s at batch 1000; 0 until measured
+	// durable is the durable bound's jobs/s; 0 until measured.
+	durable float64
 }
 
 // benchReport is the JSON document.

@@ -134,11 +134,11 @@ func keyPaths(prefix string, v any, out *[]string) {
 }
 
 // TestReportKeys: with every scenario's result present, the JSON document
-// has exactly the keys of testdata/report-keys.txt, the document's shape
-// before the bench had a package of its own.
+// has exactly the keys of testdata/report-keys.txt: the document's shape
+// before the bench had a package of its own, and the durable bound.
 func TestReportKeys(t *testing.T) {
 	t.Parallel()
-	rep := benchReport{Bound: &boundResult{}, Drain: &drainResult{}, Latency: &latencyResult{}, Dispatch: &dispatchResult{},
+	rep := benchReport{Bound: &boundResult{Durable: &durableResult{}}, Drain: &drainResult{VsDurable: 1}, Latency: &latencyResult{}, Dispatch: &dispatchResult{},
 		Idle: &idleResult{}, Backlog: &backlogResult{}, Scale: &scaleResult{Cells: []scaleCell{{}}, Grid: []string{"x"}}}
 	doc, err := json.Marshal(rep)
 	if err != nil {

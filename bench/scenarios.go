@@ -12,7 +12,9 @@ import (
 	"github.com/fleet-go/fleet/master"
 	"github.com/fleet-go/fleet/queue"
 	"github.com/fleet-go/fleet/spawner"
+	"github.com/fleet-go/fleet/store"
 	"github.com/fleet-go/fleet/supervisor"
+	"github.com/fleet-go/fleet/worker"
 )
 
 // Sizes of the in-process fleet the drain, latency and backlog scenarios
@@ -54,6 +56,18 @@ type boundResult struct {
 	Insert      benchRate `json:"insert_copy"`
 	Reference   float64   `json:"reference_jobs_per_sec"`
 	Statement   string    `json:"statement"`
+	// Durable is the durable bound (see durableBound); nil when the
+	// scenario did not get that far.
+	Durable *durableResult `json:"durable,omitempty"`
+}
+
+// durableResult is the durable bound: fleet's own claim and finish
+// statements in a loop, with no worker around them.
+type durableResult struct {
+	Connections int       `json:"connections"`
+	Batch       int       `json:"batch"`
+	Rate        benchRate `json:"rate"`
+	Statements  string    `json:"statements"`
 }
 
 func (b *bench) bound(ctx context.Context) error {
@@ -105,7 +119,73 @@ func (b *bench) bound(ctx context.Context) error {
 	b.addRate("bound", "claim+delete, batch 100", res.Batch100, note)
 	b.addRate("bound", "claim+delete, batch 1000 (reference)", res.Batch1000, note)
 	b.addRate("bound", "COPY insert (1 connection)", res.Insert, "how fast the bench fills queues")
+	d, err := b.durableBound(ctx)
+	if err != nil {
+		return err
+	}
+	res.Durable = d
+	b.addRate("bound", fmt.Sprintf("fleet's claim+finish, batch %d (durable)", d.Batch), d.Rate,
+		fmt.Sprintf("%d jobs, %d connections; lease, history, counters", b.f.Jobs, d.Connections))
 	return nil
+}
+
+// durableBound is the most the drain could reach on this database: each
+// of benchDrainProcesses*2 connections (a drain process's claimer and its
+// outcome writer) claims a batch with fleet's own claim statement (a
+// lease: reserved_by, a token, the attempt counted), then writes the
+// batch's outcomes with fleet's own finish statement (the jobs deleted,
+// a history row each, the sharded counters bumped), each in its own
+// transaction and commit, as a worker does. The batch is what a drain
+// worker claims at once (its prefetch at benchDrainConc), so the drain's
+// ratio to it is the cost of the worker and the master around the same
+// statements: scheduling, handlers, the report pipe, beats.
+func (b *bench) durableBound(ctx context.Context) (*durableResult, error) {
+	res := &durableResult{Connections: 2 * benchDrainProcesses, Batch: worker.DefaultPrefetch(benchDrainConc),
+		Statements: "JobClaim (lease), then JobFinishMany (delete, history row, sharded counter): two commits a batch"}
+	q := Prefix + "durable"
+	if err := b.insert(ctx, q, b.f.Jobs); err != nil {
+		return nil, err
+	}
+	var done atomic.Int64
+	stop := b.progress(ctx, fmt.Sprintf("durable bound batch %d", res.Batch), int64(b.f.Jobs),
+		func(context.Context) (int64, error) { return done.Load(), nil })
+	start := time.Now()
+	err := runGroup(ctx, res.Connections, func(ctx context.Context, i int) error {
+		name := fmt.Sprintf("%s:durable-%d", b.runID, i)
+		outcomes := make([]store.JobOutcome, 0, res.Batch)
+		for {
+			jobs, err := b.st.JobClaim(ctx, store.JobClaimParams{Queue: q, Limit: res.Batch, Worker: name})
+			if err != nil {
+				return err
+			}
+			if len(jobs) == 0 {
+				return nil
+			}
+			outcomes = outcomes[:0]
+			now := time.Now()
+			for _, j := range jobs {
+				at := now.Add(j.ClockOffset)
+				outcomes = append(outcomes, store.JobOutcome{Lease: j.Lease(), Kind: store.OutcomeCompleted, Status: "completed",
+					Queue: j.Queue, Name: j.Name, Attempt: j.Attempt, ReservedAt: j.ReservedAt, StartedAt: at, FinishedAt: at})
+			}
+			r, err := b.st.JobFinishMany(ctx, store.JobFinishParams{Worker: name, Outcomes: outcomes})
+			if err != nil {
+				return err
+			}
+			if r.Written != len(outcomes) {
+				return fmt.Errorf("durable bound: %d of %d outcomes written", r.Written, len(outcomes))
+			}
+			done.Add(int64(r.Written))
+		}
+	})
+	elapsed := time.Since(start)
+	stop()
+	if err != nil {
+		return nil, err
+	}
+	res.Rate = b.rate(done.Load(), elapsed)
+	b.durable = res.Rate.JobsPerSec
+	return res, nil
 }
 
 // runGroup runs n copies of fn and returns the first error; the first
@@ -265,6 +345,9 @@ type drainResult struct {
 	Attempts   int64     `json:"attempts"`
 	Started    int       `json:"workers_started"`
 	Crashed    int       `json:"workers_crashed"`
+	// VsDurable is the drain's rate over the durable bound's (0: the
+	// bound did not run).
+	VsDurable float64 `json:"vs_durable_bound,omitempty"`
 }
 
 func (b *bench) drain(ctx context.Context) error {
@@ -303,9 +386,13 @@ func (b *bench) drain(ctx context.Context) error {
 	}
 	res := &drainResult{Supervisor: "bench", Processes: benchDrainProcesses, Conc: benchDrainConc,
 		Rate: b.rate(int64(n), emptyAt.Sub(first)), Failed: failed, Attempts: sum.Jobs, Started: sum.Started, Crashed: sum.Crashed}
+	note := fmt.Sprintf("master + %d fleet:work × concurrency %d, history recorded", benchDrainProcesses, benchDrainConc)
+	if b.durable > 0 {
+		res.VsDurable = round(res.Rate.JobsPerSec/b.durable, 3)
+		note += fmt.Sprintf("; %.3f× the durable bound", res.VsDurable)
+	}
 	b.rep.Drain = res
-	b.addRate("drain", fmt.Sprintf("%d no-op jobs, first claim to queue empty", n), res.Rate,
-		fmt.Sprintf("master + %d fleet:work × concurrency %d, history recorded", benchDrainProcesses, benchDrainConc))
+	b.addRate("drain", fmt.Sprintf("%d no-op jobs, first claim to queue empty", n), res.Rate, note)
 	if failed > 0 {
 		return fmt.Errorf("%d jobs failed during the drain (see queue_failed_jobs)", failed)
 	}
