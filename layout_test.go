@@ -45,7 +45,7 @@ var layout = map[string][]string{
 	"spawner/spawnertest":    {"spawner"},
 	"store":                  {"migrations"},
 	"supervisor":             {},
-	"worker":                 {"internal/defaults", "internal/jobhook", "internal/ratelog", "queue", "redact", "spawner", "store"},
+	"worker":                 {"internal/backoff", "internal/defaults", "internal/jobhook", "internal/ratelog", "membership", "queue", "redact", "spawner", "store"},
 }
 
 // TestPackageLayout fails on an import the layout does not allow, and on a

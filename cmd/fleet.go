@@ -23,6 +23,7 @@ import (
 	"github.com/fleet-go/fleet"
 	"github.com/fleet-go/fleet/config"
 	"github.com/fleet-go/fleet/dashboard"
+	"github.com/fleet-go/fleet/internal/backoff"
 	"github.com/fleet-go/fleet/master"
 	"github.com/fleet-go/fleet/metrics"
 	"github.com/fleet-go/fleet/queue"
@@ -748,14 +749,16 @@ func (r *runner) terminateCommand() *cobra.Command {
 	return c
 }
 
+// terminatePoll is how often fleet:terminate --wait looks whether the
+// masters have stopped.
+const terminatePoll = 250 * time.Millisecond
+
 // waitForMasters polls the membership until none of masters (those live
 // when the terminate was asked) is live any more, or timeout passes. It
 // returns the names of those still live.
 func waitForMasters(ctx context.Context, svc *fleet.Service, masters []fleet.Master, timeout time.Duration) ([]string, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	tick := time.NewTicker(250 * time.Millisecond)
-	defer tick.Stop()
 	for {
 		v, err := svc.Masters(ctx, false)
 		if err != nil && ctx.Err() == nil {
@@ -780,13 +783,11 @@ func waitForMasters(ctx context.Context, svc *fleet.Service, masters []fleet.Mas
 				left = append(left, m.Name)
 			}
 		}
-		select {
-		case <-ctx.Done():
+		if backoff.Sleep(ctx, terminatePoll) != nil {
 			if parent := context.Cause(ctx); parent != nil && !errors.Is(parent, context.DeadlineExceeded) {
 				return nil, parent
 			}
 			return left, nil
-		case <-tick.C:
 		}
 	}
 }

@@ -1,15 +1,12 @@
 package cmd
 
 import (
-	"bufio"
 	"cmp"
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"math"
-	"math/rand/v2"
 	"os"
 	"os/signal"
 	"strings"
@@ -22,7 +19,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fleet-go/fleet/config"
-	"github.com/fleet-go/fleet/membership"
 	"github.com/fleet-go/fleet/queue"
 	"github.com/fleet-go/fleet/spawner"
 	"github.com/fleet-go/fleet/store"
@@ -51,7 +47,7 @@ type workFlags struct {
 }
 
 func (r *runner) workCommand() *cobra.Command {
-	var f workFlags
+	f := new(workFlags)
 	c := &cobra.Command{
 		Use:   "fleet:work [--queue a,b] [--concurrency N]",
 		Short: "Run a worker: claim and run jobs from the given queues",
@@ -59,8 +55,14 @@ func (r *runner) workCommand() *cobra.Command {
 			"At a limit, on SIGTERM/SIGINT, or with --stop-when-empty once idle, it takes no new jobs, " +
 			"finishes the running ones and exits 0. A fleet master starts these itself.",
 		Args: cobra.NoArgs,
-		RunE: func(c *cobra.Command, _ []string) error { return r.work(c, f) },
+		RunE: func(c *cobra.Command, _ []string) error { return r.work(c, *f) },
 	}
+	f.register(c)
+	return c
+}
+
+// register defines the flags of fleet:work on c, to be read into f.
+func (f *workFlags) register(c *cobra.Command) {
 	fl := c.Flags()
 	fl.StringVar(&f.queues, "queue", "", "queues in priority order, comma-separated (default queue.queues)")
 	fl.IntVar(&f.concurrency, "concurrency", 0, "jobs run at once (default queue.workers)")
@@ -80,7 +82,6 @@ func (r *runner) workCommand() *cobra.Command {
 	fl.DurationVar(&f.timeout, "timeout", 0, "timeout for jobs that set none (default queue.timeout_secs)")
 	fl.BoolVar(&f.reports, "reports", false, "write @fleet report lines to stdout without --master (for tools that watch a hand-run worker, such as app bench)")
 	_ = fl.MarkHidden("reports")
-	return c
 }
 
 func (r *runner) work(c *cobra.Command, f workFlags) error {
@@ -93,7 +94,7 @@ func (r *runner) work(c *cobra.Command, f workFlags) error {
 	if err != nil {
 		return err
 	}
-	wcfg, err := workerConfig(cfg, f)
+	spec, err := f.spec()
 	if err != nil {
 		return err
 	}
@@ -101,11 +102,9 @@ func (r *runner) work(c *cobra.Command, f workFlags) error {
 	if err != nil {
 		return err
 	}
-	log := r.logger(cfg)
-	if f.supervisor != "" {
-		log = log.With("supervisor", f.supervisor)
-	}
-	wcfg.Logger = log
+	wcfg := workerConfig(cfg, spec, r.logger(cfg))
+	wcfg.StopWhenEmpty = f.stopWhenEmpty
+	log := wcfg.Logger
 	switch {
 	case (f.master != "" || f.reports) && piped:
 		// Started by a master: report to it on the pipe it gave us, never on
@@ -147,31 +146,33 @@ func (r *runner) work(c *cobra.Command, f workFlags) error {
 		stop()
 	}()
 
-	var sink *commandSink
+	pcfg := worker.ProcessConfig{
+		Worker:    wcfg,
+		Version:   versionInfo(r.app.Version).Short(),
+		MemberTTL: time.Duration(cfg.Fleet.MasterTTLSecs) * time.Second,
+	}
 	if f.master != "" {
 		// Under a master: commands arrive on stdin from the start, and
 		// stdin closing means the master is gone, so stop (finishing
-		// running jobs). The reader ends with the process.
-		sink = newCommandSink()
-		go readCommands(r.app.Stdin, sink, log)
+		// running jobs).
+		pcfg.Commands = r.app.Stdin
 	}
+	proc := worker.NewProcess(pcfg)
 	appName := "fleet:work " + cmp.Or(f.workerName, hostPID())
 	maxConns := cmp.Or(f.maxConns, cfg.Database.MaxConns, supervisor.WorkerConnections-1)
 	if f.master == "" && f.maxConns == 0 && cfg.Database.MaxConns == 0 {
 		maxConns++ // run by hand, it also beats its own membership row
 	}
-	pool, err := openPool(ctx, db, maxConns, appName)
-	if err != nil && sink != nil && errors.Is(err, errUnreachable) {
-		// A child started while the database is away waits for it rather
-		// than exiting: a crash would cost the group a restart backoff for
-		// an outage that is nobody's fault.
-		pool, err = waitForDatabase(ctx, sink, db, maxConns, appName, log, wcfg.Reports, err)
-		if pool == nil && err == nil {
-			return nil // stopped while waiting
-		}
-	}
+	var pool *pgxpool.Pool
+	connected, err := proc.Connect(ctx, func(ctx context.Context) (err error) {
+		pool, err = openPool(ctx, db, maxConns, appName)
+		return err
+	}, func(err error) bool { return errors.Is(err, errUnreachable) })
 	if err != nil {
 		return err
+	}
+	if !connected {
+		return nil // stopped while waiting for the database
 	}
 	defer closePool(pool)
 	st, err := db.listenStore(store.New(pool))
@@ -179,43 +180,7 @@ func (r *runner) work(c *cobra.Command, f workFlags) error {
 		return err
 	}
 	log.Info("database pooler", "pooler", db.pooler, "wake_up", db.wakeups(wcfg.PollInterval))
-	if f.master == "" {
-		// Run by hand: the worker keeps a membership row of its own, so
-		// that masters know it is alive (and never release a job it still
-		// runs, however long its timeout) and release its jobs once it is
-		// gone.
-		if wcfg.Name == "" {
-			wcfg.Name = worker.DefaultName()
-		}
-		ttl := time.Duration(cfg.Fleet.MasterTTLSecs) * time.Second
-		member, err := membership.New(st, membership.Config{
-			Kind: store.KindWorker, Name: wcfg.Name, Version: versionInfo(r.app.Version).Short(), TTL: ttl,
-			Interval: max(ttl/4, 10*time.Millisecond), Logger: log,
-			Report: func() (string, any) { return "running", map[string]any{"queues": wcfg.Queues} },
-		})
-		if err != nil {
-			return fmt.Errorf("worker %q: %w", wcfg.Name, err)
-		}
-		if err := member.Start(ctx); err != nil {
-			return err
-		}
-		defer func() {
-			lctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			if err := member.Stop(lctx, 0); err != nil {
-				log.Warn("remove the worker's membership row failed; it expires on its own", "err", err)
-			}
-		}()
-		wcfg.Master, wcfg.MasterTTL = member.Instance(), ttl
-	}
-	w, err := worker.New(st, r.app.Jobs, wcfg)
-	if err != nil {
-		return err
-	}
-	if sink != nil {
-		sink.attach(w)
-	}
-	_, err = w.Run(ctx)
+	_, err = proc.Run(ctx, st, r.app.Jobs)
 	switch {
 	case errors.Is(err, worker.ErrJobTimedOut):
 		return &exitError{code: ExitJobTimedOut, err: err}
@@ -236,65 +201,69 @@ func environValue(environ []string, key string) (string, bool) {
 	return "", false
 }
 
-// workerConfig merges the command's flags over the queue section.
-func workerConfig(cfg *config.Config, f workFlags) (worker.Config, error) {
-	queues := cfg.Queue.Queues
+// spec reads the flags that say which worker to run into the shape a
+// master starts its workers from: spawner.WorkArgs writes these flags from
+// a spec, and this reads them back. What the flags leave unset stays
+// zero, for workerConfig to fill from the configuration.
+func (f workFlags) spec() (spawner.Spec, error) {
+	var queues []string
 	if strings.TrimSpace(f.queues) != "" {
-		queues = nil
 		for _, q := range strings.Split(f.queues, ",") {
 			q = strings.TrimSpace(q)
 			if err := queue.CheckQueue("--queue", q); err != nil {
-				return worker.Config{}, usagef("%w (a comma-separated list of queue names, e.g. --queue default,mail)", err)
+				return spawner.Spec{}, usagef("%w (a comma-separated list of queue names, e.g. --queue default,mail)", err)
 			}
 			queues = append(queues, q)
 		}
 	}
 	switch {
 	case f.concurrency < 0:
-		return worker.Config{}, usagef("--concurrency must be at least 1")
+		return spawner.Spec{}, usagef("--concurrency must be at least 1")
 	case f.maxJobs < 0, f.maxTimeSecs < 0, f.maxMemoryMB < 0:
-		return worker.Config{}, usagef("--max-jobs, --max-time and --max-memory-mb must not be negative")
+		return spawner.Spec{}, usagef("--max-jobs, --max-time and --max-memory-mb must not be negative")
 	case f.maxConns < 0:
-		return worker.Config{}, usagef("--max-conns must not be negative")
+		return spawner.Spec{}, usagef("--max-conns must not be negative")
+	case f.tries < 0 || f.timeout < 0:
+		return spawner.Spec{}, usagef("--tries and --timeout must not be negative")
 	}
-	concurrency := f.concurrency
-	if concurrency == 0 {
-		concurrency = cfg.Queue.Workers
+	backoff, err := parseBackoff(f.backoff)
+	if err != nil {
+		return spawner.Spec{}, err
 	}
-	if f.tries < 0 || f.timeout < 0 {
-		return worker.Config{}, usagef("--tries and --timeout must not be negative")
-	}
-	backoff := cfg.Queue.Backoff
-	if f.backoff != "" {
-		b, err := parseBackoff(f.backoff)
-		if err != nil {
-			return worker.Config{}, err
-		}
-		backoff = b
-	}
-	timeout := time.Duration(cfg.Queue.TimeoutSecs) * time.Second
-	if f.timeout > 0 {
-		timeout = f.timeout
-	}
-	return worker.Config{
-		Queues:         queues,
-		Concurrency:    concurrency,
-		MaxJobs:        f.maxJobs,
-		MaxTime:        time.Duration(f.maxTimeSecs) * time.Second,
-		MaxMemoryMB:    f.maxMemoryMB,
-		StopWhenEmpty:  f.stopWhenEmpty,
-		PollInterval:   time.Duration(cfg.Queue.PollIntervalMs) * time.Millisecond,
-		Tries:          cmp.Or(f.tries, cfg.Queue.Tries),
-		Backoff:        backoff,
-		DefaultTimeout: timeout,
-		Paused:         f.paused,
-		PausedQueues:   splitList(f.pausedQueues),
-		Name:           f.workerName,
-		TimeoutGrace:   time.Duration(cfg.Queue.TimeoutGraceSecs) * time.Second,
-		Master:         f.master,
-		MasterTTL:      f.masterTTL,
-		Redact:         cfg.Log.Redact,
+	return spawner.Spec{
+		Supervisor:   f.supervisor,
+		Queues:       queues,
+		Master:       f.master,
+		MasterTTL:    f.masterTTL,
+		Worker:       f.workerName,
+		Concurrency:  f.concurrency,
+		MaxJobs:      f.maxJobs,
+		MaxTime:      time.Duration(f.maxTimeSecs) * time.Second,
+		MaxMemoryMB:  f.maxMemoryMB,
+		Tries:        f.tries,
+		Backoff:      backoff,
+		Timeout:      f.timeout,
+		Paused:       f.paused,
+		PausedQueues: splitList(f.pausedQueues),
+		MaxConns:     f.maxConns,
 	}, nil
+}
+
+// workerConfig is the worker spec asks for, logging to log, with what the
+// spec leaves open taken from the queue section of cfg: the same
+// translation (worker.SpecConfig) as a master's in-process workers get.
+func workerConfig(cfg *config.Config, spec spawner.Spec, log *slog.Logger) worker.Config {
+	return worker.SpecConfig(spec, worker.Config{
+		Queues:         cfg.Queue.Queues,
+		Concurrency:    cfg.Queue.Workers,
+		PollInterval:   time.Duration(cfg.Queue.PollIntervalMs) * time.Millisecond,
+		Tries:          cfg.Queue.Tries,
+		Backoff:        cfg.Queue.Backoff,
+		DefaultTimeout: time.Duration(cfg.Queue.TimeoutSecs) * time.Second,
+		TimeoutGrace:   time.Duration(cfg.Queue.TimeoutGraceSecs) * time.Second,
+		Logger:         log,
+		Redact:         cfg.Log.Redact,
+	})
 }
 
 // splitList reads "a, b" into its trimmed, non-empty parts.
@@ -306,136 +275,6 @@ func splitList(s string) []string {
 		}
 	}
 	return out
-}
-
-// readCommands applies @fleet commands from the master until in ends; then
-// the master is gone and the worker stops.
-func readCommands(in io.Reader, w *commandSink, log *slog.Logger) {
-	sc := bufio.NewScanner(in)
-	warned := false
-	for sc.Scan() {
-		line := sc.Text()
-		c, err := spawner.ParseCommand(line)
-		if err != nil {
-			if !warned {
-				log.Warn("ignoring a malformed line from the master", "err", err)
-				warned = true
-			}
-			continue
-		}
-		w.apply(c)
-	}
-	log.Info("master closed stdin: stopping")
-	w.apply(spawner.Command{Type: spawner.CommandStop})
-}
-
-// commandSink applies the master's commands to the worker, and holds them
-// while the worker does not exist yet (the database is away at start): a
-// stop then ends the wait, and the pause state is applied on attach.
-type commandSink struct {
-	mu           sync.Mutex
-	w            *worker.Worker
-	stopped      chan struct{}
-	stopOnce     sync.Once
-	paused       *bool
-	pausedQueues []string
-	queuesSet    bool
-}
-
-func newCommandSink() *commandSink { return &commandSink{stopped: make(chan struct{})} }
-
-func (s *commandSink) apply(c spawner.Command) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if c.Type == spawner.CommandStop {
-		s.stopOnce.Do(func() { close(s.stopped) })
-	}
-	if w := s.w; w != nil {
-		switch c.Type {
-		case spawner.CommandPause:
-			w.Pause()
-		case spawner.CommandContinue:
-			w.Continue()
-		case spawner.CommandStop:
-			w.Stop()
-		case spawner.CommandPauseQueues:
-			w.PauseQueues(c.Queues)
-		}
-		return
-	}
-	switch c.Type {
-	case spawner.CommandPause, spawner.CommandContinue:
-		p := c.Type == spawner.CommandPause
-		s.paused = &p
-	case spawner.CommandPauseQueues:
-		s.pausedQueues, s.queuesSet = c.Queues, true
-	}
-}
-
-// attach hands the commands held so far to w, and every later one.
-func (s *commandSink) attach(w *worker.Worker) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.w = w
-	if s.paused != nil {
-		if *s.paused {
-			w.Pause()
-		} else {
-			w.Continue()
-		}
-	}
-	if s.queuesSet {
-		w.PauseQueues(s.pausedQueues)
-	}
-	select {
-	case <-s.stopped:
-		w.Stop()
-	default:
-	}
-}
-
-// waitForDatabase retries opening the pool with a capped, jittered backoff
-// until the database answers, ctx ends or the master says stop (then it
-// returns nil, nil). The outage is logged once, then at most once a
-// minute with the number of tries, and once when the database is back.
-// After every failed try it reports why it waits (spawner.ReportWaiting),
-// so that its master does not take it for hung.
-func waitForDatabase(ctx context.Context, sink *commandSink, db database, maxConns int, appName string, log *slog.Logger, report func(spawner.Report), first error) (*pgxpool.Pool, error) {
-	log.Warn("cannot connect to the database at start; waiting for it", "err", first)
-	waiting := func(err error) {
-		if report != nil {
-			report(spawner.Report{Type: spawner.ReportWaiting, PID: os.Getpid(), Waiting: err.Error()})
-		}
-	}
-	waiting(first)
-	backoff, tries, loggedAt := 500*time.Millisecond, 1, time.Now()
-	for {
-		t := time.NewTimer(backoff/2 + rand.N(backoff/2+1))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil, nil
-		case <-sink.stopped:
-			t.Stop()
-			return nil, nil
-		case <-t.C:
-		}
-		pool, err := openPool(ctx, db, maxConns, appName)
-		tries++
-		if err == nil {
-			log.Info("the database is reachable: starting", "tries", tries)
-			return pool, nil
-		}
-		if !errors.Is(err, errUnreachable) {
-			return nil, err
-		}
-		waiting(err)
-		if time.Since(loggedAt) >= time.Minute {
-			log.Warn("the database is still unreachable; waiting for it", "tries", tries, "err", err)
-			loggedAt = time.Now()
-		}
-		backoff = min(backoff*2, 4*time.Second)
-	}
 }
 
 // reportWriter writes @fleet report lines to w, one whole line per write.

@@ -7,7 +7,6 @@ package inprocess
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"sync"
 	"sync/atomic"
 
@@ -29,7 +28,7 @@ var _ spawner.Spawner = (*Spawner)(nil)
 
 // New returns a spawner whose workers run jobs from st with the handlers in
 // jobs. defaults fills what a Spec leaves open (poll interval, timeout
-// grace, logger).
+// grace, logger), as worker.SpecConfig says.
 func New(st *store.Store, jobs *queue.Registry, defaults worker.Config) *Spawner {
 	return &Spawner{st: st, jobs: jobs, defaults: defaults}
 }
@@ -42,30 +41,7 @@ func (s *Spawner) Wait() { s.wg.Wait() }
 // carries the status fleet:work would have exited with, and counts as
 // spawner.ExitFor decides, as a process's exit does.
 func (s *Spawner) Spawn(ctx context.Context, spec spawner.Spec, events chan<- spawner.Event) (spawner.Process, error) {
-	cfg := s.defaults
-	cfg.Queues = spec.Queues
-	cfg.Concurrency = spec.Concurrency
-	cfg.MaxJobs = spec.MaxJobs
-	cfg.MaxTime = spec.MaxTime
-	cfg.MaxMemoryMB = spec.MaxMemoryMB
-	cfg.Paused = spec.Paused
-	cfg.PausedQueues = spec.PausedQueues
-	cfg.Name = spec.Worker
-	cfg.Master = spec.Master
-	cfg.MasterTTL = spec.MasterTTL
-	if spec.Tries > 0 {
-		cfg.Tries = spec.Tries
-	}
-	if spec.Backoff != nil {
-		cfg.Backoff = spec.Backoff
-	}
-	if spec.Timeout > 0 {
-		cfg.DefaultTimeout = spec.Timeout
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	cfg.Logger = cfg.Logger.With("supervisor", spec.Supervisor)
+	cfg := worker.SpecConfig(spec, s.defaults)
 	p := &inProcess{spec: spec}
 	var unsaved atomic.Int64 // of the exiting report
 	cfg.Reports = func(r spawner.Report) {
