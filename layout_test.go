@@ -46,7 +46,7 @@ var layout = map[string][]string{
 	"spawner/spawnertest":    {"spawner"},
 	"store":                  {"migrations"},
 	"supervisor":             {},
-	"worker":                 {"internal/defaults", "internal/jobhook", "internal/ratelog", "queue", "redact", "spawner", "store"},
+	"worker":                 {"internal/backoff", "internal/defaults", "internal/jobhook", "internal/lifecycle", "internal/ratelog", "queue", "redact", "spawner", "store"},
 }
 
 // TestPackageLayout fails on an import the layout does not allow, and on a
