@@ -309,6 +309,7 @@ func TestWorkerStopLetsRunningJobsFinish(t *testing.T) {
 		b.dispatch(t, queue.NewJob("slow", nil))
 	}
 	w := b.worker(t, worker.Config{Concurrency: 2})
+	sig := worker.InitSignals(w)
 	ctx, cancel := context.WithCancel(context.Background())
 	type out struct {
 		res worker.Result
@@ -319,7 +320,9 @@ func TestWorkerStopLetsRunningJobsFinish(t *testing.T) {
 	<-started
 	<-started
 	cancel() // like SIGTERM: no new jobs, running ones go on
-	time.Sleep(50 * time.Millisecond)
+	if reason := sig.Stopping.Wait(t); reason != spawner.ExitStopped {
+		t.Fatalf("stopping for %q, want %q", reason, spawner.ExitStopped)
+	}
 	close(release)
 	o := <-outc
 	if o.err != nil || o.res.Reason != spawner.ExitStopped || o.res.Jobs != 2 {
