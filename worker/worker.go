@@ -1,7 +1,3 @@
-// Package worker runs jobs: it claims them from PostgreSQL in batches, runs
-// up to Concurrency at once from its queues in priority order, writes their
-// outcomes in batches, and stops at its limits. `app fleet:work` runs one
-// Worker per process; the master's in-process spawner runs several.
 package worker
 
 import (
