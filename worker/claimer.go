@@ -138,6 +138,17 @@ func (c *claimer) Result() (Result, error) { return c.res, c.err }
 // since is how long ago t was, by the worker's clock.
 func (c *claimer) since(t time.Time) time.Duration { return c.now().Sub(t) }
 
+// pause sets whether the claimer takes new jobs.
+func (c *claimer) pause(paused bool) { c.paused.Store(paused); c.poke() }
+
+// pauseQueues replaces the set of queues not to claim from.
+func (c *claimer) pauseQueues(set map[string]bool) { c.pausedQueues.Store(&set); c.poke() }
+
+// requestStop begins the worker's stop as Run's context ending does,
+// without waiting for it (Worker.Stop); safe before Start and twice.
+func (c *claimer) requestStop() { c.stopOnce.Do(func() { close(c.stop) }) }
+
+// poke wakes the loop for a claim, never blocking.
 func (c *claimer) poke() {
 	select {
 	case c.wake <- struct{}{}:

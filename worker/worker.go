@@ -264,10 +264,10 @@ func DefaultName() string { return defaults.Name() }
 func (w *Worker) Name() string { return w.cfg.Name }
 
 // Pause stops the worker from taking new jobs; running jobs go on.
-func (w *Worker) Pause() { w.claimer.paused.Store(true); w.claimer.poke() }
+func (w *Worker) Pause() { w.claimer.pause(true) }
 
 // Continue lets a paused worker take jobs again.
-func (w *Worker) Continue() { w.claimer.paused.Store(false); w.claimer.poke() }
+func (w *Worker) Continue() { w.claimer.pause(false) }
 
 // PauseQueues replaces the set of queues the worker does not claim from;
 // running jobs go on. An empty set resumes every queue.
@@ -276,13 +276,12 @@ func (w *Worker) PauseQueues(queues []string) {
 	for _, q := range queues {
 		set[q] = true
 	}
-	w.claimer.pausedQueues.Store(&set)
-	w.claimer.poke()
+	w.claimer.pauseQueues(set)
 }
 
 // Stop asks the worker to stop as if its context ended: it takes no new
 // jobs, lets running ones finish, writes their outcomes and returns.
-func (w *Worker) Stop() { w.claimer.stopOnce.Do(func() { close(w.claimer.stop) }) }
+func (w *Worker) Stop() { w.claimer.requestStop() }
 
 // Run works until ctx ends (or Stop), a limit is reached, or, with
 // StopWhenEmpty, there is nothing left to do. A stopping worker takes no new
