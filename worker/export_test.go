@@ -8,6 +8,9 @@ import (
 // What the tests of package worker_test, which drive a whole worker, use
 // of the services' test signals.
 
+// Poll is the package's one polling helper (see poll).
+var Poll = poll
+
 // Signals are the test signals of a worker's services.
 type Signals struct {
 	// Lifecycle: "start NAME", "stop NAME", in Run's order.

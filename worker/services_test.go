@@ -378,8 +378,9 @@ func (c *testClock) Advance(d time.Duration) {
 	c.mu.Unlock()
 }
 
-// poll waits until cond holds, for at most 15 s: the package's internal
-// tests' one polling helper, for what no signal says (rows, counts).
+// poll waits until cond holds, for at most 15 s. It is the package's one
+// polling helper, for what no signal says (rows written, counts); what a
+// service does is waited for on its test signals.
 func poll(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(15 * time.Second)

@@ -81,16 +81,11 @@ func (b *bundle) count(t *testing.T, sql string, args ...any) int {
 	return n
 }
 
-// waitFor polls cond until it holds or the deadline passes.
+// waitFor polls cond until it holds, with the package's one polling
+// helper (worker.Poll).
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	worker.Poll(t, what, cond)
 }
 
 func TestWorkerRunsJobsUntilEmpty(t *testing.T) {
