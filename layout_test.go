@@ -26,11 +26,12 @@ var layout = map[string][]string{
 	"internal/backoff":       {},
 	"internal/defaults":      {},
 	"internal/jobhook":       {},
+	"internal/lifecycle":     {},
 	"internal/pgbouncertest": {"internal/syncbuf"},
 	"internal/names":         {},
 	"internal/ratelog":       {},
 	"internal/syncbuf":       {},
-	"master":                 {"", "balancer", "internal/backoff", "internal/defaults", "internal/ratelog", "membership", "periodic", "spawner", "store", "supervisor"},
+	"master":                 {"", "balancer", "internal/backoff", "internal/defaults", "internal/lifecycle", "internal/ratelog", "membership", "periodic", "spawner", "store", "supervisor"},
 	"membership":             {"internal/defaults", "store"},
 	"metrics":                {"store"},
 	"migrations":             {},
@@ -45,7 +46,7 @@ var layout = map[string][]string{
 	"spawner/spawnertest":    {"spawner"},
 	"store":                  {"migrations"},
 	"supervisor":             {},
-	"worker":                 {"internal/backoff", "internal/defaults", "internal/jobhook", "internal/ratelog", "membership", "queue", "redact", "spawner", "store"},
+	"worker":                 {"internal/backoff", "internal/defaults", "internal/jobhook", "internal/lifecycle", "internal/ratelog", "membership", "queue", "redact", "spawner", "store"},
 }
 
 // TestPackageLayout fails on an import the layout does not allow, and on a

@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	svclife "github.com/fleet-go/fleet/internal/lifecycle"
 	"github.com/fleet-go/fleet/internal/syncbuf"
 	"github.com/fleet-go/fleet/pgtest"
 	"github.com/fleet-go/fleet/store"
@@ -41,61 +42,8 @@ func pollFor(t testing.TB, what string, within time.Duration, cond func() bool) 
 	}
 }
 
-// signalWait bounds a wait for one test signal.
-const signalWait = 15 * time.Second
-
-// Wait returns the next event of the signal, failing the test when none
-// comes within signalWait.
-func (s *testSignal[T]) Wait(t testing.TB) T {
-	t.Helper()
-	if s.ch == nil {
-		t.Fatal("waiting on a test signal that was not initialised")
-	}
-	timer := time.NewTimer(signalWait)
-	defer timer.Stop()
-	select {
-	case v := <-s.ch:
-		return v
-	case <-timer.C:
-		t.Fatalf("no test signal within %s", signalWait)
-		panic("unreachable")
-	}
-}
-
-// Drain forgets the events not taken yet.
-func (s *testSignal[T]) Drain() {
-	for {
-		select {
-		case <-s.ch:
-		default:
-			return
-		}
-	}
-}
-
-// WaitFresh forgets the events so far and waits for n more: n rounds that
-// all began after the call's start but for the first, which may have been
-// under way.
-func (s *testSignal[T]) WaitFresh(t testing.TB, n int) []T {
-	t.Helper()
-	s.Drain()
-	out := make([]T, 0, n)
-	for range n {
-		out = append(out, s.Wait(t))
-	}
-	return out
-}
-
-// None fails the test if an event is waiting: for a round run by the test
-// itself, on its own goroutine, this proves that the round did not do it.
-func (s *testSignal[T]) None(t testing.TB, what string) {
-	t.Helper()
-	select {
-	case v := <-s.ch:
-		t.Fatalf("%s: got %v", what, v)
-	default:
-	}
-}
+// signalWait bounds a wait for one test signal (see lifecycle.Signal.Wait).
+const signalWait = svclife.SignalWait
 
 // testClock is an injected clock that moves only when told.
 type testClock struct {

@@ -2,10 +2,10 @@ package master
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"sync"
 	"time"
+
+	svclife "github.com/fleet-go/fleet/internal/lifecycle"
 )
 
 // service is the lifecycle every background part of a master has. A
@@ -33,59 +33,27 @@ type service interface {
 // errStarted and errStopped are what a second Start, and a Start after
 // Stop, return.
 var (
-	errStarted = errors.New("already started")
-	errStopped = errors.New("stopped before it started")
+	errStarted = svclife.ErrStarted
+	errStopped = svclife.ErrStopped
 )
 
 // lifecycle is the start and stop bookkeeping a service embeds: begin at
-// Start, halt at Stop.
-type lifecycle struct {
-	mu      sync.Mutex
-	started bool
-	stopped bool
-	cancel  context.CancelFunc
-	done    chan struct{}
-}
+// Start, halt at Stop (see lifecycle.Lifecycle, which it is).
+type lifecycle struct{ l svclife.Lifecycle }
 
 // begin starts the service: it returns the service's context (ctx's
 // values, not its cancellation; cancelled by halt) and end, which the
 // service calls once its work has ended (at once when its start fails).
 func (l *lifecycle) begin(ctx context.Context, name string) (context.Context, func(), error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	switch {
-	case l.stopped:
-		return nil, nil, fmt.Errorf("%s: %w", name, errStopped)
-	case l.started:
-		return nil, nil, fmt.Errorf("%s: %w", name, errStarted)
-	}
-	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	done := make(chan struct{})
-	l.started, l.cancel, l.done = true, cancel, done
-	var once sync.Once
-	return sctx, func() { once.Do(func() { close(done) }) }, nil
+	return l.l.Begin(ctx, name)
 }
 
 // halt marks the service stopped, cancels its context and waits for its
 // work to end.
-func (l *lifecycle) halt() {
-	l.mu.Lock()
-	l.stopped = true
-	cancel, done := l.cancel, l.done
-	l.mu.Unlock()
-	if done == nil {
-		return // never started
-	}
-	cancel()
-	<-done
-}
+func (l *lifecycle) halt() { l.l.Halt() }
 
 // ended is closed once the service's work has ended (nil before Start).
-func (l *lifecycle) ended() <-chan struct{} {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.done
-}
+func (l *lifecycle) ended() <-chan struct{} { return l.l.Ended() }
 
 // stopBudget is the time a master's services share for what they do
 // once supervision has ended and the children are gone: their last
@@ -141,37 +109,16 @@ func (b *stopBudget) release() {
 // startAll starts services in order and returns how many started; on the
 // first failure it stops none of them (stopAll does, given those).
 func startAll(ctx context.Context, services []service, sig *testSignal[string]) (int, error) {
-	for i, s := range services {
-		if err := s.Start(ctx); err != nil {
-			return i, err
-		}
-		sig.signal("start " + s.Name())
-	}
-	return len(services), nil
+	return svclife.StartAll(ctx, services, sig.shared())
 }
 
 // stopAll stops services in the reverse of their order.
-func stopAll(services []service, sig *testSignal[string]) {
-	for i := len(services) - 1; i >= 0; i-- {
-		services[i].Stop()
-		sig.signal("stop " + services[i].Name())
-	}
-}
+func stopAll(services []service, sig *testSignal[string]) { svclife.StopAll(services, sig.shared()) }
 
 // tickEvery runs round every interval on ctx until ctx ends, and signals
 // each round done on sig.
 func tickEvery(ctx context.Context, every time.Duration, round func(context.Context), sig *testSignal[struct{}]) {
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			round(ctx)
-			sig.signal(struct{}{})
-		}
-	}
+	svclife.TickEvery(ctx, every, round, sig.shared())
 }
 
 // statementTimeout bounds one statement of the housekeeping and workload

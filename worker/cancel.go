@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
+	"github.com/fleet-go/fleet/internal/lifecycle"
 	"github.com/fleet-go/fleet/queue"
 	"github.com/fleet-go/fleet/store"
 )
@@ -15,10 +17,10 @@ import (
 // An operator's cancel of a running job reaches its worker two ways: a
 // notification on store.CancelChannel, which the listener (on the
 // connection it listens for dispatches on) hands to the loop at once, and
-// the loop's own poll, every CancelPollInterval while it runs jobs, of the
-// cancel requests among them (one statement by primary key over the
-// running ids: its cost grows with the jobs running here, never with the
-// table). Either way the loop cancels the job's context with a cause
+// the cancel poller's poll, every CancelPollInterval while the loop runs
+// jobs, of the cancel requests among them (one statement by primary key
+// over the running ids: its cost grows with the jobs running here, never
+// with the table). Either way the loop cancels the job's context with a cause
 // wrapping queue.ErrCancelled. When the handler returns, the attempt is
 // written as cancelled (unless it returned nil: then its work is done, and
 // it completed). A handler that ignores its context is given up on
@@ -48,54 +50,98 @@ var ErrJobIgnoredCancel = fmt.Errorf("a cancelled job ignored its cancellation: 
 
 // noticeCancel hands a notified cancel request to the loop, never
 // blocking the listener.
-func (w *Worker) noticeCancel(n store.CancelNotice) {
+func (c *claimer) noticeCancel(n store.CancelNotice) {
 	select {
-	case w.cancels <- n:
+	case c.cancels <- n:
 	default:
 	}
 }
 
 // askCancels hands the ids of the running jobs to the poller, unless it is
 // still busy with the previous ones.
-func (w *Worker) askCancels(s *loopState) {
+func (c *claimer) askCancels(s *loopState) {
 	ids := make([]int64, 0, len(s.running))
 	for id := range s.running {
 		ids = append(ids, id)
 	}
+	c.poller.ask(ids)
+}
+
+// cancelPoller is the service that asks the database for cancel requests
+// among the ids the claimer sends (ask), and hands those it finds to the
+// claimer. It runs on its own goroutine so that a slow database never
+// holds up the loop.
+type cancelPoller struct {
+	st  *store.Store
+	log *slog.Logger
+	// ids brings the running ids from the claimer; found takes the
+	// requests to it.
+	ids   chan []int64
+	found chan<- store.CancelNotice
+
+	lc  lifecycle.Lifecycle
+	sig struct {
+		round lifecycle.Signal[int] // a poll done: how many requests it found (-1: it failed)
+	}
+}
+
+func newCancelPoller(st *store.Store, log *slog.Logger, found chan<- store.CancelNotice) *cancelPoller {
+	return &cancelPoller{st: st, log: log, ids: make(chan []int64, 1), found: found}
+}
+
+func (p *cancelPoller) Name() string { return "cancel poller" }
+
+// Start polls on its own goroutine, whenever asked, until Stop.
+func (p *cancelPoller) Start(ctx context.Context) error {
+	sctx, end, err := p.lc.Begin(ctx, p.Name())
+	if err != nil {
+		return err
+	}
+	go func() {
+		defer end()
+		p.run(sctx)
+	}()
+	return nil
+}
+
+// Stop cancels the poll in flight and waits.
+func (p *cancelPoller) Stop() { p.lc.Halt() }
+
+// ask hands the poller ids to look at, unless it is still busy with the
+// previous ones; it never blocks.
+func (p *cancelPoller) ask(ids []int64) {
 	select {
-	case w.cancelPoll <- ids:
+	case p.ids <- ids:
 	default:
 	}
 }
 
-// pollCancels is the poller: it asks the database for cancel requests
-// among the ids the loop sends, and hands those it finds to the loop. It
-// runs on its own goroutine so that a slow database never holds up the
-// loop.
-func (w *Worker) pollCancels(ctx context.Context) {
+func (p *cancelPoller) run(ctx context.Context) {
 	for {
 		var ids []int64
 		select {
 		case <-ctx.Done():
 			return
-		case ids = <-w.cancelPoll:
+		case ids = <-p.ids:
 		}
 		pctx, cancel := context.WithTimeout(ctx, cancelPollTimeout)
-		found, err := w.st.JobCancelPoll(pctx, ids)
+		found, err := p.st.JobCancelPoll(pctx, ids)
 		cancel()
 		if err != nil {
 			if ctx.Err() == nil {
-				w.log.Debug("looking for cancel requests failed; trying again at the next poll", "err", err)
+				p.log.Debug("looking for cancel requests failed; trying again at the next poll", "err", err)
 			}
+			p.sig.round.Send(-1)
 			continue
 		}
 		for _, n := range found {
 			select {
 			case <-ctx.Done():
 				return
-			case w.cancels <- n:
+			case p.found <- n:
 			}
 		}
+		p.sig.round.Send(len(found))
 	}
 }
 
@@ -103,20 +149,20 @@ func (w *Worker) pollCancels(ctx context.Context) {
 // holds it under that lease: a running job's context is cancelled with a
 // cause wrapping queue.ErrCancelled; a claimed job not started yet is
 // given back, which ends it as cancelled (store.JobRelease).
-func (w *Worker) cancelHeld(s *loopState, n store.CancelNotice) {
+func (c *claimer) cancelHeld(s *loopState, n store.CancelNotice) {
 	if r, ok := s.running[n.ID]; ok {
 		if (n.Lease != 0 && n.Lease != r.job.Token) || !r.cancelAt.IsZero() {
 			return
 		}
-		r.cancelAt, r.cancelBy = time.Now(), n.By
-		w.log.Info("job cancelled by an operator: stopping it", "job_id", n.ID, "job", r.job.Name, "by", n.By)
+		r.cancelAt, r.cancelBy = c.now(), n.By
+		c.log.Info("job cancelled by an operator: stopping it", "job_id", n.ID, "job", r.job.Name, "by", n.By)
 		r.stop(fmt.Errorf("%w by %s", queue.ErrCancelled, n.By))
 		return
 	}
 	for i, j := range s.buffer {
 		if j.ID == n.ID && (n.Lease == 0 || n.Lease == j.Token) {
 			s.buffer = append(s.buffer[:i:i], s.buffer[i+1:]...)
-			w.release([]store.ClaimedJob{j}, "")
+			c.release([]store.ClaimedJob{j}, "")
 			return
 		}
 	}
@@ -127,7 +173,7 @@ func (w *Worker) cancelHeld(s *loopState, n store.CancelNotice) {
 // while it ran (unless its handler returned nil anyway), the handler
 // returned queue.Cancel, or queue.Snooze. A snooze beyond
 // queue.MaxSnoozes is a failed attempt instead.
-func (w *Worker) finishStopped(r *running, f finished) bool {
+func (c *claimer) finishStopped(r *running, f finished) bool {
 	if f.err == nil && (r.cancelAt.IsZero() || !f.inTx) {
 		return false // the common case, decided without the errors.As below
 	}
@@ -138,36 +184,36 @@ func (w *Worker) finishStopped(r *running, f finished) bool {
 		if f.err != nil {
 			msg += ": " + f.err.Error()
 		}
-		w.addStopped(r, f, store.OutcomeCancelled, "cancelled", msg, 0)
+		c.addStopped(r, f, store.OutcomeCancelled, "cancelled", msg, 0)
 	case errors.Is(f.err, queue.ErrCancelled):
-		w.log.Info("job cancelled by its handler", "job_id", f.job.ID, "job", f.job.Name, "queue", f.job.Queue,
-			"attempt", f.job.Attempt, "err", w.redactor.Text(f.err.Error()))
-		w.addStopped(r, f, store.OutcomeCancelled, "cancelled", f.err.Error(), 0)
+		c.log.Info("job cancelled by its handler", "job_id", f.job.ID, "job", f.job.Name, "queue", f.job.Queue,
+			"attempt", f.job.Attempt, "err", c.redactor.Text(f.err.Error()))
+		c.addStopped(r, f, store.OutcomeCancelled, "cancelled", f.err.Error(), 0)
 	case errors.As(f.err, &snooze):
 		if f.job.Snoozes >= queue.MaxSnoozes {
 			msg := fmt.Sprintf("the job snoozed more than %d times (queue.MaxSnoozes)", queue.MaxSnoozes)
 			if f.inTx {
 				return false // finishInTx records the failure; its error says why
 			}
-			w.recordFailure(f.job, r.started, f.ended, "failed", msg)
+			c.recordFailure(f.job, r.started, f.ended, "failed", msg)
 			return true
 		}
-		w.addStopped(r, f, store.OutcomeSnoozed, "snoozed", f.err.Error(), snooze.Delay)
+		c.addStopped(r, f, store.OutcomeSnoozed, "snoozed", f.err.Error(), snooze.Delay)
 	default:
 		return false
 	}
 	return true
 }
 
-func (w *Worker) addStopped(r *running, f finished, kind store.OutcomeKind, status, msg string, delay time.Duration) {
-	o := w.outcome(f.job, r.started, f.ended, kind, status, store.StorableText(msg))
+func (c *claimer) addStopped(r *running, f finished, kind store.OutcomeKind, status, msg string, delay time.Duration) {
+	o := outcome(f.job, r.started, f.ended, kind, status, store.StorableText(msg))
 	o.Delay, o.InTx = delay, f.inTx
-	w.writer.add(o)
+	c.writer.add(o)
 }
 
 // abandonCancelled records the attempt of a cancelled job whose handler
 // did not stop within the grace period.
-func (w *Worker) abandonCancelled(r *running) {
-	msg := fmt.Sprintf("cancelled by %s; the handler did not stop within %s", r.cancelBy, w.cfg.TimeoutGrace)
-	w.writer.add(w.outcome(r.job, r.started, time.Now(), store.OutcomeCancelled, "cancelled", store.StorableText(msg)))
+func (c *claimer) abandonCancelled(r *running) {
+	msg := fmt.Sprintf("cancelled by %s; the handler did not stop within %s", r.cancelBy, c.cfg.TimeoutGrace)
+	c.writer.add(outcome(r.job, r.started, c.now(), store.OutcomeCancelled, "cancelled", store.StorableText(msg)))
 }

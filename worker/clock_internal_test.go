@@ -15,7 +15,7 @@ func TestOutcomeTimesAreOnTheDatabaseClock(t *testing.T) {
 	reserved := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 	local := reserved.Add(-10 * time.Minute).Add(3 * time.Millisecond) // this host runs 10 minutes behind
 	j := store.ClaimedJob{ID: 1, Token: 2, ReservedAt: reserved, ClockOffset: 10 * time.Minute}
-	o := (&Worker{}).outcome(j, local, local.Add(time.Second), store.OutcomeCompleted, "completed", "")
+	o := outcome(j, local, local.Add(time.Second), store.OutcomeCompleted, "completed", "")
 	if !o.StartedAt.Equal(reserved.Add(3*time.Millisecond)) || !o.FinishedAt.Equal(reserved.Add(time.Second+3*time.Millisecond)) {
 		t.Fatalf("started %s, finished %s; want 3 ms and 1.003 s after the reservation at %s", o.StartedAt, o.FinishedAt, reserved)
 	}

@@ -13,7 +13,6 @@ import (
 
 	"github.com/fleet-go/fleet/pgtest"
 	"github.com/fleet-go/fleet/queue"
-	"github.com/fleet-go/fleet/spawner"
 	"github.com/fleet-go/fleet/store"
 	"github.com/fleet-go/fleet/worker"
 )
@@ -43,40 +42,43 @@ func TestIdleWorkerCostsOneStatementPerPoll(t *testing.T) {
 	t.Cleanup(pool.Close)
 
 	const poll = 200 * time.Millisecond
-	ready := make(chan struct{})
-	var once sync.Once
 	// Five queues, none with a job: the queue that once answered 0 ms to
 	// "when is the next job" made an idle worker poll every 5 ms.
 	w, err := worker.New(store.New(pool), queue.NewRegistry(), worker.Config{
 		Queues: []string{"a", "b", "c", "d", "e"}, PollInterval: poll, Concurrency: 8,
-		Reports: func(r spawner.Report) {
-			if r.Type == spawner.ReportReady {
-				once.Do(func() { close(ready) })
-			}
-		},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
+	sig := worker.InitSignals(w)
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
 	go func() { _, err := w.Run(ctx); errc <- err }()
-	<-ready
-	time.Sleep(poll) // the first claim round and the LISTEN
-	before := counter.n.Load()
-	const window = 2 * time.Second
-	time.Sleep(window)
-	n := counter.n.Load() - before
+	// The first claim round (before the first poll), the LISTEN and the
+	// vacuum's first look are over once the listener listens and the
+	// first poll has fired.
+	sig.Listening.Wait(t)
+	sig.Polled.Wait(t)
+	before, began := counter.n.Load(), time.Now()
+	const polls = 10
+	for range polls {
+		sig.Polled.Wait(t)
+	}
+	n, took := counter.n.Load()-before, time.Since(began)
 	cancel()
 	if err := <-errc; err != nil {
 		t.Fatal(err)
 	}
-	polls := int64(window / poll)
+	// Each poll is followed by its one statement: the one of the first
+	// counted poll may not have been sent yet, the one after the last may.
 	if n > polls+1 {
-		t.Errorf("an idle worker sent %d statements in %s with a %s poll interval, want at most %d", n, window, poll, polls+1)
+		t.Errorf("an idle worker sent %d statements in %d polls, want at most %d", n, polls, polls+1)
 	}
 	if n < polls/2 {
-		t.Errorf("an idle worker sent %d statements in %s with a %s poll interval: is it polling at all?", n, window, poll)
+		t.Errorf("an idle worker sent %d statements in %d polls: is it polling at all?", n, polls)
+	}
+	if least := time.Duration(polls-1) * poll; took < least {
+		t.Errorf("%d polls in %s with a %s poll interval: it polls more often than its interval", polls, took.Round(time.Millisecond), poll)
 	}
 }
 

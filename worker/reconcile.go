@@ -58,39 +58,39 @@ const reconcileTimeout = 10 * time.Second
 // resyncSoon asks for a reconcile at the next reconcile tick, even if the
 // worker holds nothing by then: a statement failed (the database may have
 // failed over), or the notification connection came back.
-func (w *Worker) resyncSoon() { w.resync.Store(true) }
+func (c *claimer) resyncSoon() { c.resync.Store(true) }
 
 // reconcileDue reports whether a reconcile tick should reconcile.
-func (w *Worker) reconcileDue(s *loopState) bool {
-	return s.held() > 0 || w.writer.Unsaved() > 0 || w.resync.Load()
+func (c *claimer) reconcileDue(s *loopState) bool {
+	return s.held() > 0 || c.writer.Unsaved() > 0 || c.resync.Load()
 }
 
 // reconcile compares the leases reserved under the worker's name with the
 // jobs it holds, releases the reservations it does not hold and drops the
 // claimed jobs not started yet that are no longer reserved to it (see
 // above). It runs on the loop.
-func (w *Worker) reconcile(parent context.Context, s *loopState) {
-	held := make(map[store.Lease]bool, s.held()+w.writer.Unsaved())
+func (c *claimer) reconcile(parent context.Context, s *loopState) {
+	held := make(map[store.Lease]bool, s.held()+c.writer.Unsaved())
 	for _, r := range s.running {
 		held[r.job.Lease()] = true
 	}
 	for _, j := range s.buffer {
 		held[j.Lease()] = true
 	}
-	w.writer.holding(held)
-	w.resync.Store(false)
+	c.writer.holding(held)
+	c.resync.Store(false)
 
 	ctx, cancel := context.WithTimeout(parent, reconcileTimeout)
 	defer cancel()
 	var reserved []store.Lease
 	var err error
-	w.await(s, func() { reserved, err = w.st.JobReservedBy(ctx, w.cfg.Name) })
+	c.await(s, func() { reserved, err = c.st.JobReservedBy(ctx, c.cfg.Name) })
 	if err != nil {
-		w.resyncSoon()
-		w.logs.Fail(w.log, "reconcile", "reading the jobs reserved by this worker failed; trying again at the next beat", "err", err)
+		c.resyncSoon()
+		c.logs.Fail(c.log, "reconcile", "reading the jobs reserved by this worker failed; trying again at the next beat", "err", err)
 		return
 	}
-	w.logs.OK(w.log, "reconcile", "reading the jobs reserved by this worker works again")
+	c.logs.OK(c.log, "reconcile", "reading the jobs reserved by this worker works again")
 	mine := make(map[store.Lease]bool, len(reserved))
 	var unheld []store.Lease
 	for _, l := range reserved {
@@ -99,26 +99,26 @@ func (w *Worker) reconcile(parent context.Context, s *loopState) {
 			unheld = append(unheld, l)
 		}
 	}
-	w.dropUnreserved(s, mine)
+	c.dropUnreserved(s, mine)
 	if len(unheld) == 0 {
 		return
 	}
 	var lost store.LostJobs
-	w.await(s, func() { lost, err = w.st.JobReleaseUnheld(ctx, w.cfg.Name, unheld) })
+	c.await(s, func() { lost, err = c.st.JobReleaseUnheld(ctx, c.cfg.Name, unheld) })
 	if err != nil {
-		w.resyncSoon()
-		w.logs.Fail(w.log, "reconcile", "releasing jobs reserved under this worker that it does not hold failed; trying again at the next beat",
+		c.resyncSoon()
+		c.logs.Fail(c.log, "reconcile", "releasing jobs reserved under this worker that it does not hold failed; trying again at the next beat",
 			"jobs", len(unheld), "err", err)
 		return
 	}
-	w.log.Warn("released jobs reserved under this worker that it does not hold (their outcome, or the answer to their claim, was lost, as in a database failover): they run again without spending a try",
+	c.log.Warn("released jobs reserved under this worker that it does not hold (their outcome, or the answer to their claim, was lost, as in a database failover): they run again without spending a try",
 		"jobs", len(unheld), "released", lost.Released, "cancelled", lost.Cancelled, "job_ids", leaseIDs(unheld, 10))
 }
 
 // dropUnreserved drops the claimed jobs waiting for a slot whose lease is
 // not among mine, the worker's reservations as the database just read
 // them: they are no longer the worker's to run.
-func (w *Worker) dropUnreserved(s *loopState, mine map[store.Lease]bool) {
+func (c *claimer) dropUnreserved(s *loopState, mine map[store.Lease]bool) {
 	var dropped []store.Lease
 	keep := s.buffer[:0]
 	for _, j := range s.buffer {
@@ -134,7 +134,7 @@ func (w *Worker) dropUnreserved(s *loopState, mine map[store.Lease]bool) {
 		s.buffer = nil
 	}
 	if len(dropped) > 0 {
-		w.log.Warn("dropped claimed jobs the database no longer has reserved by this worker (released by a master, or their claim lost in a failover): they are not started here",
+		c.log.Warn("dropped claimed jobs the database no longer has reserved by this worker (released by a master, or their claim lost in a failover): they are not started here",
 			"jobs", len(dropped), "job_ids", leaseIDs(dropped, 10))
 	}
 }

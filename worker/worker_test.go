@@ -81,16 +81,11 @@ func (b *bundle) count(t *testing.T, sql string, args ...any) int {
 	return n
 }
 
-// waitFor polls cond until it holds or the deadline passes.
+// waitFor polls cond until it holds, with the package's one polling
+// helper (worker.Poll).
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	worker.Poll(t, what, cond)
 }
 
 func TestWorkerRunsJobsUntilEmpty(t *testing.T) {
@@ -309,6 +304,7 @@ func TestWorkerStopLetsRunningJobsFinish(t *testing.T) {
 		b.dispatch(t, queue.NewJob("slow", nil))
 	}
 	w := b.worker(t, worker.Config{Concurrency: 2})
+	sig := worker.InitSignals(w)
 	ctx, cancel := context.WithCancel(context.Background())
 	type out struct {
 		res worker.Result
@@ -319,7 +315,9 @@ func TestWorkerStopLetsRunningJobsFinish(t *testing.T) {
 	<-started
 	<-started
 	cancel() // like SIGTERM: no new jobs, running ones go on
-	time.Sleep(50 * time.Millisecond)
+	if reason := sig.Stopping.Wait(t); reason != spawner.ExitStopped {
+		t.Fatalf("stopping for %q, want %q", reason, spawner.ExitStopped)
+	}
 	close(release)
 	o := <-outc
 	if o.err != nil || o.res.Reason != spawner.ExitStopped || o.res.Jobs != 2 {

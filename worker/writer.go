@@ -5,13 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"slices"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/fleet-go/fleet/internal/backoff"
+	"github.com/fleet-go/fleet/internal/lifecycle"
 	"github.com/fleet-go/fleet/internal/ratelog"
 	"github.com/fleet-go/fleet/queue"
 	"github.com/fleet-go/fleet/store"
@@ -23,6 +24,10 @@ const (
 	writeBatch = 1000
 	// writeTimeout bounds one write.
 	writeTimeout = 10 * time.Second
+	// writeRetryBase and writeRetryMax bound the backoff between the
+	// tries of a batch.
+	writeRetryBase = 50 * time.Millisecond
+	writeRetryMax  = 5 * time.Second
 	// writeTries is how many times a batch the database rejects is tried
 	// before it is split in two.
 	writeTries = 3
@@ -63,8 +68,13 @@ type writer struct {
 	unsaved int                // outcomes added but not yet written (pending + in flight)
 	changed chan struct{}      // closed and replaced whenever unsaved drops
 	kick    chan struct{}
-	// sleep waits between tries; tests shorten it.
-	sleep func(ctx context.Context, d time.Duration) bool
+	// sleep waits between tries (backoff.Sleep); tests shorten it.
+	sleep func(ctx context.Context, d time.Duration) error
+
+	lc  lifecycle.Lifecycle
+	sig struct {
+		written lifecycle.Signal[int] // a batch written: its size
+	}
 }
 
 func newWriter(st *store.Store, worker, master string, log *slog.Logger, onWritten func()) *writer {
@@ -76,20 +86,30 @@ func newWriter(st *store.Store, worker, master string, log *slog.Logger, onWritt
 		onWritten: onWritten,
 		changed:   make(chan struct{}),
 		kick:      make(chan struct{}, 1),
-		sleep:     sleepCtx,
+		sleep:     backoff.Sleep,
 	}
 }
 
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
+func (w *writer) Name() string { return "writer" }
+
+// Start writes batches on its own goroutine until Stop.
+func (w *writer) Start(ctx context.Context) error {
+	sctx, end, err := w.lc.Begin(ctx, w.Name())
+	if err != nil {
+		return err
 	}
+	go func() {
+		defer end()
+		w.run(sctx)
+	}()
+	return nil
 }
+
+// Stop cancels the write in flight and waits. Outcomes not written by
+// then stay unsaved (see run); the claimer drains the writer before it
+// ends, so a worker's writer stops with nothing left but what a frozen
+// database refused.
+func (w *writer) Stop() { w.lc.Halt() }
 
 func (w *writer) add(o store.JobOutcome) {
 	w.mu.Lock()
@@ -122,7 +142,7 @@ func (w *writer) Unsaved() int {
 	return w.unsaved
 }
 
-// run writes batches until ctx ends. Outcomes not written by then are only
+// run writes batches until ctx ends (Stop). Outcomes not written by then are only
 // lost with the process; their jobs are still reserved and get released by
 // a master, never dropped.
 func (w *writer) run(ctx context.Context) {
@@ -169,13 +189,14 @@ func (w *writer) writeAll(ctx context.Context) {
 		if w.onWritten != nil {
 			w.onWritten()
 		}
+		w.sig.written.Send(n)
 	}
 }
 
 // write writes batch, splitting it when the database rejects it, and
 // reports false only when ctx ended first.
 func (w *writer) write(ctx context.Context, batch []store.JobOutcome) bool {
-	backoff := 50 * time.Millisecond
+	retry := backoff.Exponential{Base: writeRetryBase, Max: writeRetryMax}
 	rejected := 0
 	for try := 0; ; try++ {
 		err := w.finish(ctx, batch, try > 0)
@@ -195,13 +216,13 @@ func (w *writer) write(ctx context.Context, batch []store.JobOutcome) bool {
 				return w.isolate(ctx, batch, err)
 			}
 		}
-		w.logs.Fail(w.log, "write", "write finished jobs failed; retrying", "jobs", len(batch), "err", err, "retry_in", backoff)
-		// Full jitter keeps many workers that lost the database together
+		d := retry.Next()
+		w.logs.Fail(w.log, "write", "write finished jobs failed; retrying", "jobs", len(batch), "err", err, "retry_in", d)
+		// The jitter keeps many workers that lost the database together
 		// from coming back in step.
-		if !w.sleep(ctx, backoff/2+rand.N(backoff/2+1)) {
+		if w.sleep(ctx, backoff.Between(d/2, d)) != nil {
 			return false
 		}
-		backoff = min(backoff*2, 5*time.Second)
 	}
 }
 

@@ -27,7 +27,7 @@ func TestWriterIsolatesAnOutcomeTheDatabaseRejects(t *testing.T) {
 	}
 	w := newWriter(st, "w", "", slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
 	tries := 0
-	w.sleep = func(context.Context, time.Duration) bool { tries++; return true }
+	w.sleep = func(context.Context, time.Duration) error { tries++; return nil }
 	now := time.Now()
 	var bad int64
 	for i, j := range jobs {
@@ -106,7 +106,7 @@ func TestWriterFlappingLogsOncePerMinute(t *testing.T) {
 	}
 	var logs syncbuf.Buffer
 	w := newWriter(st, "w", "", slog.New(slog.NewTextHandler(&logs, nil)), nil)
-	w.sleep = func(context.Context, time.Duration) bool { return true }
+	w.sleep = func(context.Context, time.Duration) error { return nil }
 	rctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { w.run(rctx); close(done) }()

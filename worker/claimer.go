@@ -1,0 +1,758 @@
+package worker
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fleet-go/fleet/internal/lifecycle"
+	"github.com/fleet-go/fleet/internal/ratelog"
+	"github.com/fleet-go/fleet/queue"
+	"github.com/fleet-go/fleet/redact"
+	"github.com/fleet-go/fleet/spawner"
+	"github.com/fleet-go/fleet/store"
+)
+
+// claimer is the service that runs the worker's loop, the one owner of
+// the loop state (loopState): it claims jobs from the queues in priority
+// order, starts them on the runners, finishes them as they end (their
+// outcomes go to the writer), watches their timeouts and cancels, beats,
+// reconciles (reconcile.go) and stops at the worker's limits. It starts
+// last and stops first: its stop is the worker's, and needs every other
+// service while it lasts.
+//
+// Its Stop begins the worker's stop as Run's context ending does, and
+// waits for the loop to end: no new jobs, running ones finish within
+// their timeout, every outcome is written. The loop's statements in flight
+// are not cancelled at once, since a claim whose answer is lost leaves
+// jobs reserved: they are cut StopCut after the stop began (see cut), and
+// the drain has DrainTimeout, so on a frozen database the stop takes at
+// most StopCut + DrainTimeout past the running jobs.
+type claimer struct {
+	cfg      Config
+	st       *store.Store
+	log      *slog.Logger
+	logs     ratelog.Log // failing claims: once per streak, then once a minute
+	redactor *redact.Redactor
+	now      func() time.Time
+
+	// The services it drives: the writer takes outcomes, the runners run
+	// started jobs (tasks) and hand them back (done), the poller looks for
+	// cancel requests among the running ids.
+	writer  *writer
+	runners *runners
+	poller  *cancelPoller
+	tasks   chan<- task
+	done    <-chan finished
+
+	wake   chan struct{}
+	paused atomic.Bool
+	// pausedQueues is the set of queues not to claim from.
+	pausedQueues atomic.Pointer[map[string]bool]
+	stopOnce     sync.Once
+	stop         chan struct{}
+	// finished counts attempts finished; the vacuum reads it too.
+	finished atomic.Int64
+	// cancels carries cancel requests from the listener and the poller to
+	// the loop.
+	cancels chan store.CancelNotice
+	// resync asks for a reconcile even while nothing is held (see
+	// reconcile.go).
+	resync atomic.Bool
+	// base is the service's context without its cancellation: the parent
+	// of the jobs' contexts and of the statements of the stop (release,
+	// drain, the last reconcile), which the stop must not cut short.
+	base context.Context
+	// cut is the context of the loop's own statements (claims, probes,
+	// reconciles, releases): cancelled StopCut after the worker begins to
+	// stop, so that a statement hanging on a frozen or unreachable
+	// database cannot hold up the stop. The loop owns cutTimer.
+	cut       context.Context
+	cutCancel context.CancelFunc
+	cutTimer  *time.Timer
+
+	// Set by its goroutine before it ends.
+	res Result
+	err error
+
+	lc  lifecycle.Lifecycle
+	sig struct {
+		stopping lifecycle.Signal[spawner.ExitReason] // the stop began, and why
+		polled   lifecycle.Signal[struct{}]           // the poll timer fired and was handled
+	}
+}
+
+func newClaimer(st *store.Store, cfg Config, log *slog.Logger) *claimer {
+	return &claimer{
+		cfg:      cfg,
+		st:       st,
+		log:      log,
+		redactor: redact.New(cfg.Redact),
+		now:      cfg.Now,
+		wake:     make(chan struct{}, 1),
+		stop:     make(chan struct{}),
+		cancels:  make(chan store.CancelNotice, cancelBacklog),
+	}
+}
+
+func (c *claimer) Name() string { return "claimer" }
+
+// Start runs the loop on its own goroutine until the stop it begins
+// (Stop, Worker.Stop, a limit) is done.
+func (c *claimer) Start(ctx context.Context) error {
+	sctx, end, err := c.lc.Begin(ctx, c.Name())
+	if err != nil {
+		return err
+	}
+	c.tasks, c.done = c.runners.tasks, c.runners.done
+	c.base = context.WithoutCancel(sctx)
+	c.cut, c.cutCancel = context.WithCancel(c.base)
+	go func() {
+		defer end()
+		defer func() {
+			if c.cutTimer != nil {
+				c.cutTimer.Stop()
+			}
+			c.cutCancel()
+		}()
+		c.res, c.err = c.loop(sctx, c.base)
+	}()
+	return nil
+}
+
+// Stop begins the worker's stop and waits until it is done (see claimer).
+func (c *claimer) Stop() { c.lc.Halt() }
+
+// Done is closed once the loop has ended (nil before Start).
+func (c *claimer) Done() <-chan struct{} { return c.lc.Ended() }
+
+// Result is how the loop ended; call it once Done is closed.
+func (c *claimer) Result() (Result, error) { return c.res, c.err }
+
+// since is how long ago t was, by the worker's clock.
+func (c *claimer) since(t time.Time) time.Duration { return c.now().Sub(t) }
+
+// pause sets whether the claimer takes new jobs.
+func (c *claimer) pause(paused bool) { c.paused.Store(paused); c.poke() }
+
+// pauseQueues replaces the set of queues not to claim from.
+func (c *claimer) pauseQueues(set map[string]bool) { c.pausedQueues.Store(&set); c.poke() }
+
+// requestStop begins the worker's stop as Run's context ending does,
+// without waiting for it (Worker.Stop); safe before Start and twice.
+func (c *claimer) requestStop() { c.stopOnce.Do(func() { close(c.stop) }) }
+
+// poke wakes the loop for a claim, never blocking.
+func (c *claimer) poke() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+type running struct {
+	job      store.ClaimedJob
+	started  time.Time
+	deadline time.Time
+	cancel   context.CancelFunc
+	// stop cancels the job's context with a cause (an operator's cancel);
+	// cancelAt is when, cancelBy who asked (zero: not cancelled).
+	stop     context.CancelCauseFunc
+	cancelAt time.Time
+	cancelBy string
+}
+
+type loopState struct {
+	running map[int64]*running
+	// buffer holds claimed jobs waiting for a free slot (prefetch).
+	buffer  []store.ClaimedJob
+	claimed int64 // jobs claimed
+	started int64 // jobs started
+	// runtime is a moving average of recent runtimes; negative until the
+	// first attempt finishes.
+	runtime  time.Duration
+	stopping bool
+	reason   spawner.ExitReason
+	// fencedSince is when the worker first found its master's row not
+	// live, in the current run of such answers (zero: not fenced).
+	fencedSince time.Time
+	// freed says a job finished while a claim's statement ran (see
+	// await): there is room to claim again.
+	freed bool
+	// ctxDone and stopC are Run's context and the Stop signal, nil once
+	// seen: the loop and await both watch them, so that a stop is heard
+	// while a statement hangs.
+	ctxDone, stopC <-chan struct{}
+}
+
+// stopSignal begins the stop when Run's context ended or Stop was
+// called; the loop and await call it from their selects.
+func (c *claimer) stopSignal(s *loopState, fromCtx bool) {
+	if fromCtx {
+		s.ctxDone = nil
+	} else {
+		s.stopC = nil
+	}
+	c.beginStop(s, spawner.ExitStopped)
+}
+
+// held is how many jobs the worker holds and has not finished.
+func (s *loopState) held() int { return len(s.running) + len(s.buffer) }
+
+func (c *claimer) loop(ctx, jobBase context.Context) (Result, error) {
+	s := &loopState{running: map[int64]*running{}, runtime: -1}
+	c.report(spawner.Report{Type: spawner.ReportReady, PID: os.Getpid(), Worker: c.cfg.Name,
+		Queues: c.cfg.Queues, Concurrency: c.cfg.Concurrency})
+	c.log.Info("worker started", "queues", c.cfg.Queues, "concurrency", c.cfg.Concurrency)
+
+	heartbeat := time.NewTicker(c.cfg.HeartbeatInterval)
+	defer heartbeat.Stop()
+	var last spawner.Report // the last heartbeat sent
+	lastBeat := c.now()
+	watchdog := time.NewTicker(min(200*time.Millisecond, c.cfg.TimeoutGrace))
+	defer watchdog.Stop()
+	poll := time.NewTimer(c.cfg.PollInterval)
+	defer poll.Stop()
+	cancelPoll := time.NewTicker(c.cfg.CancelPollInterval)
+	defer cancelPoll.Stop()
+	reconcile := time.NewTicker(c.cfg.HeartbeatInterval)
+	defer reconcile.Stop()
+	var maxTime <-chan time.Time
+	if c.cfg.MaxTime > 0 {
+		t := time.NewTimer(c.cfg.MaxTime)
+		defer t.Stop()
+		maxTime = t.C
+	}
+	s.ctxDone, s.stopC = ctx.Done(), c.stop
+	needClaim, probe := true, false
+	for {
+		c.startBuffered(jobBase, s)
+		if s.stopping && len(s.running) == 0 {
+			break
+		}
+		if needClaim && !s.stopping && !c.paused.Load() && c.roomToClaim(s) &&
+			c.writer.Unsaved() < c.cfg.MaxUnsaved {
+			s.freed = false
+			needClaim = c.claim(ctx, jobBase, s, poll, probe) || s.freed
+			probe = false
+			c.startBuffered(jobBase, s)
+		}
+		if s.stopping && len(s.running) == 0 {
+			break
+		}
+		// The watchdog only ticks while jobs run, and the heartbeat while
+		// there is news for the master: an idle worker wakes for its poll
+		// alone, and beats from there now and then.
+		var watchdogC, heartbeatC, cancelPollC <-chan time.Time
+		if len(s.running) > 0 {
+			watchdogC, cancelPollC = watchdog.C, cancelPoll.C
+		}
+		if len(s.running) > 0 || c.finished.Load() != last.Jobs || c.paused.Load() != last.Paused {
+			heartbeatC = heartbeat.C
+		}
+		var reconcileC <-chan time.Time
+		if c.reconcileDue(s) {
+			reconcileC = reconcile.C
+		}
+		select {
+		case <-s.ctxDone:
+			c.stopSignal(s, true)
+		case <-s.stopC:
+			c.stopSignal(s, false)
+		case f := <-c.done:
+			c.finish(s, f)
+			for more := true; more; {
+				select {
+				case f := <-c.done:
+					c.finish(s, f)
+				default:
+					more = false
+				}
+			}
+			needClaim = true
+		case <-c.wake:
+			needClaim = true
+		case n := <-c.cancels:
+			c.cancelHeld(s, n)
+		case <-cancelPollC:
+			c.askCancels(s)
+		case <-poll.C:
+			poll.Reset(c.cfg.PollInterval)
+			if heartbeatC == nil && c.since(lastBeat) >= IdleHeartbeats*c.cfg.HeartbeatInterval {
+				c.heartbeat(s, &last)
+				lastBeat = c.now()
+			}
+			// A poll with no claim pending since the last one is the idle
+			// case: one statement asks whether anything is ready first.
+			probe = !needClaim
+			needClaim = true
+			c.sig.polled.Send(struct{}{})
+		case <-maxTime:
+			c.beginStop(s, spawner.ExitMaxTime)
+		case <-heartbeatC:
+			c.heartbeat(s, &last)
+			lastBeat = c.now()
+		case <-reconcileC:
+			if c.cut.Err() == nil { // cut: the database did not answer the stop
+				c.reconcile(c.cut, s)
+			}
+		case <-watchdogC:
+			if r := c.overdue(s, c.now()); r != nil {
+				return c.abandon(s, r)
+			}
+		}
+	}
+	return c.exit(s, nil)
+}
+
+// heartbeat reports the worker's state to its master and checks its
+// memory limit.
+func (c *claimer) heartbeat(s *loopState, last *spawner.Report) {
+	mem := c.cfg.MemoryMB()
+	*last = spawner.Report{Type: spawner.ReportHeartbeat, Jobs: c.finished.Load(),
+		Running: len(s.running), MemoryMB: mem, Paused: c.paused.Load()}
+	c.report(*last)
+	if c.cfg.MaxMemoryMB > 0 && mem > float64(c.cfg.MaxMemoryMB) {
+		c.log.Info("memory limit reached", "memory_mb", mem, "max_memory_mb", c.cfg.MaxMemoryMB)
+		c.beginStop(s, spawner.ExitMaxMemory)
+	}
+}
+
+func (c *claimer) beginStop(s *loopState, reason spawner.ExitReason) {
+	if s.stopping {
+		return
+	}
+	s.stopping, s.reason = true, reason
+	c.cutTimer = time.AfterFunc(StopCut, c.cutCancel)
+	c.log.Info("worker stopping: finishing running jobs", "reason", string(reason), "running", len(s.running))
+	c.sig.stopping.Send(reason)
+}
+
+// claim fills free slots from the queues in priority order. It reports
+// whether another claim may find more right away. With probe (an idle
+// worker's poll) it first asks, in one statement over every queue, whether
+// any job is ready, and claims only if one is: an idle worker costs one
+// statement per poll interval, however many queues it works.
+func (c *claimer) claim(ctx, jobBase context.Context, s *loopState, poll *time.Timer, probe bool) bool {
+	limit := c.cfg.Concurrency + c.prefetch(s) - s.held()
+	if c.cfg.MaxJobs > 0 {
+		limit = min(limit, c.cfg.MaxJobs-int(s.claimed))
+	}
+	// The claim must not be cut off half-way by a stop signal: a claim whose
+	// answer is lost would leave jobs reserved until a master releases them.
+	// Only a claim still hanging StopCut after a stop is cut (see cut).
+	claimCtx, cancel := context.WithTimeout(c.cut, 30*time.Second)
+	defer cancel()
+	if probe && !c.cfg.StopWhenEmpty {
+		var next store.NextJob
+		var err error
+		c.await(s, func() { next, err = c.st.JobNext(claimCtx, c.cfg.Queues, c.cfg.Master) })
+		if err != nil {
+			c.resyncSoon()
+			c.logs.Fail(c.log, "claim", "looking for ready jobs failed; retrying at the next poll", "err", err)
+			return false
+		}
+		c.logs.OK(c.log, "claim", "the database answers again: claiming resumes")
+		if !c.fenced(s, next.Live) {
+			return false
+		}
+		if !next.Any {
+			return false // nothing at all: wait for a notification or the next poll
+		}
+		if next.In > 0 {
+			c.schedule(poll, next.In)
+			return false
+		}
+	}
+	paused := *c.pausedQueues.Load()
+	for _, q := range c.cfg.Queues {
+		if limit <= 0 {
+			break
+		}
+		if paused[q] {
+			continue
+		}
+		var jobs []store.ClaimedJob
+		var err error
+		c.await(s, func() {
+			jobs, err = c.st.JobClaim(claimCtx, store.JobClaimParams{Queue: q, Limit: limit, Worker: c.cfg.Name, Master: c.cfg.Master})
+		})
+		if err != nil {
+			c.resyncSoon()
+			c.logs.Fail(c.log, "claim", "claim failed; retrying at the next poll", "queue", q, "err", err)
+			return false
+		}
+		c.logs.OK(c.log, "claim", "the database answers again: claiming resumes")
+		if ctx.Err() != nil || c.paused.Load() {
+			// Stopped or paused while claiming: these jobs never start.
+			c.release(jobs, "")
+			return false
+		}
+		s.buffer = append(s.buffer, jobs...)
+		s.claimed += int64(len(jobs))
+		limit -= len(jobs)
+		// Start them now, not after the rest of the round.
+		c.startBuffered(jobBase, s)
+	}
+	if c.cfg.MaxJobs > 0 && s.claimed >= int64(c.cfg.MaxJobs) {
+		return false // the last of them start from the buffer; then the worker stops
+	}
+	if limit <= 0 {
+		return true // every slot filled: more may be waiting
+	}
+	// The queues ran dry.
+	if c.cfg.StopWhenEmpty && s.held() == 0 && c.empty(claimCtx) {
+		c.beginStop(s, spawner.ExitEmpty)
+		return false
+	}
+	var next store.NextJob
+	var err error
+	c.await(s, func() { next, err = c.st.JobNext(claimCtx, c.cfg.Queues, c.cfg.Master) })
+	if err == nil {
+		if c.fenced(s, next.Live) && next.Any && next.In > 0 {
+			c.schedule(poll, next.In)
+		}
+	}
+	return false
+}
+
+// await runs one statement of a claim (fn) on its own goroutine and, until
+// it returns, finishes the jobs that end meanwhile: their outcomes go to
+// the writer, whose statements never wait on the claim's. A claim held up
+// (every claim reads the member row of its holder's master, so a lock on
+// fleet_masters holds it until the lock goes, or the database is slow)
+// thus never holds up the outcomes of jobs that ran. A job finished here
+// sets s.freed, for the claim that follows.
+func (c *claimer) await(s *loopState, fn func()) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		fn()
+	}()
+	for {
+		select {
+		case <-done:
+			return
+		case f := <-c.done:
+			c.finish(s, f)
+			s.freed = true
+		case n := <-c.cancels:
+			c.cancelHeld(s, n)
+		case <-s.ctxDone:
+			c.stopSignal(s, true)
+		case <-s.stopC:
+			c.stopSignal(s, false)
+		}
+	}
+}
+
+// fenced notes whether the worker's master row is live and reports it. A
+// worker fenced for MasterTTL stops (its running jobs are released by
+// another master meanwhile; their outcomes will be refused).
+func (c *claimer) fenced(s *loopState, live bool) bool {
+	if live {
+		if !s.fencedSince.IsZero() {
+			c.log.Info("master row live again: claiming resumes", "master", c.cfg.Master)
+		}
+		s.fencedSince = time.Time{}
+		return true
+	}
+	if s.fencedSince.IsZero() {
+		s.fencedSince = c.now()
+		c.log.Warn("fenced: the master's membership row is not live, so this worker claims nothing", "master", c.cfg.Master)
+	}
+	if c.since(s.fencedSince) >= c.cfg.MasterTTL {
+		c.beginStop(s, spawner.ExitFenced)
+	}
+	return false
+}
+
+// prefetch is how many jobs beyond its concurrency the worker may claim
+// now: Prefetch while recent jobs were short, else none.
+func (c *claimer) prefetch(s *loopState) int {
+	if s.runtime < 0 || s.runtime >= PrefetchBelow {
+		return 0
+	}
+	return c.cfg.Prefetch
+}
+
+// roomToClaim reports whether a claim is due: a slot is free and no
+// prefetched job waits for it, or a quarter of the room for prefetched
+// jobs is free. A claim of a job or two while others still wait in the
+// buffer would cost a round trip and a commit for little.
+func (c *claimer) roomToClaim(s *loopState) bool {
+	room := c.cfg.Concurrency + c.prefetch(s)
+	free := room - s.held()
+	return free > 0 && (len(s.buffer) == 0 || free >= room/4)
+}
+
+// startBuffered starts claimed jobs in free slots, oldest claim first. A
+// stopping or paused worker gives its buffered jobs back instead (their
+// attempt not counted), as it does those of queues paused since the claim.
+func (c *claimer) startBuffered(jobBase context.Context, s *loopState) {
+	if len(s.buffer) == 0 {
+		return
+	}
+	if s.stopping || c.paused.Load() {
+		c.release(s.buffer, "")
+		s.buffer = nil
+		return
+	}
+	if paused := *c.pausedQueues.Load(); len(paused) > 0 {
+		var back []store.ClaimedJob
+		keep := s.buffer[:0]
+		for _, j := range s.buffer {
+			if paused[j.Queue] {
+				back = append(back, j)
+			} else {
+				keep = append(keep, j)
+			}
+		}
+		s.buffer = keep
+		c.release(back, "")
+	}
+	n := min(len(s.buffer), c.cfg.Concurrency-len(s.running))
+	for _, j := range s.buffer[:max(n, 0)] {
+		c.start(jobBase, s, j)
+	}
+	s.buffer = s.buffer[max(n, 0):]
+	if len(s.buffer) == 0 {
+		s.buffer = nil
+	}
+	if c.cfg.MaxJobs > 0 && s.started >= int64(c.cfg.MaxJobs) {
+		c.beginStop(s, spawner.ExitMaxJobs)
+	}
+}
+
+// schedule makes the next poll come when a delayed job becomes available,
+// if that is sooner than the poll interval.
+func (c *claimer) schedule(poll *time.Timer, next time.Duration) {
+	if next < c.cfg.PollInterval {
+		poll.Reset(next + 5*time.Millisecond)
+	}
+}
+
+// empty reports, once every outcome is written (a written retry may be
+// ready at once), whether no job is ready on the worker's queues.
+func (c *claimer) empty(ctx context.Context) bool {
+	if err := c.writer.drain(ctx); err != nil {
+		return false
+	}
+	ready, err := c.st.JobReadyExists(ctx, c.cfg.Queues)
+	return err == nil && !ready
+}
+
+func (c *claimer) start(jobBase context.Context, s *loopState, j store.ClaimedJob) {
+	// What the job did not set itself, the worker's defaults decide.
+	j.MaxTries = cmp.Or(j.MaxTries, c.cfg.Tries)
+	if j.BackoffSecs == nil {
+		j.BackoffSecs = c.cfg.Backoff
+	}
+	j.Timeout = cmp.Or(j.Timeout, c.cfg.DefaultTimeout)
+	timeout := j.Timeout
+	// The timeout's context hangs off jobBase, whose children map exists
+	// already; the cancel cause (an operator's cancel) hangs off it. The
+	// other way round every job would allocate a children map and a timer
+	// under a fresh parent, which costs a drain several per cent.
+	tctx, cancel := context.WithTimeout(jobBase, timeout)
+	jctx, stop := context.WithCancelCause(tctx)
+	now := c.now()
+	s.running[j.ID] = &running{job: j, started: now, deadline: now.Add(timeout), cancel: cancel, stop: stop}
+	s.started++
+	// Never blocks: at most Concurrency jobs run, and tasks holds as many.
+	c.tasks <- task{ctx: jctx, job: j, started: now, timeout: timeout}
+}
+
+func (c *claimer) finish(s *loopState, f finished) {
+	r, ok := s.running[f.job.ID]
+	if !ok || r.job.Attempt != f.job.Attempt {
+		c.runners.returned() // given up on after a timeout (see abandon)
+		return
+	}
+	r.cancel()
+	delete(s.running, f.job.ID)
+	c.finished.Add(1)
+	if took := f.ended.Sub(r.started); s.runtime < 0 {
+		s.runtime = took
+	} else {
+		s.runtime = (s.runtime*7 + took) / 8
+	}
+	if c.finishStopped(r, f) {
+		return
+	}
+	if f.inTx {
+		c.finishInTx(f, r.started)
+		return
+	}
+	if f.err == nil {
+		if c.log.Enabled(context.Background(), slog.LevelDebug) {
+			c.log.Debug("job completed", "job_id", f.job.ID, "job", f.job.Name, "queue", f.job.Queue,
+				"attempt", f.job.Attempt, "runtime", f.ended.Sub(r.started).Round(time.Microsecond))
+		}
+		c.writer.add(outcome(f.job, r.started, f.ended, store.OutcomeCompleted, "completed", ""))
+		return
+	}
+	// The error text is made storable here, where it is produced: a handler's
+	// error may hold NUL bytes or invalid UTF-8, which a text column refuses.
+	msg, status := store.StorableText(f.err.Error()), "failed"
+	if f.expired {
+		msg, status = fmt.Sprintf("timed out after %s: %s", f.timeout, msg), "timed_out"
+	}
+	c.recordFailure(f.job, r.started, f.ended, status, msg)
+}
+
+// finishInTx records an attempt whose handler completed its job in its own
+// transaction. When that committed, the job is gone and nothing is left to
+// write; the worker cannot tell, so it writes the attempt as failed with an
+// outcome marked InTx, which the lease check applies only when the
+// transaction did not commit (then the handler's effects are not there
+// either, and the job is retried).
+func (c *claimer) finishInTx(f finished, started time.Time) {
+	msg, status := "the job was completed in its handler's transaction, which did not commit", "failed"
+	if f.err != nil {
+		msg = store.StorableText(f.err.Error())
+		c.log.Info("job failed after completing in its transaction; if that committed the job is done, otherwise it is retried",
+			"job_id", f.job.ID, "job", f.job.Name, "queue", f.job.Queue, "attempt", f.job.Attempt, "err", c.redactor.Text(msg))
+	}
+	if f.expired {
+		msg, status = fmt.Sprintf("timed out after %s: %s", f.timeout, msg), "timed_out"
+	}
+	o := outcome(f.job, started, f.ended, store.OutcomeFailed, status, msg)
+	o.InTx = true
+	if f.job.Attempt < f.job.MaxTries {
+		o.Kind, o.Delay = store.OutcomeRetried, queue.RetryDelay(f.job.BackoffSecs, f.job.Attempt)
+	}
+	c.writer.add(o)
+}
+
+// outcome is the outcome of one attempt with its history, timed by the
+// real clock.
+func outcome(j store.ClaimedJob, started, ended time.Time, kind store.OutcomeKind, status, msg string) store.JobOutcome {
+	return store.JobOutcome{
+		Lease: j.Lease(), Kind: kind, Status: status, Error: msg, MaxTries: j.MaxTries,
+		Queue: j.Queue, Name: j.Name, Attempt: j.Attempt, ReservedAt: j.ReservedAt,
+		// On the database clock, as ReservedAt (see ClaimedJob.ClockOffset).
+		StartedAt: started.Add(j.ClockOffset), FinishedAt: ended.Add(j.ClockOffset),
+		RuntimeMs: float64(ended.Sub(started).Microseconds()) / 1000,
+	}
+}
+
+// recordFailure writes a failed attempt: retried after its backoff while
+// tries remain, moved to failed jobs otherwise. Logs carry the error with
+// secrets redacted; the payload is never logged.
+func (c *claimer) recordFailure(j store.ClaimedJob, started, ended time.Time, status, msg string) {
+	shown := c.redactor.Text(msg)
+	if j.Attempt >= j.MaxTries {
+		c.log.Warn("job failed for good", "job_id", j.ID, "job", j.Name, "queue", j.Queue,
+			"attempt", j.Attempt, "tries", j.MaxTries, "err", shown)
+		c.writer.add(outcome(j, started, ended, store.OutcomeFailed, status, msg))
+		return
+	}
+	delay := queue.RetryDelay(j.BackoffSecs, j.Attempt)
+	c.log.Info("job attempt failed; will retry", "job_id", j.ID, "job", j.Name, "queue", j.Queue,
+		"attempt", j.Attempt, "tries", j.MaxTries, "retry_in", delay, "err", shown)
+	o := outcome(j, started, ended, store.OutcomeRetried, status, msg)
+	o.Delay = delay
+	c.writer.add(o)
+}
+
+// overdue returns a job that outlived its timeout, or its cancel, plus
+// the grace period.
+func (c *claimer) overdue(s *loopState, now time.Time) *running {
+	for _, r := range s.running {
+		if now.After(r.deadline.Add(c.cfg.TimeoutGrace)) ||
+			(!r.cancelAt.IsZero() && now.After(r.cancelAt.Add(c.cfg.TimeoutGrace))) {
+			return r
+		}
+	}
+	return nil
+}
+
+// abandon gives up on a job that ignores its cancellation: its attempt is
+// recorded as timed out (as cancelled, when an operator cancelled it), the
+// worker's other jobs are released for another worker (their attempt not
+// counted), and Run returns ErrJobTimedOut (ErrJobIgnoredCancel).
+func (c *claimer) abandon(s *loopState, r *running) (Result, error) {
+	c.log.Error("job ignored its timeout or cancel; giving up on it and exiting so a fresh worker takes over",
+		"job_id", r.job.ID, "job", r.job.Name, "timeout", r.deadline.Sub(r.started), "grace", c.cfg.TimeoutGrace,
+		"cancelled", !r.cancelAt.IsZero())
+	delete(s.running, r.job.ID)
+	c.finished.Add(1)
+	exitErr := ErrJobTimedOut
+	if !r.cancelAt.IsZero() {
+		exitErr = ErrJobIgnoredCancel
+		c.abandonCancelled(r)
+	} else {
+		msg := fmt.Sprintf("timed out after %s and did not stop within %s", r.deadline.Sub(r.started), c.cfg.TimeoutGrace)
+		c.recordFailure(r.job, r.started, c.now(), "timed_out", msg)
+	}
+	others := make([]store.ClaimedJob, 0, len(s.running))
+	for _, o := range s.running {
+		o.cancel()
+		others = append(others, o.job)
+	}
+	clear(s.running)
+	// The loop waits for none of them any more: the runners' Stop does not
+	// either (see runners).
+	c.runners.giveUp(1 + len(others))
+	c.release(others, "released: its worker exited after another job timed out")
+	c.release(s.buffer, "")
+	s.buffer = nil
+	s.reason = spawner.ExitTimeout
+	return c.exit(s, exitErr)
+}
+
+func (c *claimer) release(jobs []store.ClaimedJob, reason string) {
+	if len(jobs) == 0 {
+		return
+	}
+	leases := make([]store.Lease, len(jobs))
+	for i, j := range jobs {
+		leases[i] = j.Lease()
+	}
+	// Before the stop's cut, a release may take as long as a drain; after
+	// it (a job given up on at exit), no longer than a reconcile.
+	parent, timeout := c.cut, DrainTimeout
+	if c.cut.Err() != nil {
+		parent, timeout = c.base, reconcileTimeout
+	}
+	ctx, cancel := context.WithTimeout(parent, timeout)
+	defer cancel()
+	n, err := c.st.JobRelease(ctx, store.JobReleaseParams{Leases: leases, Uncount: true, Error: reason})
+	if err != nil {
+		c.log.Error("release jobs failed: they stay reserved until a master releases them", "jobs", len(jobs), "err", err)
+		return
+	}
+	c.log.Info("released jobs that had not started", "jobs", n)
+}
+
+func (c *claimer) exit(s *loopState, runErr error) (Result, error) {
+	ctx, cancel := context.WithTimeout(c.base, DrainTimeout)
+	defer cancel()
+	if err := c.writer.drain(ctx); err != nil {
+		c.log.Error("could not write every finished job before exiting: their jobs stay reserved until a master releases them",
+			"unsaved", c.writer.Unsaved(), "err", err)
+		runErr = errors.Join(runErr, fmt.Errorf("write finished jobs: %w", err))
+	} else {
+		c.reconcile(ctx, s) // what is left reserved under this name is released without counting
+	}
+	if s.reason == "" {
+		s.reason = spawner.ExitStopped
+	}
+	c.report(spawner.Report{Type: spawner.ReportExiting, Reason: s.reason, Jobs: c.finished.Load(),
+		Running: len(s.running), MemoryMB: c.cfg.MemoryMB(), Unsaved: c.writer.Unsaved()})
+	c.log.Info("worker exiting", "reason", string(s.reason), "jobs", c.finished.Load())
+	return Result{Reason: s.reason, Jobs: c.finished.Load()}, runErr
+}
+
+func (c *claimer) report(r spawner.Report) {
+	if c.cfg.Reports != nil {
+		c.cfg.Reports(r)
+	}
+}

@@ -1,0 +1,41 @@
+package worker
+
+import (
+	"github.com/fleet-go/fleet/internal/lifecycle"
+	"github.com/fleet-go/fleet/spawner"
+)
+
+// What the tests of package worker_test, which drive a whole worker, use
+// of the services' test signals.
+
+// Poll is the package's one polling helper (see poll).
+var Poll = poll
+
+// Signals are the test signals of a worker's services.
+type Signals struct {
+	// Lifecycle: "start NAME", "stop NAME", in Run's order.
+	Lifecycle *lifecycle.Signal[string]
+	// Stopping: the claimer began the stop, and why.
+	Stopping *lifecycle.Signal[spawner.ExitReason]
+	// Polled: the claimer's poll timer fired and was handled (the probe
+	// or claim it asks for follows).
+	Polled *lifecycle.Signal[struct{}]
+	// Listening: the listener's connection listens.
+	Listening *lifecycle.Signal[struct{}]
+}
+
+// InitSignals initialises the test signals of w's services and returns
+// them; call it before Run.
+func InitSignals(w *Worker) *Signals {
+	s := &Signals{
+		Lifecycle: &w.sig.lifecycle,
+		Stopping:  &w.claimer.sig.stopping,
+		Polled:    &w.claimer.sig.polled,
+		Listening: &w.listener.sig.connected,
+	}
+	s.Lifecycle.Init()
+	s.Stopping.Init()
+	s.Polled.Init()
+	s.Listening.Init()
+	return s
+}
