@@ -39,6 +39,12 @@
 // whose sends never block the claimer, and share no state but the
 // claimer's count of finished attempts, which the vacuum reads.
 //
+// Around a Worker, Process is the runtime of a `fleet:work` process: the
+// master's commands from stdin, the wait for a database that does not
+// answer at start, and the membership row of a worker run by hand.
+// SpecConfig turns a master's spawner.Spec into a Config, for processes
+// and in-process workers alike, in one place.
+//
 // Times are taken from Config.Now, the worker's clock; timers and tickers
 // run on real time.
 package worker

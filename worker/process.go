@@ -128,7 +128,11 @@ func (p *Process) Connect(ctx context.Context, open func(context.Context) error,
 	defer cancel()
 	defer context.AfterFunc(p.sink.stopped, cancel)()
 	delay := backoff.Exponential{Base: waitBase, Max: waitMax}
-	tries, loggedAt := 1, time.Now()
+	now := p.cfg.Worker.Now
+	if now == nil {
+		now = time.Now
+	}
+	tries, loggedAt := 1, now()
 	for {
 		d := delay.Next()
 		if backoff.Sleep(wctx, backoff.Between(d/2, d)) != nil {
@@ -144,9 +148,9 @@ func (p *Process) Connect(ctx context.Context, open func(context.Context) error,
 			return false, err
 		}
 		p.waiting(err)
-		if time.Since(loggedAt) >= waitLogEvery {
+		if now().Sub(loggedAt) >= waitLogEvery {
 			p.log.Warn("the database is still unreachable; waiting for it", "tries", tries, "err", err)
-			loggedAt = time.Now()
+			loggedAt = now()
 		}
 	}
 }
