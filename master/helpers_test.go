@@ -11,6 +11,7 @@ import (
 
 	svclife "github.com/fleet-go/fleet/internal/lifecycle"
 	"github.com/fleet-go/fleet/internal/syncbuf"
+	"github.com/fleet-go/fleet/internal/testwait"
 	"github.com/fleet-go/fleet/pgtest"
 	"github.com/fleet-go/fleet/store"
 )
@@ -18,54 +19,28 @@ import (
 // The helpers of the tests of one service at a time, shared with the
 // tests of the whole master through export_test.go.
 
-// pollEvery is the one polling interval of the package's tests.
-const pollEvery = 10 * time.Millisecond
-
 // poll waits until cond holds, for at most 15 s. It is the package's one
 // polling helper: a test polls only what it cannot be signalled (rows
 // written by another process, a database clock); what a service does is
 // waited for on its test signals.
 func poll(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	pollFor(t, what, 15*time.Second, cond)
+	testwait.Eventually(t, 15*time.Second, what, cond)
 }
 
 // pollFor is poll with its own bound.
 func pollFor(t testing.TB, what string, within time.Duration, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", within, what)
-		}
-		time.Sleep(pollEvery)
-	}
+	testwait.Eventually(t, within, what, cond)
 }
 
 // signalWait bounds a wait for one test signal (see lifecycle.Signal.Wait).
 const signalWait = svclife.SignalWait
 
 // testClock is an injected clock that moves only when told.
-type testClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
+type testClock = testwait.Clock
 
-func newTestClock(at time.Time) *testClock { return &testClock{now: at} }
-
-// Now is the clock's time.
-func (c *testClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-// Advance moves the clock d forward.
-func (c *testClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
+func newTestClock(at time.Time) *testClock { return testwait.NewClock(at) }
 
 // fakePeers is a membership view set by the test: the instance, the view
 // and whether it is trusted. Kicks are counted.

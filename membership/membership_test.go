@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fleet-go/fleet/internal/syncbuf"
+	"github.com/fleet-go/fleet/internal/testwait"
 	"github.com/fleet-go/fleet/membership"
 	"github.com/fleet-go/fleet/pgtest"
 	"github.com/fleet-go/fleet/store"
@@ -175,13 +176,7 @@ func TestBeatFailuresAreCountedAndLoggedOnce(t *testing.T) {
 
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testwait.Eventually(t, 15*time.Second, what, cond)
 }
 
 // A beat that finds its own row older than its last acknowledged beat

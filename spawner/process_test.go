@@ -21,6 +21,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/fleet-go/fleet/internal/syncbuf"
+	"github.com/fleet-go/fleet/internal/testwait"
 )
 
 // The tests start real worker processes: copies of the test binary that
@@ -299,13 +300,7 @@ type syncBuffer = syncbuf.Buffer
 // waitFor polls cond until it holds or the deadline passes.
 func waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testwait.Eventually(t, timeout, what, cond)
 }
 
 type testSpawner struct {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/fleet-go/fleet/internal/lifecycle"
+	"github.com/fleet-go/fleet/internal/testwait"
 	"github.com/fleet-go/fleet/pgtest"
 	"github.com/fleet-go/fleet/queue"
 	"github.com/fleet-go/fleet/spawner"
@@ -334,7 +335,7 @@ func TestCancelPollerFindsRequests(t *testing.T) {
 // says MasterTTL has passed since it first found the row gone.
 func TestFencedByTheInjectedClock(t *testing.T) {
 	t.Parallel()
-	clock := &testClock{now: time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)}
+	clock := testwait.NewClock(time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC))
 	w := newTestWorker(t, store.New(pgtest.Pool(t)), queue.NewRegistry(), Config{
 		Master: "gone", MasterTTL: time.Hour, PollInterval: 10 * time.Millisecond, Now: clock.Now})
 	w.claimer.sig.stopping.Init()
@@ -358,38 +359,12 @@ func TestFencedByTheInjectedClock(t *testing.T) {
 	}
 }
 
-// testClock is an injected clock that moves only when told.
-type testClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-// Now is the clock's time.
-func (c *testClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-// Advance moves the clock d forward.
-func (c *testClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
-
 // poll waits until cond holds, for at most 15 s. It is the package's one
 // polling helper, for what no signal says (rows written, counts); what a
 // service does is waited for on its test signals.
 func poll(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testwait.Eventually(t, 15*time.Second, what, cond)
 }
 
 // waitValue receives from ch, failing the test after 15 s.

@@ -31,6 +31,7 @@ import (
 	"time"
 
 	"github.com/fleet-go/fleet/cmd"
+	"github.com/fleet-go/fleet/internal/testwait"
 	"github.com/fleet-go/fleet/pgtest"
 	"github.com/fleet-go/fleet/queue"
 )
@@ -351,26 +352,11 @@ func Alive(pid int) bool {
 }
 
 // Eventually waits until cond holds, and fails the test if it does not
-// within the given time.
+// within the given time (testwait.Eventually).
 func Eventually(t testing.TB, within time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %s: %s", within, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testwait.Eventually(t, within, what, cond)
 }
 
-// Within reports whether cond holds within d, checking every 20 ms.
-func Within(d time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return true
-}
+// Within reports whether cond holds within d (testwait.Within).
+func Within(d time.Duration, cond func() bool) bool { return testwait.Within(d, cond) }
