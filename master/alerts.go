@@ -2,6 +2,7 @@ package master
 
 import (
 	"context"
+	svclife "github.com/fleet-go/fleet/internal/lifecycle"
 	"log/slog"
 
 	"github.com/fleet-go/fleet"
@@ -23,9 +24,9 @@ type alerts struct {
 	budget   *stopBudget
 	in       chan fleet.LongWaitDetected
 
-	lc  lifecycle
+	lc  svclife.Lifecycle
 	sig struct {
-		delivered testSignal[fleet.LongWaitDetected] // the listener returned
+		delivered svclife.Signal[fleet.LongWaitDetected] // the listener returned
 	}
 }
 
@@ -51,7 +52,7 @@ func (a *alerts) offer(e fleet.LongWaitDetected) bool {
 
 // Start delivers alerts until Stop.
 func (a *alerts) Start(ctx context.Context) error {
-	sctx, end, err := a.lc.begin(ctx, a.Name())
+	sctx, end, err := a.lc.Begin(ctx, a.Name())
 	if err != nil {
 		return err
 	}
@@ -93,11 +94,11 @@ func (a *alerts) deliver(ctx context.Context, e fleet.LongWaitDetected) {
 		return
 	}
 	a.listener(ctx, e)
-	a.sig.delivered.signal(e)
+	a.sig.delivered.Send(e)
 }
 
 // Stop delivers the queued alerts within the stop budget and waits.
 func (a *alerts) Stop() {
 	a.budget.start()
-	a.lc.halt()
+	a.lc.Halt()
 }

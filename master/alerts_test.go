@@ -27,7 +27,7 @@ func TestAlertsDeliversInOrderAndRefusesWhenFull(t *testing.T) {
 		got = append(got, ev.Queue)
 		mu.Unlock()
 	}, discardLog(), e.budget)
-	a.sig.delivered.init()
+	a.sig.delivered.Init()
 	if err := a.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}

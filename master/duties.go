@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	svclife "github.com/fleet-go/fleet/internal/lifecycle"
 	"log/slog"
 	"time"
 
@@ -88,10 +89,10 @@ type duties struct {
 	// become due by itself: until then the duty's periods are not read.
 	quiet map[string]time.Time
 
-	lc  lifecycle
+	lc  svclife.Lifecycle
 	sig struct {
-		round testSignal[struct{}] // a tick's round done
-		read  testSignal[string]   // a duty's periods read (its name)
+		round svclife.Signal[struct{}] // a tick's round done
+		read  svclife.Signal[string]   // a duty's periods read (its name)
 	}
 }
 
@@ -113,14 +114,14 @@ func (d *duties) Name() string { return "duties" }
 
 // Start runs a round every tick until Stop.
 func (d *duties) Start(ctx context.Context) error {
-	sctx, end, err := d.lc.begin(ctx, d.Name())
+	sctx, end, err := d.lc.Begin(ctx, d.Name())
 	if err != nil {
 		return err
 	}
 	d.since = d.startedAt()
 	go func() {
 		defer end()
-		tickEvery(sctx, d.tick, d.round, &d.sig.round)
+		svclife.TickEvery(sctx, d.tick, d.round, &d.sig.round)
 		d.lastSnapshot(d.budget.context())
 	}()
 	return nil
@@ -130,7 +131,7 @@ func (d *duties) Start(ctx context.Context) error {
 // budget, and waits.
 func (d *duties) Stop() {
 	d.budget.start()
-	d.lc.halt()
+	d.lc.Halt()
 }
 
 // periodicDuty is a duty done once per period by one master of the fleet.
@@ -175,7 +176,7 @@ func (d *duties) periodic(ctx context.Context, p periodicDuty) {
 		d.log.Warn("read duty periods failed", "duty", p.name, "err", err)
 		return
 	}
-	d.sig.read.signal(p.name)
+	d.sig.read.Send(p.name)
 	settled := true
 	for _, period := range w.Due() {
 		if !d.doPeriod(ctx, p, period) {

@@ -23,7 +23,7 @@ func TestDutiesStayQuietUntilAPeriodCanBeDue(t *testing.T) {
 	set := e.set
 	set.Now = clock.Now
 	d := newDuties(e.st, set, e.log, func() string { return "me" }, time.Now, e.budget, func(fleet.LongWaitDetected) bool { return true })
-	d.sig.read.init()
+	d.sig.read.Init()
 	ctx := context.Background()
 	d.round(ctx)
 	if got := []string{d.sig.read.Wait(t), d.sig.read.Wait(t)}; !slices.Equal(got, []string{snapshotDuty, upkeepDuty}) {

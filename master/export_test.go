@@ -1,6 +1,10 @@
 package master
 
-import "time"
+import (
+	"time"
+
+	svclife "github.com/fleet-go/fleet/internal/lifecycle"
+)
 
 // What the tests of package master_test, which drive a whole master, use
 // of the package's test helpers.
@@ -21,18 +25,18 @@ func NewTestClock(at time.Time) *TestClock { return newTestClock(at) }
 type Signals struct {
 	// StateApplied: supervision applied a pause state (one that did not
 	// end it).
-	StateApplied *testSignal[stateSnap]
+	StateApplied *svclife.Signal[stateSnap]
 	// Rebalanced: supervision computed its allocations.
-	Rebalanced *testSignal[struct{}]
+	Rebalanced *svclife.Signal[struct{}]
 	// Ticked: supervision did a tick's checks.
-	Ticked *testSignal[struct{}]
+	Ticked *svclife.Signal[struct{}]
 	// Event: supervision handled a child's event.
-	Event *testSignal[struct{}]
+	Event *svclife.Signal[struct{}]
 	// HousekeepingRound, DutiesRound, PeriodicRound: a round of that
 	// service done (the periodic one says how long it waits next).
-	HousekeepingRound *testSignal[struct{}]
-	DutiesRound       *testSignal[struct{}]
-	PeriodicRound     *testSignal[time.Duration]
+	HousekeepingRound *svclife.Signal[struct{}]
+	DutiesRound       *svclife.Signal[struct{}]
+	PeriodicRound     *svclife.Signal[time.Duration]
 }
 
 // InitSignals initialises the test signals of m's services and returns
@@ -54,8 +58,8 @@ func InitSignals(m *Master) *Signals {
 			s.PeriodicRound = &v.sig.round
 		}
 	}
-	for _, sig := range []interface{ init() }{s.StateApplied, s.Rebalanced, s.Ticked, s.Event, s.HousekeepingRound, s.DutiesRound, s.PeriodicRound} {
-		sig.init()
+	for _, sig := range []interface{ Init() }{s.StateApplied, s.Rebalanced, s.Ticked, s.Event, s.HousekeepingRound, s.DutiesRound, s.PeriodicRound} {
+		sig.Init()
 	}
 	return s
 }

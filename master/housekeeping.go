@@ -2,6 +2,7 @@ package master
 
 import (
 	"context"
+	svclife "github.com/fleet-go/fleet/internal/lifecycle"
 	"log/slog"
 	"time"
 
@@ -40,9 +41,9 @@ type housekeeping struct {
 	limitCursor string               // where the next limit sweep's walk starts
 	releasing   map[string]time.Time // expired member@expiry -> first release try (view clock)
 
-	lc  lifecycle
+	lc  svclife.Lifecycle
 	sig struct {
-		round testSignal[struct{}] // a tick's round done
+		round svclife.Signal[struct{}] // a tick's round done
 	}
 }
 
@@ -68,13 +69,13 @@ func (h *housekeeping) Name() string { return "housekeeping" }
 
 // Start runs a round every tick until Stop.
 func (h *housekeeping) Start(ctx context.Context) error {
-	sctx, end, err := h.lc.begin(ctx, h.Name())
+	sctx, end, err := h.lc.Begin(ctx, h.Name())
 	if err != nil {
 		return err
 	}
 	go func() {
 		defer end()
-		tickEvery(sctx, h.tick, h.round, &h.sig.round)
+		svclife.TickEvery(sctx, h.tick, h.round, &h.sig.round)
 		// The last round: what the last children to exit held.
 		h.drainReleases(h.budget.context())
 	}()
@@ -85,7 +86,7 @@ func (h *housekeeping) Start(ctx context.Context) error {
 // left on the stop budget, and waits.
 func (h *housekeeping) Stop() {
 	h.budget.start()
-	h.lc.halt()
+	h.lc.Halt()
 }
 
 // round is one tick: releases, expired members, the limit sweep and the

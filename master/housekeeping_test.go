@@ -58,7 +58,7 @@ func TestHousekeepingReleasesWhatAnExitedWorkerHeld(t *testing.T) {
 	id := e.claimed(t, "q", "m/w-1", instance)
 	releases := &fifo[*releaseReq]{}
 	h := newHousekeeping(e.impatientStore(t), e.set, e.log, &fakePeers{instance: instance}, e.budget, releases, newLatest[[]string]())
-	h.sig.round.init()
+	h.sig.round.Init()
 
 	ctx := context.Background()
 	tx, err := e.pool.Begin(ctx)

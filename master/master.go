@@ -53,6 +53,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	svclife "github.com/fleet-go/fleet/internal/lifecycle"
 	"log/slog"
 	"sync/atomic"
 	"time"
@@ -115,7 +116,7 @@ type Master struct {
 
 	ran atomic.Bool
 	sig struct {
-		lifecycle testSignal[string] // "start NAME", "stop NAME", in Run's order
+		lifecycle svclife.Signal[string] // "start NAME", "stop NAME", in Run's order
 	}
 }
 
@@ -196,9 +197,9 @@ func (m *Master) Run(ctx context.Context) (Summary, error) {
 		return Summary{}, errors.New("master: Run called twice")
 	}
 	defer m.budget.release()
-	n, err := startAll(ctx, m.services, &m.sig.lifecycle)
+	n, err := svclife.StartAll(ctx, m.services, &m.sig.lifecycle)
 	if err != nil {
-		stopAll(m.services[:n], &m.sig.lifecycle)
+		svclife.StopAll(m.services[:n], &m.sig.lifecycle)
 		return Summary{}, err
 	}
 	m.log.Info("master started", "instance", m.Instance(), "supervisors", len(m.supervision.sups), "ttl", m.set.TTL)
@@ -206,7 +207,7 @@ func (m *Master) Run(ctx context.Context) (Summary, error) {
 	case <-ctx.Done():
 	case <-m.supervision.Done():
 	}
-	stopAll(m.services, &m.sig.lifecycle)
+	svclife.StopAll(m.services, &m.sig.lifecycle)
 	sum, err := m.supervision.Result()
 	m.log.Info("master stopped", "started", sum.Started, "recycled", sum.Recycled,
 		"crashed", sum.Crashed, "jobs", sum.Jobs, "on_stop", m.set.OnStop)

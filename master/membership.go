@@ -3,6 +3,7 @@ package master
 import (
 	"context"
 	"fmt"
+	svclife "github.com/fleet-go/fleet/internal/lifecycle"
 	"log/slog"
 	"sync"
 	"time"
@@ -59,9 +60,9 @@ func (s *membershipSvc) Start(ctx context.Context) error {
 	defer s.mu.Unlock()
 	switch {
 	case s.stopped:
-		return fmt.Errorf("%s: %w", s.Name(), errStopped)
+		return fmt.Errorf("%s: %w", s.Name(), svclife.ErrStopped)
 	case s.started:
-		return fmt.Errorf("%s: %w", s.Name(), errStarted)
+		return fmt.Errorf("%s: %w", s.Name(), svclife.ErrStarted)
 	}
 	s.started = true
 	if err := s.member.Start(ctx); err != nil {

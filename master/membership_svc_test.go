@@ -3,6 +3,7 @@ package master
 import (
 	"context"
 	"errors"
+	svclife "github.com/fleet-go/fleet/internal/lifecycle"
 	"strings"
 	"testing"
 	"time"
@@ -44,7 +45,7 @@ func TestMembershipServiceBeatsFromStartAndLeavesOnStop(t *testing.T) {
 	if n := e.count(t, `SELECT count(*) FROM fleet_masters`); n != 0 {
 		t.Fatal("the row outlived Stop")
 	}
-	if err := s.Start(context.Background()); !errors.Is(err, errStopped) {
+	if err := s.Start(context.Background()); !errors.Is(err, svclife.ErrStopped) {
 		t.Fatalf("Start after Stop: %v", err)
 	}
 }

@@ -2,6 +2,7 @@ package master
 
 import (
 	"context"
+	svclife "github.com/fleet-go/fleet/internal/lifecycle"
 	"log/slog"
 	"time"
 
@@ -41,9 +42,9 @@ type periodicSvc struct {
 	instance func() string    // recorded as the dispatcher of the ticks
 	now      func() time.Time // the clock of the waits between rounds
 
-	lc  lifecycle
+	lc  svclife.Lifecycle
 	sig struct {
-		round testSignal[time.Duration] // a round done, and the wait before the next
+		round svclife.Signal[time.Duration] // a round done, and the wait before the next
 	}
 }
 
@@ -56,7 +57,7 @@ func (p *periodicSvc) Name() string { return "periodic" }
 // Start runs rounds until Stop: the first at once, each next when the
 // round before says.
 func (p *periodicSvc) Start(ctx context.Context) error {
-	sctx, end, err := p.lc.begin(ctx, p.Name())
+	sctx, end, err := p.lc.Begin(ctx, p.Name())
 	if err != nil {
 		return err
 	}
@@ -74,7 +75,7 @@ func (p *periodicSvc) Start(ctx context.Context) error {
 				return
 			case <-t.C:
 				wait := p.round(sctx)
-				p.sig.round.signal(wait)
+				p.sig.round.Send(wait)
 				t.Reset(wait)
 			}
 		}
@@ -83,7 +84,7 @@ func (p *periodicSvc) Start(ctx context.Context) error {
 }
 
 // Stop cancels the round in flight and waits.
-func (p *periodicSvc) Stop() { p.lc.halt() }
+func (p *periodicSvc) Stop() { p.lc.Halt() }
 
 // round does one round of every schedule and returns how long to wait
 // before the next.

@@ -29,7 +29,7 @@ func TestPeriodicCreatesSchedulesThenDispatchesTheirTicks(t *testing.T) {
 	if n := e.count(t, `SELECT count(*) FROM fleet_periodic WHERE name = 'tick'`); n != 1 {
 		t.Fatal("no row for the schedule")
 	}
-	p.sig.round.init()
+	p.sig.round.Init()
 	if err := p.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +53,7 @@ func TestPeriodicWithoutSchedulesRunsNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	select {
-	case <-p.lc.ended():
+	case <-p.lc.Ended():
 	default:
 		t.Fatal("a periodic service without schedules runs")
 	}

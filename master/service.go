@@ -4,8 +4,6 @@ import (
 	"context"
 	"sync"
 	"time"
-
-	svclife "github.com/fleet-go/fleet/internal/lifecycle"
 )
 
 // service is the lifecycle every background part of a master has. A
@@ -29,31 +27,6 @@ type service interface {
 	// Start, twice, and from several goroutines at once.
 	Stop()
 }
-
-// errStarted and errStopped are what a second Start, and a Start after
-// Stop, return.
-var (
-	errStarted = svclife.ErrStarted
-	errStopped = svclife.ErrStopped
-)
-
-// lifecycle is the start and stop bookkeeping a service embeds: begin at
-// Start, halt at Stop (see lifecycle.Lifecycle, which it is).
-type lifecycle struct{ l svclife.Lifecycle }
-
-// begin starts the service: it returns the service's context (ctx's
-// values, not its cancellation; cancelled by halt) and end, which the
-// service calls once its work has ended (at once when its start fails).
-func (l *lifecycle) begin(ctx context.Context, name string) (context.Context, func(), error) {
-	return l.l.Begin(ctx, name)
-}
-
-// halt marks the service stopped, cancels its context and waits for its
-// work to end.
-func (l *lifecycle) halt() { l.l.Halt() }
-
-// ended is closed once the service's work has ended (nil before Start).
-func (l *lifecycle) ended() <-chan struct{} { return l.l.Ended() }
 
 // stopBudget is the time a master's services share for what they do
 // once supervision has ended and the children are gone: their last
@@ -104,21 +77,6 @@ func (b *stopBudget) release() {
 		b.timer.Stop()
 	}
 	b.cancel()
-}
-
-// startAll starts services in order and returns how many started; on the
-// first failure it stops none of them (stopAll does, given those).
-func startAll(ctx context.Context, services []service, sig *testSignal[string]) (int, error) {
-	return svclife.StartAll(ctx, services, sig.shared())
-}
-
-// stopAll stops services in the reverse of their order.
-func stopAll(services []service, sig *testSignal[string]) { svclife.StopAll(services, sig.shared()) }
-
-// tickEvery runs round every interval on ctx until ctx ends, and signals
-// each round done on sig.
-func tickEvery(ctx context.Context, every time.Duration, round func(context.Context), sig *testSignal[struct{}]) {
-	svclife.TickEvery(ctx, every, round, sig.shared())
 }
 
 // statementTimeout bounds one statement of the housekeeping and workload

@@ -3,6 +3,7 @@ package master
 import (
 	"context"
 	"errors"
+	svclife "github.com/fleet-go/fleet/internal/lifecycle"
 	"maps"
 	"slices"
 	"sync"
@@ -62,7 +63,7 @@ func TestRunStartsInOrderAndStopsInReverse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m.sig.lifecycle.init()
+	m.sig.lifecycle.Init()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
@@ -92,101 +93,6 @@ func TestRunStartsInOrderAndStopsInReverse(t *testing.T) {
 	}
 	if _, err := m.Run(context.Background()); err == nil {
 		t.Error("a second Run did not fail")
-	}
-}
-
-// recorder is a service that records its starts and stops in a shared
-// log, and fails its start when told.
-type recorder struct {
-	name string
-	fail bool
-	mu   *sync.Mutex
-	log  *[]string
-}
-
-func (r *recorder) Name() string { return r.name }
-
-func (r *recorder) Start(context.Context) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	*r.log = append(*r.log, "start "+r.name)
-	if r.fail {
-		return errors.New(r.name + " cannot start")
-	}
-	return nil
-}
-
-func (r *recorder) Stop() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	*r.log = append(*r.log, "stop "+r.name)
-}
-
-// A service that fails to start stops those started before it, in the
-// reverse order, and never itself or those after it.
-func TestStartAllFailureStopsTheStartedInReverse(t *testing.T) {
-	t.Parallel()
-	var mu sync.Mutex
-	var log []string
-	services := []service{
-		&recorder{name: "a", mu: &mu, log: &log},
-		&recorder{name: "b", mu: &mu, log: &log},
-		&recorder{name: "c", fail: true, mu: &mu, log: &log},
-		&recorder{name: "d", mu: &mu, log: &log},
-	}
-	n, err := startAll(context.Background(), services, nil)
-	if err == nil || n != 2 {
-		t.Fatalf("startAll = %d, %v; want 2 started and c's error", n, err)
-	}
-	stopAll(services[:n], nil)
-	want := []string{"start a", "start b", "start c", "stop b", "stop a"}
-	if !slices.Equal(log, want) {
-		t.Fatalf("log %v, want %v", log, want)
-	}
-}
-
-// The lifecycle contract: Stop before Start is safe and forbids a later
-// Start; a second Start fails; Stop twice returns; Stop cancels the
-// service's context and waits for its work.
-func TestLifecycleContract(t *testing.T) {
-	t.Parallel()
-	var l lifecycle
-	l.halt()
-	l.halt()
-	if _, _, err := l.begin(context.Background(), "x"); !errors.Is(err, errStopped) {
-		t.Fatalf("Start after Stop: %v, want errStopped", err)
-	}
-
-	var l2 lifecycle
-	parent, cancelParent := context.WithCancel(context.Background())
-	ctx, end, err := l2.begin(parent, "y")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := l2.begin(parent, "y"); !errors.Is(err, errStarted) {
-		t.Fatalf("second Start: %v, want errStarted", err)
-	}
-	cancelParent()
-	if ctx.Err() != nil {
-		t.Fatal("the service's context ended with the context of its Start")
-	}
-	worked := make(chan struct{})
-	go func() {
-		defer end()
-		<-ctx.Done()
-		close(worked)
-	}()
-	l2.halt()
-	select {
-	case <-worked:
-	default:
-		t.Fatal("Stop returned before the service's work ended")
-	}
-	l2.halt()
-	select {
-	case <-l2.ended():
-	default:
-		t.Fatal("ended is not closed after Stop")
 	}
 }
 
@@ -300,7 +206,7 @@ func TestServicesStartAndStopConcurrently(t *testing.T) {
 					wg.Go(s.Stop)
 				}
 				wg.Wait()
-				if startErr != nil && !errors.Is(startErr, errStopped) {
+				if startErr != nil && !errors.Is(startErr, svclife.ErrStopped) {
 					t.Fatalf("Start: %v", startErr)
 				}
 				stopWithin(t, s, 100*time.Millisecond)

@@ -2,6 +2,7 @@ package master
 
 import (
 	"context"
+	svclife "github.com/fleet-go/fleet/internal/lifecycle"
 	"log/slog"
 	"strings"
 	"time"
@@ -26,9 +27,9 @@ type sharedState struct {
 
 	since time.Time // startedAt, read at Start
 
-	lc  lifecycle
+	lc  svclife.Lifecycle
 	sig struct {
-		read testSignal[stateSnap] // a snapshot handed to supervision
+		read svclife.Signal[stateSnap] // a snapshot handed to supervision
 	}
 }
 
@@ -48,7 +49,7 @@ func (s *sharedState) Name() string { return "shared state" }
 
 // Start reads the state once, then every tick until Stop.
 func (s *sharedState) Start(ctx context.Context) error {
-	sctx, end, err := s.lc.begin(ctx, s.Name())
+	sctx, end, err := s.lc.Begin(ctx, s.Name())
 	if err != nil {
 		return err
 	}
@@ -56,13 +57,13 @@ func (s *sharedState) Start(ctx context.Context) error {
 	s.read(sctx)
 	go func() {
 		defer end()
-		tickEvery(sctx, s.tick, s.read, nil)
+		svclife.TickEvery(sctx, s.tick, s.read, nil)
 	}()
 	return nil
 }
 
 // Stop cancels a read in flight and waits.
-func (s *sharedState) Stop() { s.lc.halt() }
+func (s *sharedState) Stop() { s.lc.Halt() }
 
 // readTimeout bounds one read: three ticks, at least 3 s.
 func (s *sharedState) readTimeout() time.Duration { return max(s.tick*3, 3*time.Second) }
@@ -90,5 +91,5 @@ func (s *sharedState) read(ctx context.Context) {
 		}
 	}
 	s.out.put(snap)
-	s.sig.read.signal(snap)
+	s.sig.read.Send(snap)
 }

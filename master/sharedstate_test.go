@@ -46,7 +46,7 @@ func TestSharedStateTerminateOnlyAfterTheMasterStarted(t *testing.T) {
 	}
 	out := newLatest[stateSnap]()
 	s := newSharedState(e.st, e.set.Tick, e.log, func() time.Time { return startedAt }, out)
-	s.sig.read.init()
+	s.sig.read.Init()
 	if err := s.Start(ctx); err != nil {
 		t.Fatal(err)
 	}

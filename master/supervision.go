@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	svclife "github.com/fleet-go/fleet/internal/lifecycle"
 	"log/slog"
 	"maps"
 	"slices"
@@ -62,12 +63,12 @@ type supervision struct {
 	sum Summary
 	err error
 
-	lc  lifecycle
+	lc  svclife.Lifecycle
 	sig struct {
-		applied    testSignal[stateSnap] // a pause state applied
-		rebalanced testSignal[struct{}]  // an allocation computed
-		ticked     testSignal[struct{}]  // a tick's checks done
-		event      testSignal[struct{}]  // a child's event handled
+		applied    svclife.Signal[stateSnap] // a pause state applied
+		rebalanced svclife.Signal[struct{}]  // an allocation computed
+		ticked     svclife.Signal[struct{}]  // a tick's checks done
+		event      svclife.Signal[struct{}]  // a child's event handled
 	}
 }
 
@@ -130,7 +131,7 @@ func (s *supervision) Name() string { return "supervision" }
 // Start starts the children and supervises them from its own goroutine
 // until Stop or a terminate request.
 func (s *supervision) Start(ctx context.Context) error {
-	sctx, end, err := s.lc.begin(ctx, s.Name())
+	sctx, end, err := s.lc.Begin(ctx, s.Name())
 	if err != nil {
 		return err
 	}
@@ -142,10 +143,10 @@ func (s *supervision) Start(ctx context.Context) error {
 }
 
 // Stop drains the children and waits until the last has exited.
-func (s *supervision) Stop() { s.lc.halt() }
+func (s *supervision) Stop() { s.lc.Halt() }
 
 // Done is closed once supervision has ended (nil before Start).
-func (s *supervision) Done() <-chan struct{} { return s.lc.ended() }
+func (s *supervision) Done() <-chan struct{} { return s.lc.Ended() }
 
 // Result is what supervision did; call it once Done is closed.
 func (s *supervision) Result() (Summary, error) { return s.sum, s.err }
@@ -173,14 +174,14 @@ func (s *supervision) supervise(ctx context.Context) (Summary, error) {
 		case ev := <-events:
 			s.handle(ev)
 			s.reconcileAll(ctx, events)
-			s.sig.event.signal(struct{}{})
+			s.sig.event.Send(struct{}{})
 		case <-wake.C:
 			s.reconcileAll(ctx, events)
 		case snap := <-s.state.c():
 			if s.applyState(snap) {
 				return s.shutdown(events, "terminate requested")
 			}
-			s.sig.applied.signal(snap)
+			s.sig.applied.Send(snap)
 		case ws := <-s.kills.c():
 			s.killOverdue(ws)
 		case <-tick.C:
@@ -191,7 +192,7 @@ func (s *supervision) supervise(ctx context.Context) (Summary, error) {
 				s.rebalance()
 			}
 			s.reconcileAll(ctx, events)
-			s.sig.ticked.signal(struct{}{})
+			s.sig.ticked.Send(struct{}{})
 		}
 		s.publish()
 	}
@@ -523,7 +524,7 @@ func (s *supervision) shutdown(events chan spawner.Event, why string) (Summary, 
 		case ev := <-events:
 			s.handle(ev)
 			s.publish()
-			s.sig.event.signal(struct{}{})
+			s.sig.event.Send(struct{}{})
 		case <-deadline.C:
 			s.log.Error("workers did not finish within the stop timeout: killing them", "workers", len(s.procs), "stop_timeout", s.set.StopTimeout)
 			for _, p := range s.procs {

@@ -89,7 +89,7 @@ func (s *supervision) rebalance() {
 		}
 		ss.alloc = next
 	}
-	s.sig.rebalanced.signal(struct{}{})
+	s.sig.rebalanced.Send(struct{}{})
 }
 
 // balanceWorkload is the workload a supervisor is balanced by: a queue

@@ -53,9 +53,9 @@ func newSupEnv(t *testing.T, tweak func(*Settings)) *supEnv {
 		releases: &fifo[*releaseReq]{}, logs: logs,
 	}
 	e.s = newSupervision(e.fake, sups, set, set.Logger, e.peers, e.status, e.state, e.workload, e.kills, e.releases)
-	e.s.sig.applied.init()
-	e.s.sig.ticked.init()
-	e.s.sig.event.init()
+	e.s.sig.applied.Init()
+	e.s.sig.ticked.Init()
+	e.s.sig.event.Init()
 	return e
 }
 

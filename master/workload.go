@@ -2,6 +2,7 @@ package master
 
 import (
 	"context"
+	svclife "github.com/fleet-go/fleet/internal/lifecycle"
 	"log/slog"
 	"time"
 
@@ -25,9 +26,9 @@ type workload struct {
 
 	out *latest[map[string]balancer.QueueWorkload] // to supervision
 
-	lc  lifecycle
+	lc  svclife.Lifecycle
 	sig struct {
-		read testSignal[map[string]balancer.QueueWorkload] // a workload handed to supervision
+		read svclife.Signal[map[string]balancer.QueueWorkload] // a workload handed to supervision
 	}
 }
 
@@ -39,20 +40,20 @@ func (w *workload) Name() string { return "workload" }
 
 // Start reads the workload once, then every cooldown until Stop.
 func (w *workload) Start(ctx context.Context) error {
-	sctx, end, err := w.lc.begin(ctx, w.Name())
+	sctx, end, err := w.lc.Begin(ctx, w.Name())
 	if err != nil {
 		return err
 	}
 	w.read(sctx)
 	go func() {
 		defer end()
-		tickEvery(sctx, w.every, w.read, nil)
+		svclife.TickEvery(sctx, w.every, w.read, nil)
 	}()
 	return nil
 }
 
 // Stop cancels a read in flight and waits.
-func (w *workload) Stop() { w.lc.halt() }
+func (w *workload) Stop() { w.lc.Halt() }
 
 // read reads the counts and runtimes and hands them to supervision; when
 // the counts cannot be read, supervision keeps the allocation it has.
@@ -78,5 +79,5 @@ func (w *workload) read(ctx context.Context) {
 		out[c.Queue] = balancer.NewQueueWorkload(c.Queue, int(c.Pending), int(c.Reserved), 0, runtimes[c.Queue])
 	}
 	w.out.put(out)
-	w.sig.read.signal(out)
+	w.sig.read.Send(out)
 }

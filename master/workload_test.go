@@ -21,7 +21,7 @@ func TestWorkloadReadsCountsForTheBalancer(t *testing.T) {
 	}
 	out := newLatest[map[string]balancer.QueueWorkload]()
 	w := newWorkload(e.st, e.set.Tick, e.log, out)
-	w.sig.read.init()
+	w.sig.read.Init()
 	if err := w.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
