@@ -52,11 +52,17 @@ type benchDoc struct {
 		Batch100  benchRate `json:"batch_100"`
 		Batch1000 benchRate `json:"batch_1000"`
 		Reference float64   `json:"reference_jobs_per_sec"`
+		Durable   *struct {
+			Connections int       `json:"connections"`
+			Batch       int       `json:"batch"`
+			Rate        benchRate `json:"rate"`
+		} `json:"durable"`
 	} `json:"bound"`
 	Drain *struct {
 		Processes int       `json:"processes"`
 		Rate      benchRate `json:"rate"`
 		Failed    int64     `json:"failed"`
+		VsDurable float64   `json:"vs_durable_bound"`
 	} `json:"drain"`
 }
 
@@ -77,6 +83,11 @@ func TestBenchBoundAndDrain(t *testing.T) {
 		doc.Bound.Batch100.JobsPerSec <= 0 || doc.Bound.Reference <= 0 || doc.Bound.Batch1000.VsBound != 1 {
 		t.Fatalf("bound figures: %s", r.stdout)
 	}
+	// The durable bound drains its own 2000 jobs through fleet's claim and
+	// finish, at the drain worker's batch.
+	if d := doc.Bound.Durable; d == nil || d.Rate.Jobs != 2000 || d.Rate.JobsPerSec <= 0 || d.Batch != 64 || d.Connections != 4 {
+		t.Fatalf("durable bound figures: %s", r.stdout)
+	}
 	if !strings.Contains(r.stderr, "bound batch") && !strings.Contains(r.stderr, "== bound") {
 		t.Errorf("no progress on stderr: %s", r.stderr)
 	}
@@ -92,7 +103,7 @@ func TestBenchBoundAndDrain(t *testing.T) {
 	if strings.Join(doc.Scenarios, ",") != "bound,drain" || doc.Bound == nil || doc.Drain == nil {
 		t.Fatalf("drain runs the bound first: %s", r.stdout)
 	}
-	if d := doc.Drain; d.Rate.Jobs != 2000 || d.Rate.JobsPerSec <= 0 || d.Rate.VsBound <= 0 || d.Failed != 0 || d.Processes < 1 {
+	if d := doc.Drain; d.Rate.Jobs != 2000 || d.Rate.JobsPerSec <= 0 || d.Rate.VsBound <= 0 || d.VsDurable <= 0 || d.Failed != 0 || d.Processes < 1 {
 		t.Fatalf("drain figures: %s", r.stdout)
 	}
 	for _, table := range []string{"queue_jobs", "queue_failed_jobs", "fleet_jobs"} {
