@@ -81,14 +81,7 @@ func TestRunStartsInOrderAndStopsInReverse(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	var want []string
-	for _, n := range wantOrder {
-		want = append(want, "start "+n)
-	}
-	for _, n := range slices.Backward(wantOrder) {
-		want = append(want, "stop "+n)
-	}
-	if !slices.Equal(got, want) {
+	if want := svclife.Sequence(wantOrder); !slices.Equal(got, want) {
 		t.Fatalf("lifecycle\n%v\nwant\n%v", got, want)
 	}
 	if _, err := m.Run(context.Background()); err == nil {

@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 )
@@ -126,4 +127,18 @@ func TickEvery(ctx context.Context, every time.Duration, round func(context.Cont
 			sig.Send(struct{}{})
 		}
 	}
+}
+
+// Sequence is what StartAll and then StopAll signal for services of these
+// names when every one starts: "start NAME" in order, then "stop NAME" in
+// the reverse. Tests of a composition compare their signals with it.
+func Sequence(names []string) []string {
+	out := make([]string, 0, 2*len(names))
+	for _, n := range names {
+		out = append(out, "start "+n)
+	}
+	for _, n := range slices.Backward(names) {
+		out = append(out, "stop "+n)
+	}
+	return out
 }

@@ -94,8 +94,12 @@ func TestStartAllAndStopAll(t *testing.T) {
 	for range 4 {
 		got = append(got, sig.Wait(t))
 	}
-	if want := []string{"start a", "start b", "stop b", "stop a"}; !slices.Equal(got, want) {
+	want := []string{"start a", "start b", "stop b", "stop a"}
+	if !slices.Equal(got, want) {
 		t.Fatalf("signals %v, want %v", got, want)
+	}
+	if seq := Sequence([]string{"a", "b"}); !slices.Equal(seq, want) {
+		t.Fatalf("Sequence(a, b) = %v, want %v", seq, want)
 	}
 	sig.None(t, "a fifth signal")
 	StartAll(context.Background(), services[:0], nil) // a nil signal is fine
