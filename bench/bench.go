@@ -1,5 +1,5 @@
 // Package bench is "app bench": the load-testing scenarios (bound, drain,
-// latency, dispatch, idle, backlog, scale), the raw SQL loop every
+// paths, latency, dispatch, idle, backlog, scale), the raw SQL loop every
 // throughput is compared with, the statements that fill, measure and clean
 // the bench's own queues, and the report it prints. It holds no cobra and
 // does not import cmd: the application's command parses the flags into a
@@ -55,7 +55,7 @@ const (
 )
 
 // benchScenarios are the scenarios in the order "all" runs them.
-var benchScenarios = []string{"bound", "drain", "latency", "dispatch", "idle", "backlog", "scale"}
+var benchScenarios = []string{"bound", "drain", "paths", "latency", "dispatch", "idle", "backlog", "scale"}
 
 // Register adds the bench's no-op handler to jobs unless it has one of
 // that name. Call it only in a process that runs the bench or that the
@@ -68,10 +68,10 @@ func Register(jobs *queue.Registry) {
 
 // Flags are the options of "app bench", as its command line gives them.
 type Flags struct {
-	// Scenario is bound, drain, latency, dispatch, idle, backlog, scale or
-	// all.
+	// Scenario is bound, drain, paths, latency, dispatch, idle, backlog,
+	// scale or all.
 	Scenario string
-	// Jobs is the job count of bound, drain and dispatch.
+	// Jobs is the job count of bound, drain, paths and dispatch.
 	Jobs int
 	// Backlog is the pending jobs of the backlog scenario.
 	Backlog int
@@ -85,6 +85,8 @@ type Flags struct {
 	CellSecs int
 	// Samples is the jobs the latency scenario times.
 	Samples int
+	// Rounds is how many times the paths scenario drains each path.
+	Rounds int
 	// ScaleBacklogs and ScaleConcurrency list the scale grid's backlogs
 	// and concurrencies, comma-separated.
 	ScaleBacklogs    string
@@ -183,6 +185,7 @@ type benchReport struct {
 	Scenarios []string        `json:"scenarios"`
 	Bound     *boundResult    `json:"bound,omitempty"`
 	Drain     *drainResult    `json:"drain,omitempty"`
+	Paths     *pathsResult    `json:"paths,omitempty"`
 	Latency   *latencyResult  `json:"latency,omitempty"`
 	Dispatch  *dispatchResult `json:"dispatch,omitempty"`
 	Idle      *idleResult     `json:"idle,omitempty"`
@@ -309,7 +312,7 @@ func benchPlan(f *Flags) ([]string, error) {
 		}
 	case slices.Contains(benchScenarios, f.Scenario):
 		want = []string{f.Scenario}
-		if slices.Contains([]string{"drain", "dispatch", "backlog", "scale"}, f.Scenario) {
+		if slices.Contains([]string{"drain", "paths", "dispatch", "backlog", "scale"}, f.Scenario) {
 			want = []string{"bound", f.Scenario}
 		}
 	default:
@@ -327,6 +330,8 @@ func benchPlan(f *Flags) ([]string, error) {
 		return nil, fmt.Errorf("--sustain must be at least 10s, got %s", f.Sustain)
 	case f.IdleSecs < 1 || f.CellSecs < 0 || f.Samples < 1:
 		return nil, errors.New("--idle-secs and --samples must be at least 1, --cell-secs at least 0")
+	case f.Rounds < 1:
+		return nil, fmt.Errorf("--rounds must be at least 1, got %d", f.Rounds)
 	}
 	if _, err := parseInts("--scale-backlogs", f.ScaleBacklogs); err != nil {
 		return nil, err
@@ -404,7 +409,7 @@ func (b *bench) cleanup(ctx context.Context, what string) error {
 func (b *bench) run(ctx context.Context, scenarios []string) error {
 	run := map[string]func(context.Context) error{
 		"bound": b.bound, "drain": b.drain, "latency": b.latency, "dispatch": b.dispatch,
-		"idle": b.idle, "backlog": b.backlog, "scale": b.scale,
+		"idle": b.idle, "backlog": b.backlog, "scale": b.scale, "paths": b.paths,
 	}
 	for _, s := range scenarios {
 		b.progressf("== %s", s)

@@ -20,7 +20,7 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 
 // defaultFlags are the flags of "app bench" left at their defaults.
 func defaultFlags() Flags {
-	return Flags{Scenario: "all", Jobs: 200000, Backlog: 1000000, IdleSecs: 60, CellSecs: 15, Samples: 200,
+	return Flags{Scenario: "all", Jobs: 200000, Backlog: 1000000, IdleSecs: 60, CellSecs: 15, Samples: 200, Rounds: 3,
 		ScaleBacklogs: "10000,100000,1000000", ScaleConcurrency: "1,16,64,256,1000"}
 }
 
@@ -36,6 +36,7 @@ func TestPlan(t *testing.T) {
 		{"all", func(*Flags) {}},
 		{"all-sustain", func(f *Flags) { f.Sustain, f.SustainSet = 30*time.Second, true }},
 		{"drain", func(f *Flags) { f.Scenario = "drain" }},
+		{"paths", func(f *Flags) { f.Scenario = "paths" }},
 		{"latency", func(f *Flags) { f.Scenario = "latency" }},
 		{"idle", func(f *Flags) { f.Scenario = "idle" }},
 		{"backlog", func(f *Flags) { f.Scenario = "backlog" }},
@@ -49,6 +50,7 @@ func TestPlan(t *testing.T) {
 		{"idle0", func(f *Flags) { f.IdleSecs = 0 }},
 		{"cell-neg", func(f *Flags) { f.CellSecs = -1 }},
 		{"samples0", func(f *Flags) { f.Samples = 0 }},
+		{"rounds0", func(f *Flags) { f.Rounds = 0 }},
 		{"scale-bad", func(f *Flags) { f.ScaleBacklogs = "10,x" }},
 		{"scale-empty", func(f *Flags) { f.ScaleConcurrency = " , " }},
 		{"scale-zero", func(f *Flags) { f.ScaleConcurrency = "0" }},

@@ -136,11 +136,11 @@ func (b *bench) bound(ctx context.Context) error {
 // batch's outcomes with fleet's own finish statement (the jobs deleted,
 // a history row each, the sharded counters bumped), each in its own
 // transaction and commit, as a worker does. The batch is what a drain
-// worker claims at once (its prefetch at benchDrainConc), so the drain's
+// worker claims at once when its slots are busy (its prefetch bound), so the drain's
 // ratio to it is the cost of the worker and the master around the same
 // statements: scheduling, handlers, the report pipe, beats.
 func (b *bench) durableBound(ctx context.Context) (*durableResult, error) {
-	res := &durableResult{Connections: 2 * benchDrainProcesses, Batch: worker.DefaultPrefetch(benchDrainConc),
+	res := &durableResult{Connections: 2 * benchDrainProcesses, Batch: worker.DefaultPrefetch,
 		Statements: "JobClaim (lease), then JobFinishMany (delete, history row, sharded counter): two commits a batch"}
 	q := Prefix + "durable"
 	if err := b.insert(ctx, q, b.f.Jobs); err != nil {
@@ -353,39 +353,13 @@ type drainResult struct {
 func (b *bench) drain(ctx context.Context) error {
 	q := Prefix + "drain"
 	n := b.f.Jobs
-	if err := b.insert(ctx, q, n); err != nil {
-		return err
-	}
 	b.progressf("drain: master with supervisor bench (balance off, %d processes × concurrency %d) on %s", benchDrainProcesses, benchDrainConc, q)
-	since := time.Now()
-	f, err := b.startFleet(ctx, q, benchDrainProcesses, benchDrainConc)
-	if err != nil {
-		return err
-	}
-	defer func() { _, _ = f.stop() }()
-	stop := b.progress(ctx, "drain", int64(n), b.doneOf(q, int64(n)))
-	emptyAt, err := b.waitEmpty(ctx, f.failedIfStopped, q, 20*time.Millisecond)
-	stop()
-	if err != nil {
-		return err
-	}
-	sum, err := f.stop()
-	if err != nil {
-		return err
-	}
-	first, ok, err := b.db.firstReserved(ctx, q, since)
-	if err != nil {
-		return err
-	}
-	if !ok {
-		return fmt.Errorf("%s drained but no attempt is in fleet_jobs", q)
-	}
-	failed, err := b.db.failedCount(ctx, q)
+	md, err := b.masterDrain(ctx, q, n, benchDrainProcesses, benchDrainConc)
 	if err != nil {
 		return err
 	}
 	res := &drainResult{Supervisor: "bench", Processes: benchDrainProcesses, Conc: benchDrainConc,
-		Rate: b.rate(int64(n), emptyAt.Sub(first)), Failed: failed, Attempts: sum.Jobs, Started: sum.Started, Crashed: sum.Crashed}
+		Rate: md.rate, Failed: md.failed, Attempts: md.sum.Jobs, Started: md.sum.Started, Crashed: md.sum.Crashed}
 	note := fmt.Sprintf("master + %d fleet:work × concurrency %d, history recorded", benchDrainProcesses, benchDrainConc)
 	if b.durable > 0 {
 		res.VsDurable = round(res.Rate.JobsPerSec/b.durable, 3)
@@ -393,10 +367,56 @@ func (b *bench) drain(ctx context.Context) error {
 	}
 	b.rep.Drain = res
 	b.addRate("drain", fmt.Sprintf("%d no-op jobs, first claim to queue empty", n), res.Rate, note)
-	if failed > 0 {
-		return fmt.Errorf("%d jobs failed during the drain (see queue_failed_jobs)", failed)
+	return md.failedErr()
+}
+
+// masterDrained is one drain through a master.
+type masterDrained struct {
+	rate   benchRate
+	sum    master.Summary
+	failed int64
+}
+
+func (m masterDrained) failedErr() error {
+	if m.failed > 0 {
+		return fmt.Errorf("%d jobs failed during the drain (see queue_failed_jobs)", m.failed)
 	}
 	return nil
+}
+
+// masterDrain inserts n jobs into q and drains them through a master with
+// one supervisor of processes fleet:work × concurrency (balance off),
+// timed from the first claim to the queue found empty.
+func (b *bench) masterDrain(ctx context.Context, q string, n, processes, concurrency int) (masterDrained, error) {
+	var md masterDrained
+	if err := b.insert(ctx, q, n); err != nil {
+		return md, err
+	}
+	since := time.Now()
+	f, err := b.startFleet(ctx, q, processes, concurrency)
+	if err != nil {
+		return md, err
+	}
+	defer func() { _, _ = f.stop() }()
+	stop := b.progress(ctx, fmt.Sprintf("master %d × %d", processes, concurrency), int64(n), b.doneOf(q, int64(n)))
+	emptyAt, err := b.waitEmpty(ctx, f.failedIfStopped, q, 20*time.Millisecond)
+	stop()
+	if err != nil {
+		return md, err
+	}
+	if md.sum, err = f.stop(); err != nil {
+		return md, err
+	}
+	first, ok, err := b.db.firstReserved(ctx, q, since)
+	if err != nil {
+		return md, err
+	}
+	if !ok {
+		return md, fmt.Errorf("%s drained but no attempt is in fleet_jobs", q)
+	}
+	md.rate = b.rate(int64(n), emptyAt.Sub(first))
+	md.failed, err = b.db.failedCount(ctx, q)
+	return md, err
 }
 
 // doneOf reads how many of total jobs have left queue.

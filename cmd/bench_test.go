@@ -16,6 +16,7 @@ import (
 	"github.com/fleet-go/fleet/internal/apptest"
 	"github.com/fleet-go/fleet/pgtest"
 	"github.com/fleet-go/fleet/queue"
+	"github.com/fleet-go/fleet/worker"
 )
 
 // runProcess runs the test binary as the application, as a real process
@@ -58,6 +59,16 @@ type benchDoc struct {
 			Rate        benchRate `json:"rate"`
 		} `json:"durable"`
 	} `json:"bound"`
+	Paths *struct {
+		Rounds int `json:"rounds"`
+		High   struct {
+			JobsPerSec []float64 `json:"jobs_per_sec"`
+			Median     float64   `json:"median_jobs_per_sec"`
+		} `json:"one_process_high"`
+		LowVsHigh       float64 `json:"low_vs_high"`
+		MasterVsOne     float64 `json:"master_vs_one_process"`
+		MasterVsDurable float64 `json:"master_vs_durable_bound"`
+	} `json:"paths"`
 	Drain *struct {
 		Processes int       `json:"processes"`
 		Rate      benchRate `json:"rate"`
@@ -85,7 +96,7 @@ func TestBenchBoundAndDrain(t *testing.T) {
 	}
 	// The durable bound drains its own 2000 jobs through fleet's claim and
 	// finish, at the drain worker's batch.
-	if d := doc.Bound.Durable; d == nil || d.Rate.Jobs != 2000 || d.Rate.JobsPerSec <= 0 || d.Batch != 64 || d.Connections != 4 {
+	if d := doc.Bound.Durable; d == nil || d.Rate.Jobs != 2000 || d.Rate.JobsPerSec <= 0 || d.Batch != worker.DefaultPrefetch || d.Connections != 4 {
 		t.Fatalf("durable bound figures: %s", r.stdout)
 	}
 	if !strings.Contains(r.stderr, "bound batch") && !strings.Contains(r.stderr, "== bound") {
@@ -109,6 +120,26 @@ func TestBenchBoundAndDrain(t *testing.T) {
 	for _, table := range []string{"queue_jobs", "queue_failed_jobs", "fleet_jobs"} {
 		if n := countJobs(t, url, table); n != 0 {
 			t.Errorf("%d rows left in %s", n, table)
+		}
+	}
+
+	// One round of the paths: one fleet:work at 1000 and at 64, and a
+	// master of 2 × 500, each draining its own 500 jobs.
+	r = runProcess(t, env, "bench", "--scenario", "paths", "--jobs", "500", "--rounds", "1", "--json")
+	if r.code != 0 {
+		t.Fatalf("bench paths: %+v", r)
+	}
+	doc = benchDoc{}
+	if err := json.Unmarshal([]byte(r.stdout), &doc); err != nil {
+		t.Fatalf("bench paths: stdout is not one JSON document: %v\n%s", err, r.stdout)
+	}
+	if p := doc.Paths; p == nil || p.Rounds != 1 || len(p.High.JobsPerSec) != 1 || p.High.Median <= 0 ||
+		p.LowVsHigh <= 0 || p.MasterVsOne <= 0 || p.MasterVsDurable <= 0 {
+		t.Fatalf("paths figures: %s", r.stdout)
+	}
+	for _, table := range []string{"queue_jobs", "queue_failed_jobs", "fleet_jobs"} {
+		if n := countJobs(t, url, table); n != 0 {
+			t.Errorf("%d rows left in %s after the paths", n, table)
 		}
 	}
 }

@@ -266,15 +266,7 @@ func (c *claimer) loop(ctx, jobBase context.Context) (Result, error) {
 		case <-s.stopC:
 			c.stopSignal(s, false)
 		case f := <-c.done:
-			c.finish(s, f)
-			for more := true; more; {
-				select {
-				case f := <-c.done:
-					c.finish(s, f)
-				default:
-					more = false
-				}
-			}
+			c.finishReady(s, f)
 			needClaim = true
 		case <-c.wake:
 			needClaim = true
@@ -428,7 +420,9 @@ func (c *claimer) claim(ctx, jobBase context.Context, s *loopState, poll *time.T
 // (every claim reads the member row of its holder's master, so a lock on
 // fleet_masters holds it until the lock goes, or the database is slow)
 // thus never holds up the outcomes of jobs that ran. A job finished here
-// sets s.freed, for the claim that follows.
+// sets s.freed, for the claim that follows, and its slot takes a
+// prefetched job at once: the prefetch keeps the slots busy while the next
+// claim is on its way, which is what it is for.
 func (c *claimer) await(s *loopState, fn func()) {
 	done := make(chan struct{})
 	go func() {
@@ -440,8 +434,9 @@ func (c *claimer) await(s *loopState, fn func()) {
 		case <-done:
 			return
 		case f := <-c.done:
-			c.finish(s, f)
+			c.finishReady(s, f)
 			s.freed = true
+			c.startBuffered(c.base, s)
 		case n := <-c.cancels:
 			c.cancelHeld(s, n)
 		case <-s.ctxDone:
@@ -474,12 +469,9 @@ func (c *claimer) fenced(s *loopState, live bool) bool {
 }
 
 // prefetch is how many jobs beyond its concurrency the worker may claim
-// now: Prefetch while recent jobs were short, else none.
+// now (see PrefetchFor).
 func (c *claimer) prefetch(s *loopState) int {
-	if s.runtime < 0 || s.runtime >= PrefetchBelow {
-		return 0
-	}
-	return c.cfg.Prefetch
+	return PrefetchFor(c.cfg.Concurrency, c.cfg.Prefetch, s.runtime)
 }
 
 // roomToClaim reports whether a claim is due: a slot is free and no
@@ -567,6 +559,19 @@ func (c *claimer) start(jobBase context.Context, s *loopState, j store.ClaimedJo
 	s.started++
 	// Never blocks: at most Concurrency jobs run, and tasks holds as many.
 	c.tasks <- task{ctx: jctx, job: j, started: now, timeout: timeout}
+}
+
+// finishReady finishes f and every other job that has ended by now.
+func (c *claimer) finishReady(s *loopState, f finished) {
+	c.finish(s, f)
+	for {
+		select {
+		case f := <-c.done:
+			c.finish(s, f)
+		default:
+			return
+		}
+	}
 }
 
 func (c *claimer) finish(s *loopState, f finished) {

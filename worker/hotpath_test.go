@@ -3,6 +3,7 @@ package worker_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -195,5 +196,93 @@ func TestWorkerHoldsAtMostConcurrencyPlusItsBounds(t *testing.T) {
 	}
 	if most.Load() == 0 {
 		t.Error("never saw a reserved job: the check measured nothing")
+	}
+}
+
+func TestPrefetchFor(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		concurrency, bound int
+		runtime            time.Duration
+		want               int
+	}{
+		{1, 256, -1, 0},                       // no job finished yet
+		{64, 256, worker.PrefetchBelow, 0},    // slow jobs: only free slots
+		{64, 256, 0, 256},                     // too short to time
+		{1, 256, 10 * time.Microsecond, 256},  // no-op jobs: the bound
+		{64, 256, 10 * time.Microsecond, 256}, // the same at 64
+		{1, 256, time.Millisecond, 20},        // 20 ms of work
+		{4, 256, 4 * time.Millisecond, 20},    // 4 slots × 20 ms / 4 ms
+		{1, 256, 4900 * time.Microsecond, 4},  // just under PrefetchBelow
+		{1000, 256, time.Millisecond, 256},    // capped by the bound
+		{64, 0, time.Microsecond, 0},          // prefetch off
+	} {
+		if got := worker.PrefetchFor(c.concurrency, c.bound, c.runtime); got != c.want {
+			t.Errorf("PrefetchFor(%d, %d, %s) = %d, want %d", c.concurrency, c.bound, c.runtime, got, c.want)
+		}
+	}
+}
+
+// TestPrefetchedJobsStartWhileTheNextClaimWaits holds the worker's third
+// claim on a lock: the jobs its second claim prefetched must all run
+// meanwhile, as they keep the slots busy while the next claim is on its
+// way.
+func TestPrefetchedJobsStartWhileTheNextClaimWaits(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	// A claim (an update reserving jobs) waits for a shared advisory lock,
+	// which the test holds from the second job on.
+	if _, err := b.pool.Exec(ctx, `
+		CREATE FUNCTION claim_gate() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			IF EXISTS (SELECT 1 FROM new_rows WHERE reserved_by IS NOT NULL) THEN
+				PERFORM pg_advisory_xact_lock_shared(4242);
+			END IF;
+			RETURN NULL;
+		END $$;
+		CREATE TRIGGER claim_gate AFTER UPDATE ON queue_jobs REFERENCING NEW TABLE AS new_rows
+			FOR EACH STATEMENT EXECUTE FUNCTION claim_gate()`); err != nil {
+		t.Fatal(err)
+	}
+	gate, err := pgx.ConnectConfig(ctx, b.pool.Config().ConnConfig.Copy())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gate.Close(ctx)
+	var ran atomic.Int64
+	b.jobs.Handle("ok", func(ctx context.Context, _ *queue.Job) error {
+		if ran.Add(1) == 2 {
+			if _, err := gate.Exec(ctx, `SELECT pg_advisory_lock(4242)`); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	jobs := make([]*queue.Job, 2*worker.DefaultPrefetch)
+	for i := range jobs {
+		jobs[i] = queue.NewJob("ok", nil)
+	}
+	b.dispatch(t, jobs...)
+	w := b.worker(t, worker.Config{Concurrency: 1, StopWhenEmpty: true})
+	rctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() { _, err := w.Run(rctx); errc <- err }()
+	// The first claim takes one job (no runtime known yet), the second
+	// the slot and the prefetch bound; the third waits for the gate.
+	want := int64(1 + 1 + worker.DefaultPrefetch)
+	waitFor(t, fmt.Sprintf("the %d jobs claimed before the gate to run", want), func() bool { return ran.Load() >= want })
+	if got := ran.Load(); got != want {
+		t.Errorf("%d jobs ran while the claim waited, want %d", got, want)
+	}
+	if _, err := gate.Exec(ctx, `SELECT pg_advisory_unlock(4242)`); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	if got := ran.Load(); got != int64(len(jobs)) {
+		t.Errorf("%d jobs ran, want %d", got, len(jobs))
 	}
 }

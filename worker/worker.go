@@ -55,13 +55,19 @@ type Config struct {
 	// MaxUnsaved jobs whatever the backlog. Default
 	// DefaultMaxUnsaved(Concurrency).
 	MaxUnsaved int
-	// Prefetch is how many claimed jobs may wait for a free slot while the
-	// worker's jobs are short (their recent average runtime under
-	// PrefetchBelow): a claim then takes up to Concurrency + Prefetch jobs,
-	// so a low concurrency is not held to one round trip per few jobs. Jobs
-	// that take longer are claimed only for free slots, so that no worker
-	// sits on slow jobs others could run. Default DefaultPrefetch
-	// (Concurrency); negative: never prefetch.
+	// Prefetch is the most claimed jobs that may wait for a free slot
+	// while the worker's jobs are short (their recent average runtime
+	// under PrefetchBelow): a claim then takes up to Concurrency + Prefetch
+	// jobs, and the waiting jobs start while the next claim is on its way,
+	// so a low concurrency is not held to one round trip per few jobs.
+	// Fewer wait when jobs take longer: the waiting jobs hold at most
+	// PrefetchWindow of work by the recent average runtime (see
+	// PrefetchFor). Jobs that take PrefetchBelow or more are claimed only
+	// for free slots, so that no worker sits on slow jobs others could
+	// run. The price of prefetching is leases held on jobs not yet
+	// running: if the worker dies, they wait for its lease to be released
+	// like its running ones. Default DefaultPrefetch; negative: never
+	// prefetch.
 	Prefetch int
 	// MaxJobs stops the worker after it has started this many jobs (0: never).
 	MaxJobs int
@@ -190,7 +196,7 @@ func New(st *store.Store, jobs *queue.Registry, cfg Config) (*Worker, error) {
 	}
 	switch {
 	case cfg.Prefetch == 0:
-		cfg.Prefetch = DefaultPrefetch(cfg.Concurrency)
+		cfg.Prefetch = DefaultPrefetch
 	case cfg.Prefetch < 0:
 		cfg.Prefetch = 0
 	}
@@ -248,13 +254,40 @@ func DefaultMaxUnsaved(concurrency int) int { return max(4*concurrency, writeBat
 // busy one sends one every interval).
 const IdleHeartbeats = 5
 
-// PrefetchBelow is the recent average runtime under which a worker
-// prefetches jobs.
-const PrefetchBelow = 5 * time.Millisecond
+// Prefetching (see Config.Prefetch).
+const (
+	// PrefetchBelow is the recent average runtime under which a worker
+	// prefetches jobs.
+	PrefetchBelow = 5 * time.Millisecond
+	// PrefetchWindow bounds the work waiting in a worker's prefetch: the
+	// jobs waiting for a slot would keep its Concurrency slots busy this
+	// long at their recent average runtime.
+	PrefetchWindow = 20 * time.Millisecond
+	// DefaultPrefetch is the default bound on prefetched jobs, whatever
+	// the concurrency: with no-op jobs at concurrency 64 it lets claims
+	// grow to a few hundred jobs, as they are at concurrency 1000, where a
+	// bound of 64 held them to a quarter of that and cost a quarter of the
+	// throughput.
+	DefaultPrefetch = 256
+)
 
-// DefaultPrefetch is the default prefetch: the concurrency, between 32 and
-// 256.
-func DefaultPrefetch(concurrency int) int { return min(max(concurrency, 32), 256) }
+// PrefetchFor is how many jobs may wait for a free slot, beyond the
+// running ones, for a worker of the given concurrency and bound (Config.
+// Prefetch) whose recent jobs took runtime on average (negative: none
+// finished yet): none before the first job ends or when jobs take
+// PrefetchBelow or more, else as many as fill PrefetchWindow at that
+// runtime (at least PrefetchWindow / PrefetchBelow per slot), at most
+// bound.
+func PrefetchFor(concurrency, bound int, runtime time.Duration) int {
+	if runtime < 0 || runtime >= PrefetchBelow || bound <= 0 {
+		return 0
+	}
+	if runtime == 0 {
+		return bound
+	}
+	n := int64(PrefetchWindow) * int64(concurrency) / int64(runtime)
+	return int(min(n, int64(bound)))
+}
 
 // DefaultName returns host:pid:random, unique per process (a master's
 // default name has the same form).
