@@ -213,6 +213,11 @@ func (b *bench) rate(jobs int64, d time.Duration) benchRate {
 	if d > 0 {
 		r.JobsPerSec = round(float64(jobs)/d.Seconds(), 1)
 	}
+	return b.withBound(r)
+}
+
+// withBound sets r's ratio to the bound, once the bound is measured.
+func (b *bench) withBound(r benchRate) benchRate {
 	if b.ref > 0 {
 		r.VsBound = round(r.JobsPerSec/b.ref, 3)
 	}

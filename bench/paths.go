@@ -43,8 +43,8 @@ type pathRates struct {
 	Median      float64   `json:"median_jobs_per_sec"`
 }
 
-func (p *pathRates) add(r benchRate) {
-	p.JobsPerSec = append(p.JobsPerSec, r.JobsPerSec)
+// median sets Median from the rounds' rates.
+func (p *pathRates) median() {
 	s := slices.Sorted(slices.Values(p.JobsPerSec))
 	if n := len(s); n%2 == 1 {
 		p.Median = s[n/2]
@@ -73,18 +73,21 @@ func (b *bench) paths(ctx context.Context) error {
 			} else {
 				md, err := b.masterDrain(ctx, q, n, p.Processes, p.Concurrency)
 				if err == nil {
-					err = md.failedErr()
+					err = drainFailed(md.failed)
 				}
 				if err != nil {
 					return fmt.Errorf("round %d, master %d × %d: %w", round+1, p.Processes, p.Concurrency, err)
 				}
 				r = md.rate
 			}
-			p.add(r)
+			p.JobsPerSec = append(p.JobsPerSec, r.JobsPerSec)
 			if err := b.cleanup(ctx, "after a paths drain"); err != nil {
 				return err
 			}
 		}
+	}
+	for _, p := range []*pathRates{&res.High, &res.Low, &res.Master} {
+		p.median()
 	}
 	res.LowVsHigh = round(res.Low.Median/res.High.Median, 3)
 	res.MasterVsOne = round(res.Master.Median/res.High.Median, 3)
@@ -97,7 +100,7 @@ func (b *bench) paths(ctx context.Context) error {
 		what string
 	}{{res.High, "one fleet:work"}, {res.Low, "one fleet:work"}, {res.Master, "master"}} {
 		b.addRate("paths", fmt.Sprintf("%s, %d × concurrency %d", p.what, p.r.Processes, p.r.Concurrency),
-			b.rate(int64(n), time.Duration(float64(n)/p.r.Median*float64(time.Second))),
+			b.withBound(benchRate{Jobs: int64(n), Secs: round(float64(n)/p.r.Median, 3), JobsPerSec: p.r.Median}),
 			fmt.Sprintf("median of %d rounds of %d jobs", res.Rounds, n))
 	}
 	note := ""
@@ -135,19 +138,9 @@ func (b *bench) workDrain(ctx context.Context, q string, n, c int) (benchRate, e
 	if err := p.stop(); err != nil {
 		return benchRate{}, err
 	}
-	first, ok, err := b.db.firstReserved(ctx, q, since)
-	if err != nil {
-		return benchRate{}, err
+	r, failed, err := b.drained(ctx, q, n, since, emptyAt)
+	if err == nil {
+		err = drainFailed(failed)
 	}
-	if !ok {
-		return benchRate{}, fmt.Errorf("%s drained but no attempt is in fleet_jobs", q)
-	}
-	failed, err := b.db.failedCount(ctx, q)
-	if err != nil {
-		return benchRate{}, err
-	}
-	if failed > 0 {
-		return benchRate{}, fmt.Errorf("%d jobs failed during the drain (see queue_failed_jobs)", failed)
-	}
-	return b.rate(int64(n), emptyAt.Sub(first)), nil
+	return r, err
 }

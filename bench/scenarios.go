@@ -135,9 +135,9 @@ func (b *bench) bound(ctx context.Context) error {
 // lease: reserved_by, a token, the attempt counted), then writes the
 // batch's outcomes with fleet's own finish statement (the jobs deleted,
 // a history row each, the sharded counters bumped), each in its own
-// transaction and commit, as a worker does. The batch is what a drain
-// worker claims at once when its slots are busy (its prefetch bound), so the drain's
-// ratio to it is the cost of the worker and the master around the same
+// transaction and commit, as a worker does. The batch is what a busy
+// drain worker claims at once (its prefetch bound), so the drain's ratio
+// to it is the cost of the worker and the master around the same
 // statements: scheduling, handlers, the report pipe, beats.
 func (b *bench) durableBound(ctx context.Context) (*durableResult, error) {
 	res := &durableResult{Connections: 2 * benchDrainProcesses, Batch: worker.DefaultPrefetch,
@@ -367,7 +367,7 @@ func (b *bench) drain(ctx context.Context) error {
 	}
 	b.rep.Drain = res
 	b.addRate("drain", fmt.Sprintf("%d no-op jobs, first claim to queue empty", n), res.Rate, note)
-	return md.failedErr()
+	return drainFailed(md.failed)
 }
 
 // masterDrained is one drain through a master.
@@ -377,11 +377,27 @@ type masterDrained struct {
 	failed int64
 }
 
-func (m masterDrained) failedErr() error {
-	if m.failed > 0 {
-		return fmt.Errorf("%d jobs failed during the drain (see queue_failed_jobs)", m.failed)
+// drainFailed is the error of a drain in which failed jobs failed.
+func drainFailed(failed int64) error {
+	if failed > 0 {
+		return fmt.Errorf("%d jobs failed during the drain (see queue_failed_jobs)", failed)
 	}
 	return nil
+}
+
+// drained is how a drain of the n jobs of q that began at since and found
+// the queue empty at emptyAt went: its rate from the first claim, and how
+// many jobs failed.
+func (b *bench) drained(ctx context.Context, q string, n int, since, emptyAt time.Time) (benchRate, int64, error) {
+	first, ok, err := b.db.firstReserved(ctx, q, since)
+	if err != nil {
+		return benchRate{}, 0, err
+	}
+	if !ok {
+		return benchRate{}, 0, fmt.Errorf("%s drained but no attempt is in fleet_jobs", q)
+	}
+	failed, err := b.db.failedCount(ctx, q)
+	return b.rate(int64(n), emptyAt.Sub(first)), failed, err
 }
 
 // masterDrain inserts n jobs into q and drains them through a master with
@@ -407,15 +423,7 @@ func (b *bench) masterDrain(ctx context.Context, q string, n, processes, concurr
 	if md.sum, err = f.stop(); err != nil {
 		return md, err
 	}
-	first, ok, err := b.db.firstReserved(ctx, q, since)
-	if err != nil {
-		return md, err
-	}
-	if !ok {
-		return md, fmt.Errorf("%s drained but no attempt is in fleet_jobs", q)
-	}
-	md.rate = b.rate(int64(n), emptyAt.Sub(first))
-	md.failed, err = b.db.failedCount(ctx, q)
+	md.rate, md.failed, err = b.drained(ctx, q, n, since, emptyAt)
 	return md, err
 }
 

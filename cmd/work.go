@@ -85,22 +85,22 @@ func (f *workFlags) register(c *cobra.Command) {
 	_ = fl.MarkHidden("reports")
 }
 
-// WorkerGCPercent is the garbage collector's target a fleet:work process
+// workerGCPercent is the garbage collector's target a fleet:work process
 // sets for itself unless GOGC is in its environment. A worker's live heap
 // is a few megabytes (its jobs in flight and a batch of outcomes), so the
 // default of 100 collects very often under load: with no-op jobs at
 // concurrency 1000 the collector took about a third of the process's CPU,
 // and 400 cut the process's CPU per job by about a third and raised the
 // drain by 10–20 % on a 2-core machine, for a few megabytes more of heap.
-const WorkerGCPercent = 400
+const workerGCPercent = 400
 
 // workerGC is the GC percent a fleet:work process with environment
-// environ sets, if any: WorkerGCPercent unless GOGC is set.
+// environ sets, if any: workerGCPercent unless GOGC is set.
 func workerGC(environ []string) (int, bool) {
 	if _, set := environValue(environ, "GOGC"); set {
 		return 0, false
 	}
-	return WorkerGCPercent, true
+	return workerGCPercent, true
 }
 
 func (r *runner) work(c *cobra.Command, f workFlags) error {
