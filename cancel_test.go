@@ -17,12 +17,13 @@ func TestServiceCancel(t *testing.T) {
 	pool := pgtest.Pool(t)
 	ctx := fleet.WithActor(context.Background(), "gina")
 	svc := fleet.New(pool, fleet.Options{})
-	ids, err := queue.NewClient(pool, queue.Defaults{}).DispatchMany(ctx, []*queue.Job{
+	dispatched, err := queue.NewClient(pool, queue.Defaults{}).DispatchMany(ctx, []*queue.JobSpec{
 		queue.NewJob("a", nil), queue.NewJob("b", nil), queue.NewJob("c", nil).OnQueue("mail"),
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
+	ids := queue.IDs(dispatched)
 	// The second job runs.
 	if _, err := store.New(pool).JobClaim(ctx, store.JobClaimParams{Queue: "default", Limit: 2, Worker: "w"}); err != nil {
 		t.Fatal(err)

@@ -17,7 +17,7 @@ func TestClearDeletesPendingDelayedAndLimitedJobsButNotRunningOnes(t *testing.T)
 	ctx := t.Context()
 	svc := fleet.New(pool, fleet.Options{})
 	c := queue.NewClient(pool, queue.Defaults{})
-	jobs := []*queue.Job{
+	jobs := []*queue.JobSpec{
 		queue.NewJob("a", nil).OnQueue("mail"),
 		queue.NewJob("a", nil).OnQueue("mail").Delay(time.Hour),
 		queue.NewJob("a", nil).OnQueue("mail").Limit("tenant:1", 1),

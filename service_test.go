@@ -21,7 +21,7 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 
 // failJobs dispatches jobs that fail on their only try and works them, so
 // they end in queue_failed_jobs.
-func failJobs(t *testing.T, pool *pgxpool.Pool, jobs ...*queue.Job) {
+func failJobs(t *testing.T, pool *pgxpool.Pool, jobs ...*queue.JobSpec) {
 	t.Helper()
 	ctx := context.Background()
 	reg := queue.NewRegistry()
@@ -229,7 +229,7 @@ func TestWorkloadNamesPausedSupervisors(t *testing.T) {
 		                                                {"name":"web","queues":["default"]}]}', now() + interval '1 minute')`); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := queue.NewClient(pool, queue.Defaults{}).DispatchMany(ctx, []*queue.Job{
+	if _, err := queue.NewClient(pool, queue.Defaults{}).DispatchMany(ctx, []*queue.JobSpec{
 		queue.NewJob("x", nil).OnQueue("exports"), queue.NewJob("y", nil)}); err != nil {
 		t.Fatal(err)
 	}

@@ -24,10 +24,11 @@ func TestJobStoryNotFoundAndHandRunWorker(t *testing.T) {
 	if _, err := svc.Job(ctx, 0); err == nil {
 		t.Fatal("job 0 accepted")
 	}
-	id, err := queue.NewClient(pool, queue.Defaults{}).Dispatch(ctx, queue.NewJob("x", map[string]string{"token": "hunter2"}).Tries(3))
+	idRes, err := queue.NewClient(pool, queue.Defaults{}).Dispatch(ctx, queue.NewJob("x", map[string]string{"token": "hunter2"}).Tries(3))
 	if err != nil {
 		t.Fatal(err)
 	}
+	id := idRes.ID
 	// Held by a worker run without a master: the member row is its own.
 	if _, err := pool.Exec(ctx, `INSERT INTO fleet_masters (instance, kind, name, host, pid, expires_at)
 		VALUES ('w-inst', 'worker', 'host:7:ab', 'host', 7, now() + interval '1 hour')`); err != nil {

@@ -514,10 +514,11 @@ func (b *bench) latency(ctx context.Context) error {
 // gone from queue_jobs. One host, one wall clock.
 func (b *bench) timeOne(ctx context.Context, f *benchFleet, q string) (time.Duration, time.Duration, error) {
 	t0 := time.Now()
-	id, err := b.client.Dispatch(ctx, queue.NewJob(JobName, nil).OnQueue(q))
+	res, err := b.client.Dispatch(ctx, queue.NewJob(JobName, nil).OnQueue(q))
 	if err != nil {
 		return 0, 0, err
 	}
+	id := res.ID
 	deadline := t0.Add(benchStallAfter)
 	for {
 		gone, err := b.db.jobGone(ctx, id)
@@ -596,7 +597,7 @@ func (b *bench) dispatch(ctx context.Context) error {
 		var total time.Duration
 		for n.Load() < int64(b.f.Jobs) {
 			k := min(batch, b.f.Jobs-int(n.Load()))
-			jobs := make([]*queue.Job, k)
+			jobs := make([]*queue.JobSpec, k)
 			for i := range jobs {
 				jobs[i] = queue.NewJob(JobName, nil).OnQueue(q)
 			}

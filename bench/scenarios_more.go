@@ -420,7 +420,7 @@ func (b *bench) dispatchAt(ctx context.Context, q string, perSec float64, dispat
 		due := int64(perSec*time.Since(start).Seconds()) - sent
 		for due > 0 {
 			k := min(due, 5000)
-			jobs := make([]*queue.Job, k)
+			jobs := make([]*queue.JobSpec, k)
 			for i := range jobs {
 				jobs[i] = queue.NewJob(JobName, nil).OnQueue(q)
 			}

@@ -32,7 +32,7 @@ func TestStatements(t *testing.T) {
 		t.Fatalf("queueSize = %d, %v; want 250", n, err)
 	}
 	client := queue.NewClient(pool, queue.Defaults{})
-	if _, err := client.DispatchMany(ctx, []*queue.Job{
+	if _, err := client.DispatchMany(ctx, []*queue.JobSpec{
 		queue.NewJob("other.job", nil).OnQueue("other"), queue.NewJob("other.job", nil).OnQueue("other"),
 	}); err != nil {
 		t.Fatal(err)
@@ -63,10 +63,11 @@ func TestStatements(t *testing.T) {
 		t.Fatalf("queueSize after the loop = %d, %v", n, err)
 	}
 
-	id, err := client.Dispatch(ctx, queue.NewJob(JobName, nil).OnQueue(q))
+	idRes, err := client.Dispatch(ctx, queue.NewJob(JobName, nil).OnQueue(q))
 	if err != nil {
 		t.Fatal(err)
 	}
+	id := idRes.ID
 	if gone, err := d.jobGone(ctx, id); err != nil || gone {
 		t.Fatalf("jobGone of a pending job = %v, %v", gone, err)
 	}

@@ -195,10 +195,11 @@ func (r *runner) demoMain(ctx context.Context, out io.Writer, cfg *config.Config
 	}
 	defer pool.Close()
 	client := queue.NewClient(pool, clientDefaults(cfg))
-	ids, err := client.DispatchMany(ctx, demoJobs())
+	res, err := client.DispatchMany(ctx, demoJobs())
 	if err != nil {
 		return 0, err
 	}
+	ids := queue.IDs(res)
 	fmt.Fprintf(out, "dispatched %d demo jobs to queues default, mail and slow: noop, sleep, flaky (fails once, then succeeds) and fail (fails every try)\n", len(ids))
 	lastID := ids[len(ids)-1]
 
@@ -501,8 +502,8 @@ func demoSupervisors() map[string]config.SupervisorConfig {
 }
 
 // demoJobs is the mix the demo dispatches.
-func demoJobs() []*queue.Job {
-	var jobs []*queue.Job
+func demoJobs() []*queue.JobSpec {
+	var jobs []*queue.JobSpec
 	for range 200 {
 		jobs = append(jobs, queue.NewJob("demo.noop", nil))
 	}

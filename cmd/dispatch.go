@@ -172,22 +172,21 @@ func (r *runner) dispatch(c *cobra.Command, f dispatchFlags) error {
 	defer pool.Close()
 	client := queue.NewClient(pool, clientDefaults(cfg))
 
-	newJob := func() *queue.Job {
-		j := queue.NewJob(f.name, payload).OnQueue(f.queue).Delay(f.delay).Tries(f.tries).Timeout(f.timeout)
-		if backoff != nil {
-			j.Backoff(backoff...)
-		}
-		if unique != nil {
-			j.Unique(*unique)
-		}
-		if limited {
-			j.Limit(f.limitKey, f.limit)
-		}
-		j.Priority(f.priority).Tags(tags...)
-		if meta != nil {
-			j.Metadata(meta)
-		}
-		return j
+	// A dispatch never changes the spec it is given: every job of the
+	// batch is this one.
+	spec := queue.NewJob(f.name, payload).OnQueue(f.queue).Delay(f.delay).Tries(f.tries).Timeout(f.timeout)
+	if backoff != nil {
+		spec.Backoff(backoff...)
+	}
+	if unique != nil {
+		spec.Unique(*unique)
+	}
+	if limited {
+		spec.Limit(f.limitKey, f.limit)
+	}
+	spec.Priority(f.priority).Tags(tags...)
+	if meta != nil {
+		spec.Metadata(meta)
 	}
 	start := time.Now()
 	var first, last int64
@@ -195,19 +194,19 @@ func (r *runner) dispatch(c *cobra.Command, f dispatchFlags) error {
 	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		for done := 0; done < f.count; {
 			n := min(dispatchBatch, f.count-done)
-			jobs := make([]*queue.Job, n)
+			jobs := make([]*queue.JobSpec, n)
 			for i := range jobs {
-				jobs[i] = newJob()
+				jobs[i] = spec
 			}
-			ids, err := client.DispatchManyTx(ctx, tx, jobs)
+			res, err := client.DispatchManyTx(ctx, tx, jobs)
 			if err != nil {
 				return err
 			}
-			duplicate = jobs[0].Duplicate
+			duplicate = res[0].Duplicate
 			if done == 0 {
-				first = ids[0]
+				first = res[0].ID
 			}
-			last = ids[len(ids)-1]
+			last = res[len(res)-1].ID
 			done += n
 		}
 		return nil

@@ -354,10 +354,11 @@ func TestDashboardJobStates(t *testing.T) {
 	b := setup(t, dashboard.Options{})
 	ctx := t.Context()
 	c := queue.NewClient(b.pool, queue.Defaults{})
-	later, err := c.Dispatch(ctx, queue.NewJob("mail.send", nil).OnQueue("mail").Delay(time.Hour))
+	laterRes, err := c.Dispatch(ctx, queue.NewJob("mail.send", nil).OnQueue("mail").Delay(time.Hour))
 	if err != nil {
 		t.Fatal(err)
 	}
+	later := laterRes.ID
 	if _, err := b.pool.Exec(ctx, `UPDATE queue_jobs SET reserved_by = 'w-1', reserved_at = now() WHERE id = $1`, b.pendingJobID); err != nil {
 		t.Fatal(err)
 	}

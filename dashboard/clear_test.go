@@ -21,7 +21,7 @@ func TestDashboardClearQueue(t *testing.T) {
 	ctx := t.Context()
 	odd := "exports/eu west"
 	c := queue.NewClient(b.pool, queue.Defaults{})
-	if _, err := c.DispatchMany(ctx, []*queue.Job{
+	if _, err := c.DispatchMany(ctx, []*queue.JobSpec{
 		queue.NewJob("x", nil).OnQueue(odd),
 		queue.NewJob("x", nil).OnQueue(odd).Delay(time.Hour),
 		queue.NewJob("x", nil).OnQueue(odd).Limit("k", 1),

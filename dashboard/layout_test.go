@@ -18,7 +18,7 @@ import (
 
 // completeJobs dispatches jobs that succeed and works them with a real
 // worker, so that they end in the history as completed attempts.
-func completeJobs(t *testing.T, b *bundle, jobs ...*queue.Job) {
+func completeJobs(t *testing.T, b *bundle, jobs ...*queue.JobSpec) {
 	t.Helper()
 	ctx := t.Context()
 	reg := queue.NewRegistry()
@@ -76,10 +76,11 @@ func TestDashboardLayout(t *testing.T) {
 	completeJobs(t, b, queue.NewJob("done", nil).OnQueue("done-a"), queue.NewJob("done", nil).OnQueue("done-b"),
 		queue.NewJob("done", nil).OnQueue("done-b"))
 	c := queue.NewClient(b.pool, queue.Defaults{})
-	delayed, err := c.Dispatch(ctx, queue.NewJob("mail.send", map[string]string{"to": "fay"}).OnQueue("mail").Delay(time.Hour))
+	delayedRes, err := c.Dispatch(ctx, queue.NewJob("mail.send", map[string]string{"to": "fay"}).OnQueue("mail").Delay(time.Hour))
 	if err != nil {
 		t.Fatal(err)
 	}
+	delayed := delayedRes.ID
 	// A long error without spaces, as a stack trace or a URL can hold.
 	if _, err := b.pool.Exec(ctx, `UPDATE queue_failed_jobs SET error = 'boom: ' || repeat('x', 300) || ' at the end' WHERE id = $1`, b.failedIDs["cyd"]); err != nil {
 		t.Fatal(err)

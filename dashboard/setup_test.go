@@ -48,7 +48,7 @@ type bundle struct {
 // failJobs dispatches jobs that fail on their only try, their error
 // quoting their payload as careless handlers do, and works them with a
 // real worker, so they end in queue_failed_jobs with their history.
-func failJobs(t *testing.T, pool *pgxpool.Pool, jobs ...*queue.Job) {
+func failJobs(t *testing.T, pool *pgxpool.Pool, jobs ...*queue.JobSpec) {
 	t.Helper()
 	ctx := t.Context()
 	reg := queue.NewRegistry()
@@ -98,7 +98,7 @@ func setup(t *testing.T, opts dashboard.Options) *bundle {
 		}
 	}
 	c := queue.NewClient(pool, queue.Defaults{})
-	ids, err := c.DispatchMany(ctx, []*queue.Job{
+	res, err := c.DispatchMany(ctx, []*queue.JobSpec{
 		queue.NewJob("mail.send", map[string]string{"to": "dan", "password": secret}).OnQueue("mail"),
 		queue.NewJob("mail.send", map[string]string{"to": "eve"}).OnQueue("mail"),
 		queue.NewJob("report.build", nil),
@@ -106,6 +106,7 @@ func setup(t *testing.T, opts dashboard.Options) *bundle {
 	if err != nil {
 		t.Fatal(err)
 	}
+	ids := queue.IDs(res)
 	b.pendingJobID = ids[0]
 	report := `{"supervisors":[{"name":"default","queues":["default","mail"],"balance":"auto","paused":false,"processes":{"default":1,"mail":2},"running":3}],"jobs_per_minute":0,"memory_mb":20}`
 	if _, err := store.New(pool).MemberBeat(ctx, store.MemberBeatParams{

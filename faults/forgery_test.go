@@ -98,7 +98,7 @@ func forgedLine(r spawner.Report) string {
 }
 
 // printJob is a test.print job printing text in framing f.
-func printJob(text string, f framing, extra map[string]any) *queue.Job {
+func printJob(text string, f framing, extra map[string]any) *queue.JobSpec {
 	p := map[string]any{"text": text, "pad": f.pad, "newline": f.newline}
 	for k, v := range extra {
 		p[k] = v
@@ -107,7 +107,7 @@ func printJob(text string, f framing, extra map[string]any) *queue.Job {
 }
 
 // dispatchJobs dispatches jobs to the default queue, in order.
-func dispatchJobs(t *testing.T, d *mmDB, jobs []*queue.Job) {
+func dispatchJobs(t *testing.T, d *mmDB, jobs []*queue.JobSpec) {
 	t.Helper()
 	if _, err := queue.NewClient(d.pool, queue.Defaults{}).DispatchMany(context.Background(), jobs); err != nil {
 		t.Fatalf("dispatch: %v", err)
@@ -220,7 +220,7 @@ func testForgedReports(t *testing.T, srv *mmServer) {
 	d.waitMember(a, 10*time.Second, "master a running", func(m member) bool { return m.State == "running" })
 	s := sampleReports(t, d, a.PID())
 
-	jobs := []*queue.Job{printJob("", framings[0], map[string]any{"getenv": spawner.ProtocolFDEnv})}
+	jobs := []*queue.JobSpec{printJob("", framings[0], map[string]any{"getenv": spawner.ProtocolFDEnv})}
 	for _, r := range forgedReports() {
 		for _, f := range framings {
 			extra := map[string]any{}
@@ -314,7 +314,7 @@ func testForgedExits(t *testing.T, srv *mmServer) {
 
 	// Job i forges reason i%8 in framing i%4: the first five crashes cover
 	// five reasons and every framing.
-	var jobs []*queue.Job
+	var jobs []*queue.JobSpec
 	for i := range 40 {
 		r := spawner.Report{Type: spawner.ReportExiting, Reason: exitReasons[i%len(exitReasons)], Jobs: 1e9, MemoryMB: forgedMemoryMB}
 		jobs = append(jobs, printJob(forgedLine(r), framings[i%len(framings)], map[string]any{"exit": 3}).Tries(1))

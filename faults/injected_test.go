@@ -128,14 +128,15 @@ func testFailingCompletionWrites(t *testing.T, f *injector) {
 	st := store.New(pool)
 	beat(t, st, "m-writes")
 	client := queue.NewClient(pool, queue.Defaults{Tries: 3})
-	jobs := make([]*queue.Job, n)
+	jobs := make([]*queue.JobSpec, n)
 	for i := range jobs {
 		jobs[i] = queue.NewJob("test.count", map[string]int{"i": i})
 	}
-	ids, err := client.DispatchMany(context.Background(), jobs)
+	idsRes, err := client.DispatchMany(context.Background(), jobs)
 	if err != nil {
 		t.Fatal(err)
 	}
+	ids := queue.IDs(idsRes)
 	var mu sync.Mutex
 	runs := map[int64]int{}
 	reg := queue.NewRegistry()
@@ -206,7 +207,7 @@ func TestReleaseRacingCompletionNeverOverwritesATerminalState(t *testing.T) {
 	var deadlocks atomic.Int64
 	for round := range rounds {
 		beat(t, st, instance)
-		jobs := make([]*queue.Job, perRound)
+		jobs := make([]*queue.JobSpec, perRound)
 		for i := range jobs {
 			// Half of the jobs have a single try: released, they fail as
 			// lost instead of coming back.

@@ -227,10 +227,11 @@ func wakeUpLatencies(t *testing.T, d *mmDB, url, file string, count int) []time.
 	for i := range count {
 		time.Sleep(100*time.Millisecond + time.Duration(i*379%1000)*time.Millisecond)
 		at := time.Now()
-		id, err := client.Dispatch(context.Background(), queue.NewJob("test.sleep", map[string]any{"ms": 0, "file": file}))
+		idRes, err := client.Dispatch(context.Background(), queue.NewJob("test.sleep", map[string]any{"ms": 0, "file": file}))
 		if err != nil {
 			t.Fatalf("dispatch %d: %v", i, err)
 		}
+		id := idRes.ID
 		var started time.Time
 		apptest.Eventually(t, 10*time.Second, fmt.Sprintf("job %d done", id), func() bool {
 			err := d.pool.QueryRow(context.Background(), `SELECT started_at FROM fleet_jobs WHERE job_id = $1`, id).Scan(&started)

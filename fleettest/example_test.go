@@ -112,7 +112,7 @@ func ExampleDrain() {
 		}
 		return nil
 	})
-	_, err := client.DispatchMany(ctx, []*queue.Job{
+	_, err := client.DispatchMany(ctx, []*queue.JobSpec{
 		queue.NewTypedJob(SendInvoice{InvoiceID: 1, To: "ann@example.com"}),
 		queue.NewTypedJob(SendInvoice{InvoiceID: 2}).Tries(2),
 	})

@@ -65,7 +65,7 @@ func TestRequireDispatchedMatches(t *testing.T) {
 	ctx := context.Background()
 	pool := fleettest.Pool(t)
 	client := queue.NewClient(pool, queue.Defaults{})
-	if _, err := client.DispatchMany(ctx, []*queue.Job{
+	if _, err := client.DispatchMany(ctx, []*queue.JobSpec{
 		queue.NewTypedJob(mail{To: "ann", Subject: "hi"}).OnQueue("mail").Tags("user:1", "welcome").Priority(-5),
 		queue.NewJob("report.build", []byte(`{"month": 3, "format": "pdf"}`)).Delay(time.Hour).SetMeta("who", "cron"),
 		queue.NewTypedJob(mail{To: "bob"}),
@@ -169,10 +169,11 @@ func TestWorkOneAndMakeDue(t *testing.T) {
 	if _, ok := fleettest.WorkOne(ctx, t, pool, jobs, "default"); ok {
 		t.Fatal("WorkOne ran a job of an empty queue")
 	}
-	id, err := client.Dispatch(ctx, queue.NewJob("flaky", nil).Tries(3).Backoff(3600))
+	idRes, err := client.Dispatch(ctx, queue.NewJob("flaky", nil).Tries(3).Backoff(3600))
 	if err != nil {
 		t.Fatal(err)
 	}
+	id := idRes.ID
 	e, ok := fleettest.WorkOne(ctx, t, pool, jobs, "default")
 	if !ok || e.JobID != id || e.Kind != queue.EventRetried || e.Attempt != 1 || e.RetryIn != time.Hour || e.Error != "smtp: try later" {
 		t.Fatalf("first attempt: %+v, %v", e, ok)
@@ -206,7 +207,7 @@ func TestDrainCounts(t *testing.T) {
 	jobs := queue.NewRegistry()
 	jobs.Handle("ok", func(context.Context, *queue.Job) error { return nil })
 	jobs.Handle("bad", func(context.Context, *queue.Job) error { return errors.New("no") })
-	if _, err := client.DispatchMany(ctx, []*queue.Job{
+	if _, err := client.DispatchMany(ctx, []*queue.JobSpec{
 		queue.NewJob("ok", nil), queue.NewJob("ok", nil).OnQueue("second"),
 		queue.NewJob("bad", nil).Tries(2), queue.NewJob("ok", nil).OnQueue("elsewhere"),
 		queue.NewJob("ok", nil).Delay(time.Hour),

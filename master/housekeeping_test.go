@@ -19,10 +19,11 @@ import (
 func (e *svcEnv) claimed(t *testing.T, q, worker, master string) int64 {
 	t.Helper()
 	ctx := context.Background()
-	id, err := queue.NewClient(e.pool, queue.Defaults{Queue: q}).Dispatch(ctx, queue.NewJob("x", nil))
+	idRes, err := queue.NewClient(e.pool, queue.Defaults{Queue: q}).Dispatch(ctx, queue.NewJob("x", nil))
 	if err != nil {
 		t.Fatal(err)
 	}
+	id := idRes.ID
 	jobs, err := e.st.JobClaim(ctx, store.JobClaimParams{Queue: q, Limit: 1, Worker: worker, Master: master})
 	if err != nil || len(jobs) != 1 {
 		t.Fatalf("claim: %v, %v", jobs, err)

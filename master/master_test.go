@@ -333,10 +333,11 @@ func TestMasterReleasesJobsOfDeadWorker(t *testing.T) {
 	wait(t, b.fake.WaitSpawned(waitCtx(t), 1))
 	ctx := context.Background()
 	client := queue.NewClient(b.pool, queue.Defaults{Queue: "q"})
-	id, err := client.Dispatch(ctx, queue.NewJob("x", nil))
+	idRes, err := client.Dispatch(ctx, queue.NewJob("x", nil))
 	if err != nil {
 		t.Fatal(err)
 	}
+	id := idRes.ID
 	// The fake process "holds" the job as a real worker would.
 	for i := range 2 {
 		spec := b.fake.Specs()[i]
@@ -369,10 +370,11 @@ func TestMasterReleasesJobsOfExpiredMaster(t *testing.T) {
 		t.Fatal(err)
 	}
 	client := queue.NewClient(pool, queue.Defaults{})
-	id, err := client.Dispatch(ctx, queue.NewJob("x", nil))
+	idRes, err := client.Dispatch(ctx, queue.NewJob("x", nil))
 	if err != nil {
 		t.Fatal(err)
 	}
+	id := idRes.ID
 	if jobs, err := st.JobClaim(ctx, store.JobClaimParams{Queue: "default", Limit: 1, Worker: "gone/default/1", Master: "gone-instance"}); err != nil || len(jobs) != 1 {
 		t.Fatalf("claim under a live row: %d jobs, %v", len(jobs), err)
 	}
@@ -405,7 +407,7 @@ func TestMasterBalancesTowardsBacklog(t *testing.T) {
 	wait(t, b.fake.WaitRunning(waitCtx(t), 2))
 	ctx := context.Background()
 	client := queue.NewClient(b.pool, queue.Defaults{})
-	jobs := make([]*queue.Job, 300)
+	jobs := make([]*queue.JobSpec, 300)
 	for i := range jobs {
 		jobs[i] = queue.NewJob("x", nil).OnQueue("mail")
 	}
@@ -441,7 +443,7 @@ func TestMasterBalancesByRecentRuntime(t *testing.T) {
 		t.Fatal(err)
 	}
 	client := queue.NewClient(pool, queue.Defaults{})
-	var jobs []*queue.Job
+	var jobs []*queue.JobSpec
 	for range 20 {
 		jobs = append(jobs, queue.NewJob("x", nil).OnQueue("mail"), queue.NewJob("x", nil))
 	}
@@ -461,7 +463,7 @@ func TestMasterWithInProcessWorkers(t *testing.T) {
 	jobs.Handle("noop", func(context.Context, *queue.Job) error { return nil })
 	sp := inprocess.New(st, jobs, worker.Config{PollInterval: 50 * time.Millisecond})
 	client := queue.NewClient(pool, queue.Defaults{})
-	var batch []*queue.Job
+	var batch []*queue.JobSpec
 	for i := range 200 {
 		q := "default"
 		if i%2 == 0 {
@@ -488,10 +490,11 @@ func TestMasterReleasesJobsOfStandaloneWorkerLongPastTimeout(t *testing.T) {
 	st := store.New(pool)
 	ctx := context.Background()
 	client := queue.NewClient(pool, queue.Defaults{})
-	ids, err := client.DispatchMany(ctx, []*queue.Job{queue.NewJob("old", nil).Timeout(time.Second), queue.NewJob("fresh", nil)})
+	idsRes, err := client.DispatchMany(ctx, []*queue.JobSpec{queue.NewJob("old", nil).Timeout(time.Second), queue.NewJob("fresh", nil)})
 	if err != nil {
 		t.Fatal(err)
 	}
+	ids := queue.IDs(idsRes)
 	// A worker started by hand (no master) claimed both and died.
 	if _, err := st.JobClaim(ctx, store.JobClaimParams{Queue: "default", Limit: 2, Worker: "by-hand"}); err != nil {
 		t.Fatal(err)
@@ -631,7 +634,7 @@ func TestMasterGivesNoSpareProcessesToAPausedQueue(t *testing.T) {
 		t.Fatal(err)
 	}
 	client := queue.NewClient(b.pool, queue.Defaults{})
-	var jobs []*queue.Job
+	var jobs []*queue.JobSpec
 	for i := range 340 {
 		q := "mail"
 		if i >= 200 {

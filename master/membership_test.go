@@ -69,10 +69,11 @@ func TestMasterTrustsItsViewOnlyAfterATTL(t *testing.T) {
 	if _, err := st.MemberBeat(ctx, store.MemberBeatParams{Instance: "peer", Name: "peer", Host: "h", PID: 1, State: "running", TTL: time.Minute}, false); err != nil {
 		t.Fatal(err)
 	}
-	id, err := queue.NewClient(pool, queue.Defaults{}).Dispatch(ctx, queue.NewJob("x", nil))
+	idRes, err := queue.NewClient(pool, queue.Defaults{}).Dispatch(ctx, queue.NewJob("x", nil))
 	if err != nil {
 		t.Fatal(err)
 	}
+	id := idRes.ID
 	if _, err := st.JobClaim(ctx, store.JobClaimParams{Queue: "default", Limit: 1, Worker: "peer/w", Master: "peer"}); err != nil {
 		t.Fatal(err)
 	}
@@ -109,10 +110,11 @@ func TestDuplicateMasterNames(t *testing.T) {
 	})
 	// A job held by a's worker stays held while both run past several ttls.
 	ctx := context.Background()
-	id, err := queue.NewClient(pool, queue.Defaults{}).Dispatch(ctx, queue.NewJob("x", nil))
+	idRes, err := queue.NewClient(pool, queue.Defaults{}).Dispatch(ctx, queue.NewJob("x", nil))
 	if err != nil {
 		t.Fatal(err)
 	}
+	id := idRes.ID
 	worker := a.fake.RunningSpecs()[0].Worker
 	if jobs, err := a.st.JobClaim(ctx, store.JobClaimParams{Queue: "default", Limit: 1, Worker: worker, Master: a.m.Instance()}); err != nil || len(jobs) != 1 {
 		t.Fatalf("claim: %d jobs, %v", len(jobs), err)

@@ -16,7 +16,7 @@ func TestWorkloadReadsCountsForTheBalancer(t *testing.T) {
 	e := newEnv(t, time.Second)
 	ctx := context.Background()
 	client := queue.NewClient(e.pool, queue.Defaults{Queue: "mail"})
-	if _, err := client.DispatchMany(ctx, []*queue.Job{queue.NewJob("x", nil), queue.NewJob("x", nil)}); err != nil {
+	if _, err := client.DispatchMany(ctx, []*queue.JobSpec{queue.NewJob("x", nil), queue.NewJob("x", nil)}); err != nil {
 		t.Fatal(err)
 	}
 	out := newLatest[map[string]balancer.QueueWorkload]()

@@ -44,11 +44,12 @@ func Example() {
 	jobs.Handle("mail.send", func(ctx context.Context, job *queue.Job) error { return nil })
 
 	ctx := context.Background()
-	job := queue.NewJob("mail.send", nil).OnQueue("mail")
-	if err := dispatch(ctx, job); err != nil { // as Client.Dispatch does before the insert
+	spec := queue.NewJob("mail.send", nil).OnQueue("mail")
+	if err := dispatch(ctx, spec); err != nil { // as Client.Dispatch does before the insert
 		panic(err)
 	}
-	job.ID, job.Attempt, job.MaxTries = 1, 1, 3 // as a worker sets them
+	// The job as a worker would run it.
+	job := &queue.Job{ID: 1, Name: spec.Name, Queue: spec.Queue, Attempt: 1, MaxTries: 3, Metadata: spec.Opts().Metadata}
 	if err := jobs.Run(ctx, job); err != nil {
 		panic(err)
 	}

@@ -27,6 +27,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 
 	"go.opentelemetry.io/otel"
@@ -138,7 +140,7 @@ var systemAttr = attribute.String("messaging.system", "fleet")
 func DispatchMiddleware(opts ...Option) queue.DispatchMiddleware {
 	c := newConfig(opts)
 	tracer := c.tracer()
-	return func(ctx context.Context, job *queue.Job) error {
+	return func(ctx context.Context, job *queue.JobSpec) error {
 		attrs := []attribute.KeyValue{
 			systemAttr,
 			attribute.String("messaging.operation.type", "send"),
@@ -148,11 +150,12 @@ func DispatchMiddleware(opts ...Option) queue.DispatchMiddleware {
 		if job.Queue != "" {
 			attrs = append(attrs, attribute.String("messaging.destination.name", job.Queue), AttrQueue.String(job.Queue))
 		}
-		attrs = c.jobAttrs(attrs, job)
+		opts := job.Opts()
+		attrs = c.jobAttrs(attrs, opts.Priority, opts.Tags)
 		ctx, span := tracer.Start(ctx, DispatchSpanPrefix+job.Name,
 			trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(attrs...))
 		defer span.End()
-		c.propagation().Inject(ctx, JobCarrier{Job: job})
+		c.propagation().Inject(ctx, SpecCarrier{Spec: job})
 		return nil
 	}
 }
@@ -182,7 +185,7 @@ func WorkMiddleware(opts ...Option) queue.WorkMiddleware {
 				AttrJobAttempt.Int(job.Attempt),
 				AttrJobMaxTries.Int(job.MaxTries),
 			}
-			attrs = c.jobAttrs(attrs, job)
+			attrs = c.jobAttrs(attrs, job.Priority, job.Tags)
 			ctx, span := tracer.Start(ctx, WorkSpanPrefix+job.Name,
 				trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(attrs...))
 			defer func() {
@@ -201,12 +204,12 @@ func WorkMiddleware(opts ...Option) queue.WorkMiddleware {
 	}
 }
 
-// jobAttrs adds the job's priority and tags (redacted) to attrs.
-func (c *config) jobAttrs(attrs []attribute.KeyValue, job *queue.Job) []attribute.KeyValue {
-	if p := job.PriorityLevel(); p != 0 {
+// jobAttrs adds a job's priority and tags (redacted) to attrs.
+func (c *config) jobAttrs(attrs []attribute.KeyValue, priority int, tags []string) []attribute.KeyValue {
+	if p := priority; p != 0 {
 		attrs = append(attrs, AttrJobPriority.Int(p))
 	}
-	if tags := job.TagList(); len(tags) > 0 {
+	if len(tags) > 0 {
 		attrs = append(attrs, AttrJobTags.StringSlice(c.redactor.Tags(tags)))
 	}
 	return attrs
@@ -223,9 +226,29 @@ func (c *config) fail(span trace.Span, typ, msg string) {
 	span.SetStatus(codes.Error, msg)
 }
 
-// JobCarrier carries span contexts in a job's metadata, one string value
-// per propagator key: a propagation.TextMapCarrier over
-// queue.Job.SetMeta and queue.Job.MetaString.
+// SpecCarrier carries span contexts into the metadata of a job being
+// dispatched, one string value per propagator key: a
+// propagation.TextMapCarrier over queue.JobSpec.SetMeta, MetaString and
+// MetaKeys. DispatchMiddleware injects through it.
+type SpecCarrier struct {
+	Spec *queue.JobSpec
+}
+
+var _ propagation.TextMapCarrier = SpecCarrier{}
+
+// Get returns the metadata value of key; "" when it has none.
+func (c SpecCarrier) Get(key string) string { return c.Spec.MetaString(key) }
+
+// Set sets the metadata key to value, keeping the other keys.
+func (c SpecCarrier) Set(key, value string) { c.Spec.SetMeta(key, value) }
+
+// Keys lists the spec's metadata keys.
+func (c SpecCarrier) Keys() []string { return c.Spec.MetaKeys() }
+
+// JobCarrier reads span contexts from the metadata of a job a handler
+// runs (see SpecCarrier); WorkMiddleware extracts through it. A job's
+// metadata is what was dispatched, so Set changes only this attempt's
+// copy (queue.Job.Metadata), never what is stored.
 type JobCarrier struct {
 	Job *queue.Job
 }
@@ -235,18 +258,22 @@ var _ propagation.TextMapCarrier = JobCarrier{}
 // Get returns the metadata value of key; "" when it has none.
 func (c JobCarrier) Get(key string) string { return c.Job.MetaString(key) }
 
-// Set sets the metadata key to value, keeping the other keys.
-func (c JobCarrier) Set(key, value string) { c.Job.SetMeta(key, value) }
+// Set sets the metadata key to value in this attempt's copy.
+func (c JobCarrier) Set(key, value string) {
+	m := map[string]json.RawMessage{}
+	if len(c.Job.Metadata) > 0 && json.Unmarshal(c.Job.Metadata, &m) != nil {
+		return
+	}
+	b, _ := json.Marshal(value) // a string always encodes
+	m[key] = b
+	c.Job.Metadata, _ = json.Marshal(m) // a map of raw values always encodes
+}
 
-// Keys lists the job's metadata keys.
+// Keys lists the job's metadata keys, sorted.
 func (c JobCarrier) Keys() []string {
 	var m map[string]json.RawMessage
-	if json.Unmarshal(c.Job.Meta(), &m) != nil {
+	if json.Unmarshal(c.Job.Metadata, &m) != nil {
 		return nil
 	}
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	return keys
+	return slices.Sorted(maps.Keys(m))
 }

@@ -91,7 +91,8 @@ func TestWorkSpanIsChildOfDispatchSpan(t *testing.T) {
 	})
 
 	reqCtx, req := tr.tp.Tracer("test").Start(ctx, "request")
-	id, err := client.Dispatch(reqCtx, queue.NewTypedJob(thumbnail{Path: "a.png"}).OnQueue("images").Tags("tenant:7").Tries(2))
+	idRes, err := client.Dispatch(reqCtx, queue.NewTypedJob(thumbnail{Path: "a.png"}).OnQueue("images").Tags("tenant:7").Tries(2))
+	id := idRes.ID
 	req.End()
 	if err != nil {
 		t.Fatal(err)
@@ -176,15 +177,16 @@ func TestPropagatorOption(t *testing.T) {
 	})
 	member, _ := baggage.NewMember("tenant", "42")
 	bag, _ := baggage.New(member)
-	job := queue.NewJob("report", nil).SetMeta("mine", "kept")
-	if err := dispatch(baggage.ContextWithBaggage(context.Background(), bag), job); err != nil {
+	spec := queue.NewJob("report", nil).SetMeta("mine", "kept")
+	if err := dispatch(baggage.ContextWithBaggage(context.Background(), bag), spec); err != nil {
 		t.Fatal(err)
 	}
+	job := &queue.Job{Name: spec.Name, Attempt: 1, Metadata: spec.Opts().Metadata}
 	if err := jobs.Run(context.Background(), job); err != nil {
 		t.Fatal(err)
 	}
 	if tenant != "42" || job.MetaString("baggage") != "tenant=42" || job.MetaString("mine") != "kept" {
-		t.Errorf("tenant %q; metadata %s", tenant, job.Meta())
+		t.Errorf("tenant %q; metadata %s", tenant, job.Metadata)
 	}
 	keys := otelfleet.JobCarrier{Job: job}.Keys()
 	slices.Sort(keys)
@@ -202,7 +204,7 @@ func TestWorkSpanOfAPanic(t *testing.T) {
 	jobs := queue.NewRegistry()
 	jobs.Use(otelfleet.WorkMiddleware(otelfleet.WithTracerProvider(tr.tp)))
 	jobs.Handle("boom", func(context.Context, *queue.Job) error { panic("kaboom") })
-	err := jobs.Run(context.Background(), queue.NewJob("boom", nil))
+	err := jobs.Run(context.Background(), &queue.Job{Name: "boom", Attempt: 1})
 	if err == nil || !strings.HasPrefix(err.Error(), "panic: kaboom") {
 		t.Fatalf("Run = %v", err)
 	}
@@ -220,13 +222,14 @@ func TestWorkSpanOfAPanic(t *testing.T) {
 // middleware still runs the handler.
 func TestDispatchWithoutTracing(t *testing.T) {
 	t.Parallel()
-	job := queue.NewJob("quiet", nil)
-	if err := otelfleet.DispatchMiddleware()(context.Background(), job); err != nil {
+	spec := queue.NewJob("quiet", nil)
+	if err := otelfleet.DispatchMiddleware()(context.Background(), spec); err != nil {
 		t.Fatal(err)
 	}
-	if job.Meta() != nil {
-		t.Errorf("metadata %s with tracing off", job.Meta())
+	if m := spec.Opts().Metadata; m != nil {
+		t.Errorf("metadata %s with tracing off", m)
 	}
+	job := &queue.Job{Name: spec.Name, Attempt: 1}
 	jobs := queue.NewRegistry()
 	jobs.Use(otelfleet.WorkMiddleware())
 	ran := false

@@ -113,10 +113,11 @@ func TestTraceCrossesProcesses(t *testing.T) {
 	defer pool.Close()
 	client := queue.NewClient(pool, queue.Defaults{})
 	client.Use(otelfleet.DispatchMiddleware(otelfleet.WithTracerProvider(tr.tp)))
-	id, err := client.Dispatch(ctx, queue.NewTypedJob(thumbnail{Path: "far.png"}).OnQueue("traced"))
+	idRes, err := client.Dispatch(ctx, queue.NewTypedJob(thumbnail{Path: "far.png"}).OnQueue("traced"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	id := idRes.ID
 	dispatch := tr.spans("fleet.dispatch image.thumbnail")
 	if len(dispatch) != 1 {
 		t.Fatalf("%d dispatch spans", len(dispatch))

@@ -70,16 +70,26 @@ func NewClient(pool *pgxpool.Pool, d Defaults) *Client {
 	return &Client{store: st, defaults: d, limits: nameLimits(d.Limits), inserter: newInserter(st, newNotifier(st))}
 }
 
-// Dispatch inserts job and returns its id. Idle workers of its queue wake
-// within milliseconds: the insert notifies them as it commits, or, while
-// another notification for the queue is in flight, one more is sent right
-// after it (see notifier; DispatchTx is the transactional form).
-func (c *Client) Dispatch(ctx context.Context, job *Job) (int64, error) {
-	ids, err := c.DispatchMany(ctx, []*Job{job})
+// DispatchResult is what a dispatch did with one job.
+type DispatchResult struct {
+	// ID is the job's id: the new job's, or, for a duplicate, the id of
+	// the job it duplicates.
+	ID int64
+	// Duplicate is set when nothing was inserted because a job with the
+	// same unique key counts (see Unique); ID is then that job's.
+	Duplicate bool
+}
+
+// Dispatch inserts job and says what became of it. Idle workers of its
+// queue wake within milliseconds: the insert notifies them as it commits,
+// or, while another notification for the queue is in flight, one more is
+// sent right after it (see notifier; DispatchTx is the transactional form).
+func (c *Client) Dispatch(ctx context.Context, job *JobSpec) (DispatchResult, error) {
+	res, err := c.DispatchMany(ctx, []*JobSpec{job})
 	if err != nil {
-		return 0, err
+		return DispatchResult{}, err
 	}
-	return ids[0], nil
+	return res[0], nil
 }
 
 // DispatchTx inserts job inside tx: the job exists only if tx commits, and
@@ -87,34 +97,34 @@ func (c *Client) Dispatch(ctx context.Context, job *Job) (int64, error) {
 // commit takes PostgreSQL's database-wide notify lock: concurrent
 // transactions that dispatch commit one after another. For high dispatch
 // rates outside a transaction of your own, use Dispatch or DispatchMany.
-func (c *Client) DispatchTx(ctx context.Context, tx pgx.Tx, job *Job) (int64, error) {
-	ids, err := c.DispatchManyTx(ctx, tx, []*Job{job})
+func (c *Client) DispatchTx(ctx context.Context, tx pgx.Tx, job *JobSpec) (DispatchResult, error) {
+	res, err := c.DispatchManyTx(ctx, tx, []*JobSpec{job})
 	if err != nil {
-		return 0, err
+		return DispatchResult{}, err
 	}
-	return ids[0], nil
+	return res[0], nil
 }
 
-// DispatchMany inserts jobs in one statement, all or none, and returns
-// their ids in order. Dispatches made at the same time from several
+// DispatchMany inserts jobs in one statement, all or none, and says what
+// became of each, in order. Dispatches made at the same time from several
 // goroutines share statements and commits: while one insert is in flight
 // the others gather, and go together in the next (each call still succeeds
 // or fails on its own).
-func (c *Client) DispatchMany(ctx context.Context, jobs []*Job) ([]int64, error) {
-	ids, _, err := c.insert(ctx, nil, jobs)
-	return ids, err
+func (c *Client) DispatchMany(ctx context.Context, jobs []*JobSpec) ([]DispatchResult, error) {
+	res, _, err := c.insert(ctx, nil, jobs)
+	return res, err
 }
 
 // DispatchManyTx is DispatchMany inside the caller's transaction.
-func (c *Client) DispatchManyTx(ctx context.Context, tx pgx.Tx, jobs []*Job) ([]int64, error) {
-	ids, queues, err := c.insert(ctx, tx, jobs)
+func (c *Client) DispatchManyTx(ctx context.Context, tx pgx.Tx, jobs []*JobSpec) ([]DispatchResult, error) {
+	res, queues, err := c.insert(ctx, tx, jobs)
 	if err != nil {
 		return nil, err
 	}
 	if err := store.QueueNotifyTx(ctx, tx, queues); err != nil {
 		return nil, fmt.Errorf("dispatch: %w", err)
 	}
-	return ids, nil
+	return res, nil
 }
 
 // DispatchSQLTx is DispatchTx for a database/sql transaction: the job
@@ -124,21 +134,21 @@ func (c *Client) DispatchManyTx(ctx context.Context, tx pgx.Tx, jobs []*Job) ([]
 // github.com/jackc/pgx/v5/stdlib and sql.Open("pgx", url), or
 // stdlib.OpenDBFromPool); with another driver the insert fails with that
 // driver's error about array arguments. The Client's own pool is not used.
-func (c *Client) DispatchSQLTx(ctx context.Context, tx *sql.Tx, job *Job) (int64, error) {
-	ids, err := c.DispatchManySQLTx(ctx, tx, []*Job{job})
+func (c *Client) DispatchSQLTx(ctx context.Context, tx *sql.Tx, job *JobSpec) (DispatchResult, error) {
+	res, err := c.DispatchManySQLTx(ctx, tx, []*JobSpec{job})
 	if err != nil {
-		return 0, err
+		return DispatchResult{}, err
 	}
-	return ids[0], nil
+	return res[0], nil
 }
 
 // DispatchManySQLTx is DispatchManyTx for a database/sql transaction (see
 // DispatchSQLTx): all the jobs in one statement, inside tx.
-func (c *Client) DispatchManySQLTx(ctx context.Context, tx *sql.Tx, jobs []*Job) ([]int64, error) {
+func (c *Client) DispatchManySQLTx(ctx context.Context, tx *sql.Tx, jobs []*JobSpec) ([]DispatchResult, error) {
 	if tx == nil {
 		return nil, errors.New("dispatch: nil *sql.Tx")
 	}
-	params, err := c.paramsOf(ctx, jobs)
+	jobs, params, err := c.paramsOf(ctx, jobs)
 	if err != nil {
 		return nil, err
 	}
@@ -154,46 +164,49 @@ func (c *Client) DispatchManySQLTx(ctx context.Context, tx *sql.Tx, jobs []*Job)
 	if err != nil {
 		return nil, fmt.Errorf("dispatch: %w", err)
 	}
-	ids, queues := plan.apply(jobs, plain, uniq)
+	res, queues := plan.apply(plain, uniq)
 	if err := store.QueueNotifySQLTx(ctx, tx, queues); err != nil {
 		return nil, fmt.Errorf("dispatch: %w", err)
 	}
 	c.warnUnworked(ctx, params)
-	return ids, nil
+	return res, nil
 }
 
 // paramsOf passes jobs through the dispatch middleware, checks them and
-// turns them into insert parameters.
-func (c *Client) paramsOf(ctx context.Context, jobs []*Job) ([]store.JobInsertParams, error) {
-	if err := c.intercept(ctx, jobs); err != nil {
-		return nil, err
+// turns them into insert parameters. It returns the jobs as the middleware
+// left them: copies, when there is middleware, so that the caller's specs
+// are never changed.
+func (c *Client) paramsOf(ctx context.Context, jobs []*JobSpec) ([]*JobSpec, []store.JobInsertParams, error) {
+	jobs, err := c.intercept(ctx, jobs)
+	if err != nil {
+		return nil, nil, err
 	}
 	params := make([]store.JobInsertParams, len(jobs))
 	for i, j := range jobs {
 		p, err := c.params(j)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		params[i] = p
 	}
-	return params, nil
+	return jobs, params, nil
 }
 
 // insert inserts jobs on tx, or through the shared inserter when tx is
-// nil, and returns their ids and the queues of those available at once.
-// Unique jobs take another statement (see insertWithUnique); a call
-// without any pays nothing for them.
-func (c *Client) insert(ctx context.Context, tx pgx.Tx, jobs []*Job) ([]int64, []string, error) {
-	params, err := c.paramsOf(ctx, jobs)
+// nil, and returns what became of each and the queues of those available
+// at once. Unique jobs take another statement (see insertWithUnique); a
+// call without any pays nothing for them.
+func (c *Client) insert(ctx context.Context, tx pgx.Tx, jobs []*JobSpec) ([]DispatchResult, []string, error) {
+	jobs, params, err := c.paramsOf(ctx, jobs)
 	if err != nil {
 		return nil, nil, err
 	}
-	if slices.ContainsFunc(jobs, func(j *Job) bool { return j.unique != nil }) {
-		ids, queues, err := c.insertWithUnique(ctx, tx, jobs, params)
+	if slices.ContainsFunc(jobs, func(j *JobSpec) bool { return j.unique != nil }) {
+		res, queues, err := c.insertWithUnique(ctx, tx, jobs, params)
 		if err == nil {
 			c.warnUnworked(ctx, params)
 		}
-		return ids, queues, err
+		return res, queues, err
 	}
 	var ids []int64
 	if tx != nil {
@@ -204,22 +217,23 @@ func (c *Client) insert(ctx context.Context, tx pgx.Tx, jobs []*Job) ([]int64, [
 	if err != nil {
 		return nil, nil, fmt.Errorf("dispatch: %w", err)
 	}
-	for i, j := range jobs {
-		j.ID, j.Duplicate = ids[i], false
+	res := make([]DispatchResult, len(ids))
+	for i, id := range ids {
+		res[i].ID = id
 	}
 	c.warnUnworked(ctx, params)
-	return ids, readyQueues(params), nil
+	return res, readyQueues(params), nil
 }
 
 // insertWithUnique inserts a batch holding unique jobs: the others in one
 // statement, the unique ones in another (which refuses duplicates through
 // their keys), in tx or in a transaction of its own that also notifies.
-func (c *Client) insertWithUnique(ctx context.Context, tx pgx.Tx, jobs []*Job, params []store.JobInsertParams) ([]int64, []string, error) {
+func (c *Client) insertWithUnique(ctx context.Context, tx pgx.Tx, jobs []*JobSpec, params []store.JobInsertParams) ([]DispatchResult, []string, error) {
 	plan, err := c.planUnique(jobs, params)
 	if err != nil {
 		return nil, nil, err
 	}
-	var ids []int64
+	var res []DispatchResult
 	var queues []string
 	run := func(tx pgx.Tx) error {
 		plain, err := c.store.JobInsertMany(ctx, tx, plan.plain)
@@ -230,7 +244,7 @@ func (c *Client) insertWithUnique(ctx context.Context, tx pgx.Tx, jobs []*Job, p
 		if err != nil {
 			return err
 		}
-		ids, queues = plan.apply(jobs, plain, uniq)
+		res, queues = plan.apply(plain, uniq)
 		return nil
 	}
 	if tx != nil {
@@ -246,7 +260,7 @@ func (c *Client) insertWithUnique(ctx context.Context, tx pgx.Tx, jobs []*Job, p
 	if err != nil {
 		return nil, nil, fmt.Errorf("dispatch: %w", err)
 	}
-	return ids, queues, nil
+	return res, queues, nil
 }
 
 // uniquePlan splits a batch into plain and unique jobs, and the unique
@@ -262,7 +276,7 @@ type uniquePlan struct {
 	copyOf []int // job i is a later copy of job copyOf[i] (-1: none)
 }
 
-func (c *Client) planUnique(jobs []*Job, params []store.JobInsertParams) (uniquePlan, error) {
+func (c *Client) planUnique(jobs []*JobSpec, params []store.JobInsertParams) (uniquePlan, error) {
 	p := uniquePlan{where: make([]int, len(jobs)), copyOf: make([]int, len(jobs))}
 	first := map[store.UniqueParams]int{}
 	for i, j := range jobs {
@@ -288,50 +302,49 @@ func (c *Client) planUnique(jobs []*Job, params []store.JobInsertParams) (unique
 	return p, nil
 }
 
-// apply sets each job's ID and Duplicate from the two inserts and returns
-// the ids in order and the queues of the inserted jobs available at once.
-func (p uniquePlan) apply(jobs []*Job, plain []int64, uniq []store.UniqueInsert) ([]int64, []string) {
-	ids := make([]int64, len(jobs))
+// apply says what became of each job given the two inserts, and returns
+// the queues of the inserted jobs available at once.
+func (p uniquePlan) apply(plain []int64, uniq []store.UniqueInsert) ([]DispatchResult, []string) {
+	res := make([]DispatchResult, len(p.where))
 	var ready []store.JobInsertParams
-	for i, j := range jobs {
-		switch w := p.where[i]; {
+	for i, w := range p.where {
+		switch {
 		case p.copyOf[i] >= 0:
 			continue
 		case w >= 0:
-			ids[i], j.Duplicate = plain[w], false
+			res[i] = DispatchResult{ID: plain[w]}
 			ready = append(ready, p.plain[w])
 		default:
 			u := uniq[-1-w]
-			ids[i], j.Duplicate = u.ID, u.Duplicate
+			res[i] = DispatchResult{ID: u.ID, Duplicate: u.Duplicate}
 			if !u.Duplicate {
 				ready = append(ready, p.uniq[-1-w])
 			}
 		}
-		j.ID = ids[i]
 	}
 	for i, f := range p.copyOf {
 		if f >= 0 {
-			ids[i], jobs[i].ID, jobs[i].Duplicate = ids[f], ids[f], true
+			res[i] = DispatchResult{ID: res[f].ID, Duplicate: true}
 		}
 	}
-	return ids, readyQueues(ready)
+	return res, readyQueues(ready)
 }
 
 // ErrInvalidJob is wrapped by every error about a job that cannot be
 // dispatched as it is.
 var ErrInvalidJob = errors.New("invalid job")
 
-func (c *Client) params(j *Job) (store.JobInsertParams, error) {
+func (c *Client) params(j *JobSpec) (store.JobInsertParams, error) {
 	if j == nil {
 		return store.JobInsertParams{}, fmt.Errorf("%w: nil job", ErrInvalidJob)
 	}
 	if j.payloadErr != nil {
 		return store.JobInsertParams{}, fmt.Errorf("%w: %w", ErrInvalidJob, j.payloadErr)
 	}
-	if err := CheckName("Job.Name", j.Name); err != nil {
+	if err := CheckName("JobSpec.Name", j.Name); err != nil {
 		return store.JobInsertParams{}, fmt.Errorf("%w: %w", ErrInvalidJob, err)
 	}
-	queueLabel := "Job.Queue"
+	queueLabel := "JobSpec.Queue"
 	if j.Queue == "" {
 		queueLabel = "Defaults.Queue"
 	}
@@ -342,7 +355,7 @@ func (c *Client) params(j *Job) (store.JobInsertParams, error) {
 		Queue:       cmp.Or(j.Queue, c.defaults.Queue),
 		Name:        j.Name,
 		Payload:     j.Payload,
-		MaxTries:    cmp.Or(j.MaxTries, c.defaults.Tries),
+		MaxTries:    cmp.Or(j.tries, c.defaults.Tries),
 		BackoffSecs: j.backoff,
 		Timeout:     cmp.Or(j.timeout, c.defaults.Timeout),
 		Delay:       j.delay,
@@ -351,7 +364,7 @@ func (c *Client) params(j *Job) (store.JobInsertParams, error) {
 	if j.backoff == nil {
 		p.BackoffSecs = c.defaults.Backoff
 	}
-	limitLabel := "Job.Limit"
+	limitLabel := "JobSpec.Limit"
 	p.LimitKey, p.Limit = j.limitKey, j.limit
 	if !j.limitSet {
 		limitLabel = "Defaults.Limits"
@@ -375,17 +388,17 @@ func (c *Client) params(j *Job) (store.JobInsertParams, error) {
 			return p, fmt.Errorf("%w: job %q: backoff must not be negative, got %d", ErrInvalidJob, j.Name, b)
 		}
 	}
-	if err := CheckPriority("Job.Priority", j.priority); err != nil {
+	if err := CheckPriority("JobSpec.Priority", j.priority); err != nil {
 		return p, fmt.Errorf("%w: job %q: %w", ErrInvalidJob, j.Name, err)
 	}
-	if err := CheckTags("Job.Tags", j.tags); err != nil {
+	if err := CheckTags("JobSpec.Tags", j.tags); err != nil {
 		return p, fmt.Errorf("%w: job %q: %w", ErrInvalidJob, j.Name, err)
 	}
 	if j.metaErr != nil {
-		return p, fmt.Errorf("%w: job %q: Job.Metadata: %w", ErrInvalidJob, j.Name, j.metaErr)
+		return p, fmt.Errorf("%w: job %q: JobSpec.Metadata: %w", ErrInvalidJob, j.Name, j.metaErr)
 	}
 	if len(j.metadata) > MaxMetadataBytes {
-		return p, fmt.Errorf("%w: job %q: Job.Metadata is %d bytes, more than the %d allowed",
+		return p, fmt.Errorf("%w: job %q: JobSpec.Metadata is %d bytes, more than the %d allowed",
 			ErrInvalidJob, j.Name, len(j.metadata), MaxMetadataBytes)
 	}
 	p.Priority, p.Tags, p.Metadata = j.priority, j.tags, j.metadata
@@ -397,4 +410,13 @@ func (c *Client) params(j *Job) (store.JobInsertParams, error) {
 			ErrInvalidJob, j.Name, len(p.Payload), limit)
 	}
 	return p, nil
+}
+
+// IDs returns the ids of a DispatchMany's results, in order.
+func IDs(results []DispatchResult) []int64 {
+	ids := make([]int64, len(results))
+	for i, r := range results {
+		ids[i] = r.ID
+	}
+	return ids
 }

@@ -12,16 +12,16 @@ func TestNoDispatchMiddlewareCostsNoAllocation(t *testing.T) {
 	c := &Client{defaults: Defaults{Queue: DefaultQueue}}
 	jobs := benchJobs()
 	ctx := context.Background()
-	if n := testing.AllocsPerRun(100, func() { _ = c.intercept(ctx, jobs) }); n != 0 {
+	if n := testing.AllocsPerRun(100, func() { _, _ = c.intercept(ctx, jobs) }); n != 0 {
 		t.Fatalf("intercept without middleware allocates %v times per batch", n)
 	}
-	if n := testing.AllocsPerRun(100, func() { _, _ = c.paramsOf(ctx, jobs) }); n != 1 {
+	if n := testing.AllocsPerRun(100, func() { _, _, _ = c.paramsOf(ctx, jobs) }); n != 1 {
 		t.Fatalf("paramsOf without middleware allocates %v times per batch, want 1 (its result)", n)
 	}
 }
 
-func benchJobs() []*Job {
-	jobs := make([]*Job, 100)
+func benchJobs() []*JobSpec {
+	jobs := make([]*JobSpec, 100)
 	for i := range jobs {
 		jobs[i] = NewJob("mail.send", []byte(`{"to":"a@example.com"}`))
 	}
@@ -37,16 +37,16 @@ func BenchmarkParamsOf(b *testing.B) {
 		jobs := benchJobs()
 		b.ReportAllocs()
 		for b.Loop() {
-			_, _ = c.paramsOf(ctx, jobs)
+			_, _, _ = c.paramsOf(ctx, jobs)
 		}
 	})
 	b.Run("one", func(b *testing.B) {
 		c := &Client{defaults: Defaults{Queue: DefaultQueue}}
-		c.Use(func(context.Context, *Job) error { return nil })
+		c.Use(func(context.Context, *JobSpec) error { return nil })
 		jobs := benchJobs()
 		b.ReportAllocs()
 		for b.Loop() {
-			_, _ = c.paramsOf(ctx, jobs)
+			_, _, _ = c.paramsOf(ctx, jobs)
 		}
 	})
 }

@@ -46,10 +46,11 @@ func ExampleClient_Dispatch() {
 	})
 
 	client := queue.NewClient(pool, queue.Defaults{})
-	id, err := client.Dispatch(ctx, queue.NewJob("mail.send", map[string]string{"to": "ann@example.com"}).OnQueue("mail"))
+	idRes, err := client.Dispatch(ctx, queue.NewJob("mail.send", map[string]string{"to": "ann@example.com"}).OnQueue("mail"))
 	if err != nil {
 		log.Fatal(err)
 	}
+	id := idRes.ID
 	fmt.Println("dispatched job", id)
 }
 
@@ -69,10 +70,11 @@ func ExampleClient_Dispatch_options() {
 		Tries(5).                // at most 5 attempts
 		Backoff(1, 5, 30).       // seconds before each retry; the last repeats
 		Timeout(2 * time.Minute) // per attempt
-	id, err := client.Dispatch(ctx, job)
+	idRes, err := client.Dispatch(ctx, job)
 	if err != nil {
 		log.Fatal(err)
 	}
+	id := idRes.ID
 	fmt.Println("dispatched job", id)
 }
 
@@ -134,7 +136,7 @@ func ExampleClient_DispatchMany() {
 	defer pool.Close()
 	client := queue.NewClient(pool, queue.Defaults{})
 
-	batch := []*queue.Job{
+	batch := []*queue.JobSpec{
 		queue.NewJob("mail.send", map[string]string{"to": "ann@example.com"}),
 		queue.NewJob("mail.send", map[string]string{"to": "bob@example.com"}),
 	}
@@ -179,7 +181,7 @@ func ExampleJob_CompleteTx() {
 // A unique job: while a job with the same key counts, a dispatch inserts
 // nothing and returns the id of the job that holds the key. (Compiled, not
 // run: it needs a database.)
-func ExampleJob_Unique() {
+func ExampleJobSpec_Unique() {
 	ctx := context.Background()
 	pool := connect(ctx)
 	defer pool.Close()
@@ -190,16 +192,16 @@ func ExampleJob_Unique() {
 	j := queue.NewJob("report.build", p).Unique(queue.Unique{
 		Key: "customer:42", Period: time.Hour, Completed: true,
 	})
-	id, err := client.Dispatch(ctx, j) // j.Duplicate: id is the job that holds the key
+	res, err := client.Dispatch(ctx, j) // res.Duplicate: res.ID is the job that holds the key
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println(id, j.Duplicate)
+	fmt.Println(res.ID, res.Duplicate)
 }
 
 // A concurrency limit: at most two jobs with the key run at once, across
 // every worker of the fleet. (Compiled, not run: it needs a database.)
-func ExampleJob_Limit() {
+func ExampleJobSpec_Limit() {
 	ctx := context.Background()
 	pool := connect(ctx)
 	defer pool.Close()
@@ -217,29 +219,29 @@ func ExampleJob_Limit() {
 
 // Priority orders a queue's ready jobs: lower runs first, then the
 // oldest. Dispatch refuses a priority outside -100..100.
-func ExampleJob_Priority() {
+func ExampleJobSpec_Priority() {
 	urgent := queue.NewJob("mail.send", nil).OnQueue("mail").Priority(-10)
 	bulk := queue.NewJob("mail.digest", nil).OnQueue("mail").Priority(50)
-	fmt.Println(urgent.PriorityLevel(), bulk.PriorityLevel())
-	fmt.Println(queue.CheckPriority("Job.Priority", 101))
+	fmt.Println(urgent.Opts().Priority, bulk.Opts().Priority)
+	fmt.Println(queue.CheckPriority("JobSpec.Priority", 101))
 	// Output:
 	// -10 50
-	// Job.Priority must be between -100 and 100, got 101
+	// JobSpec.Priority must be between -100 and 100, got 101
 }
 
 // Tags label a job; a repeated tag counts once.
-func ExampleJob_Tags() {
+func ExampleJobSpec_Tags() {
 	job := queue.NewJob("exports.csv", nil).Tags("tenant:42", "import").Tags("import")
-	fmt.Println(job.TagList())
-	fmt.Println(queue.CheckTags("Job.Tags", []string{"tenant:\n42"}))
+	fmt.Println(job.Opts().Tags)
+	fmt.Println(queue.CheckTags("JobSpec.Tags", []string{"tenant:\n42"}))
 	// Output:
 	// [tenant:42 import]
-	// Job.Tags[0] "tenant:\n42" must not contain control characters (U+000A at byte 7)
+	// JobSpec.Tags[0] "tenant:\n42" must not contain control characters (U+000A at byte 7)
 }
 
 // Metadata travels with the job beside its payload; handlers read it.
 // (Registry.Run runs the job as a worker would, without a database.)
-func ExampleJob_Metadata() {
+func ExampleJobSpec_Metadata() {
 	jobs := queue.NewRegistry()
 	jobs.Handle("mail.send", func(ctx context.Context, job *queue.Job) error {
 		var m struct {
@@ -250,13 +252,15 @@ func ExampleJob_Metadata() {
 			return err
 		}
 		fmt.Println("request", job.MetaString("request_id"), "from", m.Source)
-		fmt.Println(string(job.Meta()))
+		fmt.Println(string(job.Metadata))
 		return nil
 	})
 
-	job := queue.NewJob("mail.send", map[string]string{"to": "ann@example.com"}).
+	spec := queue.NewJob("mail.send", map[string]string{"to": "ann@example.com"}).
 		Metadata(map[string]string{"source": "signup"}).
 		SetMeta("request_id", "req-7")
+	// The job as a worker runs it.
+	job := &queue.Job{ID: 1, Name: spec.Name, Payload: spec.Payload, Attempt: 1, Metadata: spec.Opts().Metadata}
 	_ = jobs.Run(context.Background(), job)
 	// Output:
 	// request req-7 from signup

@@ -34,10 +34,11 @@ func ExampleHandleTyped() {
 		return nil
 	})
 
-	job := queue.NewTypedJob(SendWelcome{UserID: 42, Locale: "fr"}).OnQueue("mail").Delay(time.Minute)
-	fmt.Println(job.Name, job.Queue, string(job.Payload))
+	spec := queue.NewTypedJob(SendWelcome{UserID: 42, Locale: "fr"}).OnQueue("mail").Delay(time.Minute)
+	fmt.Println(spec.Name, spec.Queue, string(spec.Payload))
 
-	job.Attempt = 1
+	// The job as a worker runs it.
+	job := &queue.Job{ID: 1, Name: spec.Name, Queue: spec.Queue, Payload: spec.Payload, Attempt: 1}
 	if err := jobs.Run(context.Background(), job); err != nil {
 		fmt.Println(err)
 	}
@@ -69,10 +70,11 @@ func ExampleNewTypedJob() {
 	defer pool.Close()
 	client := queue.NewClient(pool, queue.Defaults{})
 
-	id, err := client.Dispatch(ctx, queue.NewTypedJob(SendWelcome{UserID: 42}).OnQueue("mail").Tries(5))
+	idRes, err := client.Dispatch(ctx, queue.NewTypedJob(SendWelcome{UserID: 42}).OnQueue("mail").Tries(5))
 	if err != nil {
 		log.Fatal(err)
 	}
+	id := idRes.ID
 	fmt.Println("dispatched job", id)
 }
 
@@ -112,7 +114,7 @@ func ExampleClient_Use() {
 	client := queue.NewClient(pool, queue.Defaults{})
 
 	errNoTenant := errors.New("no tenant in the payload")
-	client.Use(func(ctx context.Context, job *queue.Job) error {
+	client.Use(func(ctx context.Context, job *queue.JobSpec) error {
 		var p struct {
 			Tenant string `json:"tenant"`
 		}

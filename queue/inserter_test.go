@@ -34,11 +34,13 @@ func TestConcurrentDispatchesShareInsertsAndFailAlone(t *testing.T) {
 				var ids []int64
 				var err error
 				if i%3 == 0 {
-					ids, err = client.DispatchMany(context.Background(), []*queue.Job{queue.NewJob(name, nil), queue.NewJob(name, nil)})
+					var res []queue.DispatchResult
+					res, err = client.DispatchMany(context.Background(), []*queue.JobSpec{queue.NewJob(name, nil), queue.NewJob(name, nil)})
+					ids = queue.IDs(res)
 				} else {
-					var id int64
-					id, err = client.Dispatch(context.Background(), queue.NewJob(name, nil))
-					ids = []int64{id}
+					var res queue.DispatchResult
+					res, err = client.Dispatch(context.Background(), queue.NewJob(name, nil))
+					ids = []int64{res.ID}
 				}
 				mu.Lock()
 				if isBad {

@@ -8,6 +8,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -16,36 +17,61 @@ import (
 	"github.com/fleet-go/fleet/store"
 )
 
-// Job is a unit of work. Build one with NewJob to dispatch it; a handler
-// receives one with its ID, Attempt and Payload filled in.
+// Job is the job a handler runs: what was dispatched, and which attempt
+// this is. It is the handler's own copy; changing its fields changes
+// nothing stored. Build a job to dispatch with NewJob or NewTypedJob (a
+// JobSpec), not with this type.
 type Job struct {
-	// ID is the job's id, set once dispatched.
+	// ID is the job's id.
 	ID int64
 	// Name selects the handler.
 	Name string
-	// Queue is the queue the job waits on.
+	// Queue is the queue the job was claimed from.
 	Queue string
 	// Payload is the job's JSON payload.
 	Payload json.RawMessage
-	// Attempt is the 1-based number of the attempt being run.
+	// Attempt is the 1-based number of this attempt among those that
+	// count against MaxTries: failed attempts count, snoozes do not, so a
+	// job that snoozed (see Snooze) runs again with the same Attempt.
 	Attempt int
 	// MaxTries is the most attempts the job gets.
 	MaxTries int
+	// Snoozes counts the attempts of the job that ended with a snooze;
+	// they do not count in Attempt. A job snoozes at most MaxSnoozes times.
+	Snoozes int
+	// Priority is the job's priority (see JobSpec.Priority).
+	Priority int
+	// Tags are the job's tags (see JobSpec.Tags); nil when it has none.
+	Tags []string
+	// Metadata is the job's metadata as JSON (see JobSpec.Metadata); nil
+	// when it has none.
+	Metadata json.RawMessage
 	// CreatedAt is when the job was dispatched.
 	CreatedAt time.Time
-	// Snoozes counts the attempts of the job that ended with a snooze
-	// (see Snooze); they do not count in Attempt.
-	Snoozes int
-	// Duplicate is set by a dispatch that inserted nothing because a job
-	// with the same unique key counts (see Unique); ID is then that job's.
-	Duplicate bool
+
+	completeTx jobhook.Completer // set on the jobs a worker runs
+}
+
+// JobSpec is a job to dispatch: its name and payload, and how it is to be
+// run. Make one with NewJob or NewTypedJob, set what differs from the
+// defaults with its methods (each returns the spec, so calls chain), and
+// pass it to a Client's Dispatch. A dispatch never changes the spec it is
+// given, so one spec may be dispatched many times.
+type JobSpec struct {
+	// Name selects the handler.
+	Name string
+	// Queue is the queue the job waits on; "" is the Client's default
+	// queue. OnQueue sets it too.
+	Queue string
+	// Payload is the job's JSON payload.
+	Payload json.RawMessage
 
 	delay      time.Duration
+	tries      int
 	backoff    []int
 	timeout    time.Duration
 	payloadErr error
 	retryOf    int64
-	completeTx jobhook.Completer // set on the jobs a worker runs
 	unique     *Unique
 	limitKey   string
 	limit      int
@@ -54,6 +80,14 @@ type Job struct {
 	tags       []string
 	metadata   json.RawMessage
 	metaErr    error
+}
+
+// clone returns a copy of s that shares nothing the copy's methods change.
+func (s *JobSpec) clone() *JobSpec {
+	c := *s
+	c.tags = slices.Clip(c.tags)
+	c.backoff = slices.Clip(c.backoff)
+	return &c
 }
 
 func init() {
@@ -89,11 +123,12 @@ func (j *Job) CompleteTx(ctx context.Context, tx pgx.Tx) error {
 	return j.completeTx(ctx, tx)
 }
 
-// NewJob returns a job named name with payload encoded as JSON. A payload
-// that is already JSON ([]byte or json.RawMessage) is checked and kept as it
-// is; nil becomes {}. An encoding error is returned by Dispatch.
-func NewJob(name string, payload any) *Job {
-	j := &Job{Name: name}
+// NewJob returns the spec of a job named name with payload encoded as
+// JSON. A payload that is already JSON ([]byte or json.RawMessage) is
+// checked and kept as it is; nil becomes {}. An encoding error is returned
+// by Dispatch.
+func NewJob(name string, payload any) *JobSpec {
+	j := &JobSpec{Name: name}
 	switch p := payload.(type) {
 	case nil:
 		j.Payload = json.RawMessage(`{}`)
@@ -114,25 +149,25 @@ func NewJob(name string, payload any) *Job {
 	return j
 }
 
-// OnQueue sets the queue; the default is queue.default_queue.
-func (j *Job) OnQueue(queue string) *Job { j.Queue = queue; return j }
+// OnQueue sets Queue; the default is the Client's (queue.default_queue).
+func (j *JobSpec) OnQueue(queue string) *JobSpec { j.Queue = queue; return j }
 
 // Delay makes the job available only after d.
-func (j *Job) Delay(d time.Duration) *Job { j.delay = d; return j }
+func (j *JobSpec) Delay(d time.Duration) *JobSpec { j.delay = d; return j }
 
 // Tries sets the most attempts the job gets; the default is queue.tries.
-func (j *Job) Tries(n int) *Job { j.MaxTries = n; return j }
+func (j *JobSpec) Tries(n int) *JobSpec { j.tries = n; return j }
 
 // Backoff sets the delay in seconds before each retry; the last value
 // repeats. The default is queue.backoff.
-func (j *Job) Backoff(secs ...int) *Job { j.backoff = append([]int(nil), secs...); return j }
+func (j *JobSpec) Backoff(secs ...int) *JobSpec { j.backoff = append([]int(nil), secs...); return j }
 
 // Timeout sets how long one attempt may run; the default is
 // queue.timeout_secs.
-func (j *Job) Timeout(d time.Duration) *Job { j.timeout = d; return j }
+func (j *JobSpec) Timeout(d time.Duration) *JobSpec { j.timeout = d; return j }
 
 // RetryOf links the job to the failed job it retries.
-func (j *Job) RetryOf(failedID int64) *Job { j.retryOf = failedID; return j }
+func (j *JobSpec) RetryOf(failedID int64) *JobSpec { j.retryOf = failedID; return j }
 
 // Decode unmarshals the payload into v, naming the job when it cannot.
 func (j *Job) Decode(v any) error {
@@ -162,7 +197,7 @@ func RetryDelay(backoffSecs []int, attempt int) time.Duration {
 // [queue.limits] config) would give the job. The latest dispatch of a key
 // sets the key's limit. The key must not be empty, be at most
 // MaxLimitKeyBytes, and n at least 1; Dispatch refuses the job otherwise.
-func (j *Job) Limit(key string, n int) *Job {
+func (j *JobSpec) Limit(key string, n int) *JobSpec {
 	j.limitKey, j.limit, j.limitSet = key, n, true
 	return j
 }

@@ -28,13 +28,13 @@ func TestDispatchRefusesBadLimits(t *testing.T) {
 	t.Parallel()
 	c := queue.NewClient(pgtest.Pool(t), queue.Defaults{Limits: map[string]int{"zero.*": 0}})
 	for _, tt := range []struct {
-		job  *queue.Job
+		job  *queue.JobSpec
 		want string
 	}{
-		{queue.NewJob("a", nil).Limit("", 2), "Job.Limit key must not be empty"},
-		{queue.NewJob("a", nil).Limit("k", 0), `Job.Limit of key "k" must be at least 1, got 0`},
-		{queue.NewJob("a", nil).Limit(strings.Repeat("k", queue.MaxLimitKeyBytes+1), 1), "Job.Limit key must be at most 200 bytes, got 201"},
-		{queue.NewJob("a", nil).Limit("a\nb", 1), "Job.Limit key \"a\\nb\" must not contain control characters"},
+		{queue.NewJob("a", nil).Limit("", 2), "JobSpec.Limit key must not be empty"},
+		{queue.NewJob("a", nil).Limit("k", 0), `JobSpec.Limit of key "k" must be at least 1, got 0`},
+		{queue.NewJob("a", nil).Limit(strings.Repeat("k", queue.MaxLimitKeyBytes+1), 1), "JobSpec.Limit key must be at most 200 bytes, got 201"},
+		{queue.NewJob("a", nil).Limit("a\nb", 1), "JobSpec.Limit key \"a\\nb\" must not contain control characters"},
 		{queue.NewJob("zero.x", nil), `Defaults.Limits of key "name:zero.*" must be at least 1, got 0`},
 	} {
 		_, err := c.Dispatch(t.Context(), tt.job)
@@ -53,7 +53,7 @@ func TestDispatchAppliesNameLimits(t *testing.T) {
 	c := queue.NewClient(pool, queue.Defaults{Limits: map[string]int{"exports.*": 2, "exports.csv": 1, "*": 50}})
 	ctx := t.Context()
 	for _, tt := range []struct {
-		job       *queue.Job
+		job       *queue.JobSpec
 		key       string
 		limit     int
 		unlimited bool
@@ -64,10 +64,11 @@ func TestDispatchAppliesNameLimits(t *testing.T) {
 		{job: queue.NewJob("exports.pdf", nil).Limit("tenant:7", 3), key: "tenant:7", limit: 3},
 		{job: queue.NewJob("a/b", nil), unlimited: true}, // * does not match /
 	} {
-		id, err := c.Dispatch(ctx, tt.job)
+		idRes, err := c.Dispatch(ctx, tt.job)
 		if err != nil {
 			t.Fatal(err)
 		}
+		id := idRes.ID
 		var key *string
 		var limit *int
 		if err := pool.QueryRow(ctx, `SELECT limit_key, limit_n FROM queue_jobs WHERE id = $1`, id).Scan(&key, &limit); err != nil {
@@ -95,7 +96,7 @@ func TestLimitHoldsOverEveryDispatchPath(t *testing.T) {
 	db := stdlib.OpenDBFromPool(pool)
 	t.Cleanup(func() { _ = db.Close() })
 	ctx := context.Background()
-	job := func() *queue.Job { return queue.NewJob("x", nil).Limit("shared", 3) }
+	job := func() *queue.JobSpec { return queue.NewJob("x", nil).Limit("shared", 3) }
 	var wg sync.WaitGroup
 	errs := make(chan error, 16)
 	for g := range 16 {
@@ -107,13 +108,13 @@ func TestLimitHoldsOverEveryDispatchPath(t *testing.T) {
 					_, err = c.Dispatch(ctx, job())
 				case 1:
 					err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-						_, err := c.DispatchManyTx(ctx, tx, []*queue.Job{job(), job()})
+						_, err := c.DispatchManyTx(ctx, tx, []*queue.JobSpec{job(), job()})
 						return err
 					})
 				case 2:
 					var tx *sql.Tx
 					if tx, err = db.BeginTx(ctx, nil); err == nil {
-						if _, err = c.DispatchManySQLTx(ctx, tx, []*queue.Job{job(), queue.NewJob("free", nil)}); err == nil {
+						if _, err = c.DispatchManySQLTx(ctx, tx, []*queue.JobSpec{job(), queue.NewJob("free", nil)}); err == nil {
 							err = tx.Commit()
 						} else {
 							_ = tx.Rollback()

@@ -146,20 +146,25 @@ func TestDispatchMiddlewareChangesJobs(t *testing.T) {
 	ctx := context.Background()
 	c := queue.NewClient(pool, queue.Defaults{})
 	var order []string
-	c.Use(func(_ context.Context, job *queue.Job) error {
+	c.Use(func(_ context.Context, job *queue.JobSpec) error {
 		order = append(order, "first "+job.Name)
 		job.OnQueue("moved").Tries(7)
 		return nil
-	}, func(_ context.Context, job *queue.Job) error {
+	}, func(_ context.Context, job *queue.JobSpec) error {
 		order = append(order, "second "+job.Name)
 		job.Payload = json.RawMessage(`{"tenant":"acme"}`)
 		return nil
 	})
 
-	if _, err := c.Dispatch(ctx, queue.NewJob("one", nil)); err != nil {
+	one := queue.NewJob("one", nil)
+	if _, err := c.Dispatch(ctx, one); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.DispatchMany(ctx, []*queue.Job{queue.NewJob("two", nil), queue.NewJob("three", nil)}); err != nil {
+	// The middleware changed a copy: the caller's spec is as it was.
+	if one.Queue != "" || string(one.Payload) != "{}" || one.Opts().Tries != 0 {
+		t.Errorf("the caller's spec changed: queue %q, payload %s, %+v", one.Queue, one.Payload, one.Opts())
+	}
+	if _, err := c.DispatchMany(ctx, []*queue.JobSpec{queue.NewJob("two", nil), queue.NewJob("three", nil)}); err != nil {
 		t.Fatal(err)
 	}
 	tx, err := pool.Begin(ctx)
@@ -204,7 +209,7 @@ func TestRefusingDispatchMiddlewareInsertsNothing(t *testing.T) {
 	ctx := context.Background()
 	c := queue.NewClient(pool, queue.Defaults{})
 	errNoTenant := errors.New("no tenant")
-	c.Use(func(_ context.Context, job *queue.Job) error {
+	c.Use(func(_ context.Context, job *queue.JobSpec) error {
 		if job.Name == "refused" {
 			return errNoTenant
 		}
@@ -218,15 +223,15 @@ func TestRefusingDispatchMiddlewareInsertsNothing(t *testing.T) {
 	}
 	_, err := c.Dispatch(ctx, queue.NewJob("refused", nil))
 	check("Dispatch", err)
-	_, err = c.DispatchMany(ctx, []*queue.Job{queue.NewJob("fine", nil), queue.NewJob("refused", nil)})
+	_, err = c.DispatchMany(ctx, []*queue.JobSpec{queue.NewJob("fine", nil), queue.NewJob("refused", nil)})
 	check("DispatchMany", err)
-	_, err = c.DispatchMany(ctx, []*queue.Job{queue.NewJob("fine", nil).Unique(queue.Unique{Key: "k"}), queue.NewJob("refused", nil)})
+	_, err = c.DispatchMany(ctx, []*queue.JobSpec{queue.NewJob("fine", nil).Unique(queue.Unique{Key: "k"}), queue.NewJob("refused", nil)})
 	check("DispatchMany with a unique job", err)
 	tx, err := pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = c.DispatchManyTx(ctx, tx, []*queue.Job{queue.NewJob("fine", nil), queue.NewJob("refused", nil)})
+	_, err = c.DispatchManyTx(ctx, tx, []*queue.JobSpec{queue.NewJob("fine", nil), queue.NewJob("refused", nil)})
 	check("DispatchManyTx", err)
 	// The transaction is still usable: nothing was sent to it.
 	if err := tx.Commit(ctx); err != nil {
@@ -236,7 +241,7 @@ func TestRefusingDispatchMiddlewareInsertsNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = c.DispatchManySQLTx(ctx, stx, []*queue.Job{queue.NewJob("fine", nil), queue.NewJob("refused", nil)})
+	_, err = c.DispatchManySQLTx(ctx, stx, []*queue.JobSpec{queue.NewJob("fine", nil), queue.NewJob("refused", nil)})
 	check("DispatchManySQLTx", err)
 	if err := stx.Commit(); err != nil {
 		t.Fatalf("commit after a refused dispatch: %v", err)
@@ -253,7 +258,7 @@ func TestRefusingDispatchMiddlewareInsertsNothing(t *testing.T) {
 func TestDispatchMiddlewareMustLeaveValidJSON(t *testing.T) {
 	t.Parallel()
 	c := queue.NewClient(pgtest.Pool(t), queue.Defaults{})
-	c.Use(func(_ context.Context, job *queue.Job) error {
+	c.Use(func(_ context.Context, job *queue.JobSpec) error {
 		job.Payload = json.RawMessage(`{"cut":`)
 		return nil
 	})

@@ -50,20 +50,20 @@ func TestDispatchRejectsBadNamesOnEveryPath(t *testing.T) {
 	ctx := context.Background()
 	c := queue.NewClient(pool, queue.Defaults{})
 	bad := []struct {
-		job  *queue.Job
+		job  *queue.JobSpec
 		want string
 	}{
-		{queue.NewJob("", nil), "Job.Name must not be empty"},
-		{queue.NewJob(" ", nil), "Job.Name must not be empty"},
-		{queue.NewJob("mail\nsend", nil), "Job.Name"},
-		{queue.NewJob("x", nil).OnQueue("a\tb"), "Job.Queue"},
-		{queue.NewJob("x", nil).OnQueue(strings.Repeat("q", 201)), "Job.Queue must be at most 200 bytes"},
+		{queue.NewJob("", nil), "JobSpec.Name must not be empty"},
+		{queue.NewJob(" ", nil), "JobSpec.Name must not be empty"},
+		{queue.NewJob("mail\nsend", nil), "JobSpec.Name"},
+		{queue.NewJob("x", nil).OnQueue("a\tb"), "JobSpec.Queue"},
+		{queue.NewJob("x", nil).OnQueue(strings.Repeat("q", 201)), "JobSpec.Queue must be at most 200 bytes"},
 	}
 	for _, b := range bad {
 		if _, err := c.Dispatch(ctx, b.job); !errors.Is(err, queue.ErrInvalidJob) || !strings.Contains(err.Error(), b.want) {
 			t.Errorf("Dispatch: %v, want %q", err, b.want)
 		}
-		if _, err := c.DispatchMany(ctx, []*queue.Job{queue.NewJob("ok", nil), b.job}); !errors.Is(err, queue.ErrInvalidJob) {
+		if _, err := c.DispatchMany(ctx, []*queue.JobSpec{queue.NewJob("ok", nil), b.job}); !errors.Is(err, queue.ErrInvalidJob) {
 			t.Errorf("DispatchMany: %v", err)
 		}
 		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { _, err := c.DispatchTx(ctx, tx, b.job); return err })
@@ -89,7 +89,7 @@ func TestDispatchRefusesLargePayloadsOnEveryPath(t *testing.T) {
 	if _, err := small.Dispatch(ctx, queue.NewJob("x", big)); !errors.Is(err, queue.ErrInvalidJob) || !strings.Contains(err.Error(), "payload is 28 bytes, more than the 16 allowed") {
 		t.Fatalf("Dispatch: %v", err)
 	}
-	if _, err := small.DispatchMany(ctx, []*queue.Job{queue.NewJob("x", nil), queue.NewJob("x", big)}); !errors.Is(err, queue.ErrInvalidJob) {
+	if _, err := small.DispatchMany(ctx, []*queue.JobSpec{queue.NewJob("x", nil), queue.NewJob("x", big)}); !errors.Is(err, queue.ErrInvalidJob) {
 		t.Fatalf("DispatchMany: %v", err)
 	}
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { _, err := small.DispatchTx(ctx, tx, queue.NewJob("x", big)); return err })

@@ -42,14 +42,16 @@ func TestDispatchAppliesDefaultsAndOptions(t *testing.T) {
 	pool := pgtest.Pool(t)
 	c := queue.NewClient(pool, queue.Defaults{Queue: "main", Tries: 4, Backoff: []int{2, 7}, Timeout: 9 * time.Second})
 	ctx := context.Background()
-	plain, err := c.Dispatch(ctx, queue.NewJob("a", map[string]string{"k": "v"}))
+	plainRes, err := c.Dispatch(ctx, queue.NewJob("a", map[string]string{"k": "v"}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	custom, err := c.Dispatch(ctx, queue.NewJob("b", nil).OnQueue("mail").Tries(1).Backoff(3).Timeout(time.Minute).Delay(time.Hour))
+	plain := plainRes.ID
+	customRes, err := c.Dispatch(ctx, queue.NewJob("b", nil).OnQueue("mail").Tries(1).Backoff(3).Timeout(time.Minute).Delay(time.Hour))
 	if err != nil {
 		t.Fatal(err)
 	}
+	custom := customRes.ID
 	type row struct {
 		Queue, Payload string
 		Tries          int
@@ -109,11 +111,12 @@ func TestDispatchManyIsAllOrNothing(t *testing.T) {
 	pool := pgtest.Pool(t)
 	c := queue.NewClient(pool, queue.Defaults{})
 	ctx := context.Background()
-	ids, err := c.DispatchMany(ctx, []*queue.Job{queue.NewJob("a", nil), queue.NewJob("b", nil), queue.NewJob("c", nil)})
+	idsRes, err := c.DispatchMany(ctx, []*queue.JobSpec{queue.NewJob("a", nil), queue.NewJob("b", nil), queue.NewJob("c", nil)})
+	ids := queue.IDs(idsRes)
 	if err != nil || len(ids) != 3 || !(ids[0] < ids[1] && ids[1] < ids[2]) {
 		t.Fatalf("ids = %v, %v", ids, err)
 	}
-	_, err = c.DispatchMany(ctx, []*queue.Job{queue.NewJob("ok", nil), queue.NewJob("bad", []byte(`{nope`))})
+	_, err = c.DispatchMany(ctx, []*queue.JobSpec{queue.NewJob("ok", nil), queue.NewJob("bad", []byte(`{nope`))})
 	if !errors.Is(err, queue.ErrInvalidJob) {
 		t.Fatalf("err = %v, want ErrInvalidJob", err)
 	}
@@ -127,7 +130,7 @@ func TestInvalidJobs(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t)
 	c := queue.NewClient(pool, queue.Defaults{})
-	for name, j := range map[string]*queue.Job{
+	for name, j := range map[string]*queue.JobSpec{
 		"no name":          queue.NewJob("", nil),
 		"bad payload":      queue.NewJob("x", []byte("{")),
 		"unencodable":      queue.NewJob("x", func() {}),

@@ -62,10 +62,11 @@ func TestDispatchSQLTxExistsOnlyIfCommitted(t *testing.T) {
 	if _, err := tx.ExecContext(ctx, `CREATE TABLE orders (id int)`); err != nil {
 		t.Fatal(err)
 	}
-	ids, err := c.DispatchManySQLTx(ctx, tx, []*queue.Job{
+	res, err := c.DispatchManySQLTx(ctx, tx, []*queue.JobSpec{
 		queue.NewJob("kept", map[string]int{"order": 1}).OnQueue("mail"),
 		queue.NewJob("kept", map[string]int{"order": 2}).OnQueue("mail"),
 	})
+	ids := queue.IDs(res)
 	if err != nil || len(ids) != 2 || ids[1] <= ids[0] {
 		t.Fatalf("dispatch in a database/sql tx: %v, %v", ids, err)
 	}
@@ -103,7 +104,7 @@ func TestDispatchSQLTxRefusesInvalidJobs(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = tx.Rollback() }()
-	if _, err := c.DispatchManySQLTx(ctx, tx, []*queue.Job{queue.NewJob("ok", nil), queue.NewJob("", nil)}); !errors.Is(err, queue.ErrInvalidJob) {
+	if _, err := c.DispatchManySQLTx(ctx, tx, []*queue.JobSpec{queue.NewJob("ok", nil), queue.NewJob("", nil)}); !errors.Is(err, queue.ErrInvalidJob) {
 		t.Fatalf("invalid job: %v, want ErrInvalidJob", err)
 	}
 	if _, err := c.DispatchSQLTx(ctx, nil, queue.NewJob("ok", nil)); err == nil {
@@ -135,10 +136,11 @@ func TestDispatchSQLTxUnique(t *testing.T) {
 			t.Fatal(err)
 		}
 		j := queue.NewJob("sql.unique", nil).Unique(queue.Unique{Key: "k"})
-		if ids[i], err = c.DispatchSQLTx(ctx, tx, j); err != nil {
+		res, err := c.DispatchSQLTx(ctx, tx, j)
+		if err != nil {
 			t.Fatal(err)
 		}
-		dup[i] = j.Duplicate
+		ids[i], dup[i] = res.ID, res.Duplicate
 		if err := tx.Commit(); err != nil {
 			t.Fatal(err)
 		}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 )
 
@@ -32,7 +33,7 @@ const (
 // queue with a few distinct priorities costs the same as one with none;
 // dozens of distinct priorities in one queue make each claim look at
 // dozens of them.
-func (j *Job) Priority(n int) *Job { j.priority = n; return j }
+func (j *JobSpec) Priority(n int) *JobSpec { j.priority = n; return j }
 
 // Tags adds labels to the job, such as "tenant:42" or "import". They are
 // stored with the job, its failed copy and its history, shown by
@@ -41,7 +42,7 @@ func (j *Job) Priority(n int) *Job { j.priority = n; return j }
 // with no control characters; a job carries at most MaxTags (a repeated
 // tag counts once). Dispatch refuses a job whose tags break these rules,
 // naming the tag. Tags are shown as they are: do not put secrets in them.
-func (j *Job) Tags(tags ...string) *Job {
+func (j *JobSpec) Tags(tags ...string) *JobSpec {
 	for _, t := range tags {
 		if !slices.Contains(j.tags, t) {
 			j.tags = append(j.tags, t)
@@ -51,20 +52,20 @@ func (j *Job) Tags(tags ...string) *Job {
 }
 
 // Metadata sets the job's metadata: free-form JSON that handlers read
-// with Meta or DecodeMeta, and that middleware uses to carry context
+// from Job.Metadata, Job.MetaString or Job.DecodeMeta, and that middleware uses to carry context
 // across processes (the tracing middleware keeps its trace context
 // there). v is encoded as JSON and must encode to an object; []byte and
 // json.RawMessage are taken as JSON as they are. At most
 // MaxMetadataBytes; Dispatch refuses the job otherwise. Metadata is
 // redacted like payloads wherever it is shown.
-func (j *Job) Metadata(v any) *Job {
+func (j *JobSpec) Metadata(v any) *JobSpec {
 	j.metadata, j.metaErr = encodeMetadata(v)
 	return j
 }
 
 // SetMeta sets one key of the job's metadata to a string, keeping the
 // other keys. Middleware uses it to add what it carries.
-func (j *Job) SetMeta(key, value string) *Job {
+func (j *JobSpec) SetMeta(key, value string) *JobSpec {
 	if j.metaErr != nil {
 		return j
 	}
@@ -81,20 +82,27 @@ func (j *Job) SetMeta(key, value string) *Job {
 	return j
 }
 
-// PriorityLevel is the job's priority (see Priority).
-func (j *Job) PriorityLevel() int { return j.priority }
-
-// TagList returns the job's tags (see Tags); nil when it has none.
-func (j *Job) TagList() []string { return slices.Clone(j.tags) }
-
-// Meta returns the job's metadata as JSON; nil when it has none.
-func (j *Job) Meta() json.RawMessage { return j.metadata }
-
 // MetaString returns the string value of one key of the job's metadata,
 // or "" when the key is missing or not a string.
-func (j *Job) MetaString(key string) string {
+func (j *Job) MetaString(key string) string { return metaString(j.Metadata, key) }
+
+// MetaString returns the string value of one key of the spec's metadata,
+// or "" when the key is missing or not a string.
+func (j *JobSpec) MetaString(key string) string { return metaString(j.metadata, key) }
+
+// MetaKeys returns the keys of the spec's metadata, sorted; nil when it
+// has none.
+func (j *JobSpec) MetaKeys() []string {
 	var m map[string]json.RawMessage
 	if len(j.metadata) == 0 || json.Unmarshal(j.metadata, &m) != nil {
+		return nil
+	}
+	return slices.Sorted(maps.Keys(m))
+}
+
+func metaString(meta json.RawMessage, key string) string {
+	var m map[string]json.RawMessage
+	if len(meta) == 0 || json.Unmarshal(meta, &m) != nil {
 		return ""
 	}
 	var s string
@@ -107,10 +115,10 @@ func (j *Job) MetaString(key string) string {
 // DecodeMeta unmarshals the job's metadata into v; with no metadata it
 // leaves v as it is.
 func (j *Job) DecodeMeta(v any) error {
-	if len(j.metadata) == 0 {
+	if len(j.Metadata) == 0 {
 		return nil
 	}
-	if err := json.Unmarshal(j.metadata, v); err != nil {
+	if err := json.Unmarshal(j.Metadata, v); err != nil {
 		return fmt.Errorf("decode metadata of job %d (%s): %w", j.ID, j.Name, err)
 	}
 	return nil

@@ -25,10 +25,11 @@ func TestPriorityTagsAndMetadataTravelWithTheJob(t *testing.T) {
 	plain := queue.NewJob("a", nil).Priority(-3).Tags("tenant:42", "import", "tenant:42").Metadata(map[string]string{"k": "v"})
 	limited := queue.NewJob("b", nil).Priority(7).Tags("x").Limit("key", 2)
 	unique := queue.NewJob("c", nil).Tags("u").SetMeta("trace", "t1").Unique(queue.Unique{Key: "one"})
-	ids, err := c.DispatchMany(ctx, []*queue.Job{plain, limited, unique})
+	idsRes, err := c.DispatchMany(ctx, []*queue.JobSpec{plain, limited, unique})
 	if err != nil {
 		t.Fatal(err)
 	}
+	ids := queue.IDs(idsRes)
 	jobs, err := st.JobClaim(ctx, store.JobClaimParams{Queue: "default", Limit: 10, Worker: "w"})
 	if err != nil {
 		t.Fatal(err)
@@ -93,10 +94,11 @@ func TestTagsAreStoredAsGiven(t *testing.T) {
 	ctx := context.Background()
 	c := queue.NewClient(pool, queue.Defaults{})
 	odd := []string{`a,b`, `q"uote`, `back\slash`, `{brace}`, `NULL`, ` spaced `, "ünï"}
-	id, err := c.Dispatch(ctx, queue.NewJob("a", nil).Tags(odd...))
+	idRes, err := c.Dispatch(ctx, queue.NewJob("a", nil).Tags(odd...))
 	if err != nil {
 		t.Fatal(err)
 	}
+	id := idRes.ID
 	var got []string
 	if err := pool.QueryRow(ctx, `SELECT tags FROM queue_jobs WHERE id = $1`, id).Scan(&got); err != nil {
 		t.Fatal(err)
@@ -115,18 +117,18 @@ func TestDispatchRefusesBadPriorityTagsAndMetadata(t *testing.T) {
 		many[i] = strings.Repeat("t", i+1)
 	}
 	cases := []struct {
-		job  *queue.Job
+		job  *queue.JobSpec
 		want string
 	}{
-		{queue.NewJob("a", nil).Priority(queue.MaxPriority + 1), "Job.Priority must be between -100 and 100, got 101"},
-		{queue.NewJob("a", nil).Priority(queue.MinPriority - 1), "Job.Priority must be between"},
-		{queue.NewJob("a", nil).Tags(""), "Job.Tags[0] must not be empty"},
-		{queue.NewJob("a", nil).Tags("ok", "bad\nline"), "Job.Tags[1]"},
-		{queue.NewJob("a", nil).Tags(strings.Repeat("x", queue.MaxTagBytes+1)), "Job.Tags[0] must be at most 100 bytes"},
+		{queue.NewJob("a", nil).Priority(queue.MaxPriority + 1), "JobSpec.Priority must be between -100 and 100, got 101"},
+		{queue.NewJob("a", nil).Priority(queue.MinPriority - 1), "JobSpec.Priority must be between"},
+		{queue.NewJob("a", nil).Tags(""), "JobSpec.Tags[0] must not be empty"},
+		{queue.NewJob("a", nil).Tags("ok", "bad\nline"), "JobSpec.Tags[1]"},
+		{queue.NewJob("a", nil).Tags(strings.Repeat("x", queue.MaxTagBytes+1)), "JobSpec.Tags[0] must be at most 100 bytes"},
 		{queue.NewJob("a", nil).Tags(many...), "at most 16 tags, got 17"},
 		{queue.NewJob("a", nil).Metadata([]byte(`[1]`)), "metadata must be a JSON object"},
 		{queue.NewJob("a", nil).Metadata([]byte(`{`)), "metadata is not valid JSON"},
-		{queue.NewJob("a", nil).Metadata(map[string]string{"k": strings.Repeat("v", queue.MaxMetadataBytes)}), "Job.Metadata is"},
+		{queue.NewJob("a", nil).Metadata(map[string]string{"k": strings.Repeat("v", queue.MaxMetadataBytes)}), "JobSpec.Metadata is"},
 	}
 	for _, tc := range cases {
 		_, err := c.Dispatch(context.Background(), tc.job)
@@ -153,11 +155,19 @@ func TestMetadataAccessors(t *testing.T) {
 		N     int    `json:"n"`
 		Trace string `json:"trace"`
 	}
-	if err := j.DecodeMeta(&m); err != nil || m.N != 1 || m.Trace != "abc" {
+	if keys := j.MetaKeys(); !slices.Equal(keys, []string{"n", "trace"}) {
+		t.Errorf("MetaKeys = %v", keys)
+	}
+	// The handler's job reads the same metadata.
+	job := &queue.Job{Name: "a", Metadata: j.Opts().Metadata}
+	if err := job.DecodeMeta(&m); err != nil || m.N != 1 || m.Trace != "abc" {
 		t.Errorf("DecodeMeta = %+v, %v", m, err)
 	}
+	if got := job.MetaString("trace"); got != "abc" {
+		t.Errorf("Job.MetaString(trace) = %q", got)
+	}
 	var raw map[string]json.RawMessage
-	if err := json.Unmarshal(j.Meta(), &raw); err != nil || len(raw) != 2 {
-		t.Errorf("Meta = %s, %v", j.Meta(), err)
+	if err := json.Unmarshal(job.Metadata, &raw); err != nil || len(raw) != 2 {
+		t.Errorf("Metadata = %s, %v", job.Metadata, err)
 	}
 }

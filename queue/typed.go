@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
+	"time"
 )
 
 // JobArgs is the arguments of a typed job: a type whose JobName names the
@@ -61,19 +63,108 @@ func typedName[T JobArgs]() (name string) {
 	return zero.JobName()
 }
 
-// NewTypedJob returns a job named args.JobName() whose payload is args
-// encoded as JSON; every builder method of Job (OnQueue, Delay, Tries,
-// Unique, Limit, ...) applies to it. An encoding error is returned by
-// Dispatch, as with NewJob.
-func NewTypedJob[T JobArgs](args T) *Job {
+// NewTypedJob returns the spec of a job named args.JobName() whose
+// payload is args encoded as JSON. When args also has JobOpts (see
+// JobArgsWithOpts), the spec starts from those; the spec's methods (OnQueue,
+// Priority, Tries, Unique, Limit, ...) then override them for this
+// dispatch. An encoding error is returned by Dispatch, as with NewJob.
+func NewTypedJob[T JobArgs](args T) *JobSpec {
 	name := args.JobName()
-	j := &Job{Name: name}
+	j := &JobSpec{Name: name}
 	b, err := json.Marshal(args)
 	if err != nil {
 		j.payloadErr = fmt.Errorf("encode args of job %q: %w", name, err)
 	}
 	j.Payload = b
+	if o, ok := any(args).(JobArgsWithOpts); ok {
+		o.JobOpts().apply(j)
+	}
 	return j
+}
+
+// JobArgsWithOpts is a JobArgs that carries the defaults of its jobs:
+// NewTypedJob starts every spec of it from JobOpts. Declare them once on
+// the args type instead of at every dispatch. Like JobName, JobOpts should
+// not depend on fields: it describes the kind of job, not one of them.
+type JobArgsWithOpts interface {
+	JobArgs
+	JobOpts() JobOpts
+}
+
+// JobOpts are a typed job's defaults (see JobArgsWithOpts). A zero field
+// sets nothing, so the Client's Defaults and then the worker's apply, as
+// for a job built with NewJob. A spec's own methods override each of them.
+type JobOpts struct {
+	// Queue is the queue (JobSpec.OnQueue).
+	Queue string
+	// Priority is the priority (JobSpec.Priority); 0 is DefaultPriority.
+	Priority int
+	// Tries is the most attempts (JobSpec.Tries).
+	Tries int
+	// Timeout is how long one attempt may run (JobSpec.Timeout).
+	Timeout time.Duration
+	// Backoff is the delay in seconds before each retry (JobSpec.Backoff).
+	Backoff []int
+	// Unique makes the jobs unique (JobSpec.Unique).
+	Unique *Unique
+	// LimitKey and Limit put the jobs under a concurrency limit
+	// (JobSpec.Limit); both or neither.
+	LimitKey string
+	Limit    int
+	// Tags are the jobs' tags (JobSpec.Tags).
+	Tags []string
+	// Metadata is the jobs' metadata, a JSON object (JobSpec.Metadata).
+	Metadata json.RawMessage
+}
+
+// Opts returns what the spec sets beyond its name, queue and payload, as
+// JobOpts: zero fields are not set. Dispatch middleware reads a spec
+// through it.
+func (j *JobSpec) Opts() JobOpts {
+	o := JobOpts{
+		Queue: j.Queue, Priority: j.priority, Tries: j.tries, Timeout: j.timeout,
+		Backoff: slices.Clone(j.backoff), Tags: slices.Clone(j.tags), Metadata: j.metadata,
+	}
+	if j.unique != nil {
+		u := *j.unique
+		u.Fields = slices.Clone(u.Fields)
+		o.Unique = &u
+	}
+	if j.limitSet {
+		o.LimitKey, o.Limit = j.limitKey, j.limit
+	}
+	return o
+}
+
+// apply sets on j what o sets.
+func (o JobOpts) apply(j *JobSpec) {
+	if o.Queue != "" {
+		j.OnQueue(o.Queue)
+	}
+	if o.Priority != 0 {
+		j.Priority(o.Priority)
+	}
+	if o.Tries != 0 {
+		j.Tries(o.Tries)
+	}
+	if o.Timeout != 0 {
+		j.Timeout(o.Timeout)
+	}
+	if o.Backoff != nil {
+		j.Backoff(o.Backoff...)
+	}
+	if o.Unique != nil {
+		j.Unique(*o.Unique)
+	}
+	if o.LimitKey != "" || o.Limit != 0 {
+		j.Limit(o.LimitKey, o.Limit)
+	}
+	if len(o.Tags) > 0 {
+		j.Tags(o.Tags...)
+	}
+	if o.Metadata != nil {
+		j.Metadata(o.Metadata)
+	}
 }
 
 // decodeArgs decodes job's payload into v, a pointer to its args, with an

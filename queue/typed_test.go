@@ -39,12 +39,12 @@ func TestTypedJobDecodesItsArgs(t *testing.T) {
 	}
 	args := resize{Path: "a.png", Width: 640}
 	args.Crop.Top = 7
-	job := queue.NewTypedJob(args)
-	if job.Name != "image.resize" || string(job.Payload) != `{"path":"a.png","width":640,"crop":{"top":7}}` {
-		t.Fatalf("job %q with payload %s", job.Name, job.Payload)
+	spec := queue.NewTypedJob(args)
+	if spec.Name != "image.resize" || string(spec.Payload) != `{"path":"a.png","width":640,"crop":{"top":7}}` {
+		t.Fatalf("job %q with payload %s", spec.Name, spec.Payload)
 	}
 	// Unknown fields are ignored: a newer dispatcher may send more.
-	job.Payload = json.RawMessage(`{"path":"a.png","width":640,"crop":{"top":7},"added_later":true}`)
+	job := &queue.Job{Name: spec.Name, Payload: json.RawMessage(`{"path":"a.png","width":640,"crop":{"top":7},"added_later":true}`)}
 	if err := r.Run(context.Background(), job); err != nil {
 		t.Fatal(err)
 	}
@@ -104,17 +104,18 @@ func TestHandleTypedRefusesANameFromFields(t *testing.T) {
 	queue.HandleTyped(queue.NewRegistry(), func(context.Context, *queue.Job, *fieldName) error { return nil })
 }
 
-// TestTypedJobDispatchesWithBuilderMethods: a typed job is a Job, and
-// every builder method applies to it.
+// TestTypedJobDispatchesWithBuilderMethods: a typed job is a JobSpec, and
+// every method applies to it.
 func TestTypedJobDispatchesWithBuilderMethods(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t)
 	c := queue.NewClient(pool, queue.Defaults{})
 	ctx := context.Background()
-	id, err := c.Dispatch(ctx, queue.NewTypedJob(resize{Path: "b.png"}).OnQueue("images").Tries(5).Delay(time.Hour))
+	idRes, err := c.Dispatch(ctx, queue.NewTypedJob(resize{Path: "b.png"}).OnQueue("images").Tries(5).Delay(time.Hour))
 	if err != nil {
 		t.Fatal(err)
 	}
+	id := idRes.ID
 	var name, q, payload string
 	var tries int
 	var delayed bool
@@ -141,5 +142,60 @@ func TestTypedJobEncodingErrorIsReturnedByDispatch(t *testing.T) {
 	_, err := c.Dispatch(context.Background(), queue.NewTypedJob(unencodable{}))
 	if !errors.Is(err, queue.ErrInvalidJob) || !strings.Contains(err.Error(), `encode args of job "bad.args"`) {
 		t.Fatalf("dispatch error %v, want an invalid job naming bad.args", err)
+	}
+}
+
+// mailArgs declares its jobs' defaults.
+type mailArgs struct {
+	To string `json:"to"`
+}
+
+func (mailArgs) JobName() string { return "mail.send" }
+
+func (mailArgs) JobOpts() queue.JobOpts {
+	return queue.JobOpts{
+		Queue: "mail", Priority: 5, Tries: 7, Timeout: 30 * time.Second, Backoff: []int{1, 60},
+		LimitKey: "smtp", Limit: 4, Tags: []string{"mail"},
+	}
+}
+
+// TestTypedJobDefaults: a typed job starts from its args' JobOpts, and a
+// dispatch's own settings override them, down to a priority set back to 0.
+func TestTypedJobDefaults(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	c := queue.NewClient(pool, queue.Defaults{Tries: 2})
+	ctx := context.Background()
+	res, err := c.DispatchMany(ctx, []*queue.JobSpec{
+		queue.NewTypedJob(mailArgs{To: "ann"}),
+		queue.NewTypedJob(mailArgs{To: "bob"}).OnQueue("urgent").Priority(0).Tries(1).Tags("vip"),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type row struct {
+		Queue    string
+		Priority int
+		Tries    int
+		TimeoutS int
+		Backoff  string
+		LimitKey string
+		Tags     string
+	}
+	read := func(id int64) row {
+		var r row
+		err := pool.QueryRow(ctx, `SELECT queue, priority, max_tries, (coalesce(timeout_ms, 0) / 1000)::int,
+			coalesce(backoff_secs::text, ''), coalesce(limit_key, ''), coalesce(array_to_string(tags, ','), '')
+			FROM queue_jobs WHERE id = $1`, id).Scan(&r.Queue, &r.Priority, &r.Tries, &r.TimeoutS, &r.Backoff, &r.LimitKey, &r.Tags)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	if got, want := read(res[0].ID), (row{"mail", 5, 7, 30, "{1,60}", "smtp", "mail"}); got != want {
+		t.Errorf("defaults: stored %+v, want %+v", got, want)
+	}
+	if got, want := read(res[1].ID), (row{"urgent", 0, 1, 30, "{1,60}", "smtp", "mail,vip"}); got != want {
+		t.Errorf("overridden: stored %+v, want %+v", got, want)
 	}
 }

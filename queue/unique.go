@@ -44,7 +44,7 @@ type Unique struct {
 }
 
 // Unique makes the job unique by u (see Unique).
-func (j *Job) Unique(u Unique) *Job {
+func (j *JobSpec) Unique(u Unique) *JobSpec {
 	u.Fields = append([]string(nil), u.Fields...)
 	j.unique = &u
 	return j
@@ -56,7 +56,7 @@ const MaxUniqueKeyBytes = 500
 // uniqueParams checks j's uniqueness and makes its key's base: the name,
 // then each part as "|x=value". Payload parts are hashed (SHA-256 of the
 // canonical JSON), so a key stays short whatever the payload.
-func uniqueParams(j *Job, queue string) (store.UniqueParams, error) {
+func uniqueParams(j *JobSpec, queue string) (store.UniqueParams, error) {
 	u := j.unique
 	if u.Key != "" {
 		if err := checkName("Unique.Key", u.Key, MaxUniqueKeyBytes); err != nil {

@@ -69,11 +69,11 @@ func TestUniqueDispatchersRacingInsertOneJob(t *testing.T) {
 		wg.Go(func() {
 			<-start
 			j := queue.NewJob("report.build", map[string]int{"customer": 42}).Unique(queue.Unique{Key: "customer:42", Period: time.Hour})
-			id, err := c.Dispatch(context.Background(), j)
+			res, err := c.Dispatch(context.Background(), j)
 			if err != nil {
 				t.Error(err)
 			}
-			ids[i], dup[i] = id, j.Duplicate
+			ids[i], dup[i] = res.ID, res.Duplicate
 		})
 	}
 	close(start)
@@ -105,39 +105,39 @@ func TestUniqueCompletedCountsOnlyWhenAsked(t *testing.T) {
 	for _, completed := range []bool{false, true} {
 		t.Run(fmt.Sprintf("completed=%v", completed), func(t *testing.T) {
 			u := queue.Unique{Key: fmt.Sprintf("k-%v", completed), Period: time.Hour, Completed: completed}
-			first := queue.NewJob("sync", nil).Unique(u)
-			id, err := c.Dispatch(ctx, first)
+			spec := queue.NewJob("sync", nil).Unique(u)
+			first, err := c.Dispatch(ctx, spec)
+			id := first.ID
 			if err != nil || first.Duplicate {
-				t.Fatalf("first dispatch: %d %v %v", id, first.Duplicate, err)
+				t.Fatalf("first dispatch: %+v %v", first, err)
 			}
-			again := queue.NewJob("sync", nil).Unique(u)
-			if got, err := c.Dispatch(ctx, again); err != nil || !again.Duplicate || got != id {
-				t.Fatalf("while queued: id %d duplicate %v err %v, want a duplicate of %d", got, again.Duplicate, err, id)
+			// One spec, dispatched again: the dispatch left it as it was.
+			if again, err := c.Dispatch(ctx, spec); err != nil || !again.Duplicate || again.ID != id {
+				t.Fatalf("while queued: %+v err %v, want a duplicate of %d", again, err, id)
 			}
 			finish(t, pool, id, store.OutcomeCompleted)
-			after := queue.NewJob("sync", nil).Unique(u)
-			got, err := c.Dispatch(ctx, after)
+			after, err := c.Dispatch(ctx, spec)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if after.Duplicate != completed {
 				t.Fatalf("after completion: duplicate = %v, want %v", after.Duplicate, completed)
 			}
-			if completed && got != id {
-				t.Fatalf("duplicate of %d, want of the completed job %d", got, id)
+			if completed && after.ID != id {
+				t.Fatalf("duplicate of %d, want of the completed job %d", after.ID, id)
 			}
 		})
 	}
 	// A kept key whose job failed for good is free again.
 	u := queue.Unique{Key: "fails", Period: time.Hour, Completed: true}
-	id, err := c.Dispatch(ctx, queue.NewJob("sync", nil).Unique(u))
+	idRes, err := c.Dispatch(ctx, queue.NewJob("sync", nil).Unique(u))
 	if err != nil {
 		t.Fatal(err)
 	}
+	id := idRes.ID
 	finish(t, pool, id, store.OutcomeFailed)
-	next := queue.NewJob("sync", nil).Unique(u)
-	if got, err := c.Dispatch(ctx, next); err != nil || next.Duplicate || got == id {
-		t.Fatalf("after a failure: id %d duplicate %v err %v, want a new job", got, next.Duplicate, err)
+	if next, err := c.Dispatch(ctx, queue.NewJob("sync", nil).Unique(u)); err != nil || next.Duplicate || next.ID == id {
+		t.Fatalf("after a failure: %+v err %v, want a new job", next, err)
 	}
 }
 
@@ -148,12 +148,13 @@ func TestUniqueKeyParts(t *testing.T) {
 	pool := pgtest.Pool(t)
 	c := queue.NewClient(pool, queue.Defaults{})
 	ctx := context.Background()
-	dispatch := func(j *queue.Job) bool {
+	dispatch := func(j *queue.JobSpec) bool {
 		t.Helper()
-		if _, err := c.Dispatch(ctx, j); err != nil {
+		res, err := c.Dispatch(ctx, j)
+		if err != nil {
 			t.Fatal(err)
 		}
-		return j.Duplicate
+		return res.Duplicate
 	}
 	args := queue.Unique{ByArgs: true}
 	if dispatch(queue.NewJob("a", []byte(`{"x": 1, "y": [1, 2]}`)).Unique(args)) {
@@ -208,13 +209,13 @@ func TestUniquePeriodIsAlignedToTheClock(t *testing.T) {
 	var periods []string
 	deadline := time.Now().Add(5 * time.Second)
 	for len(periods) < 2 && time.Now().Before(deadline) {
-		j := queue.NewJob("p", nil).Unique(u)
-		if _, err := c.Dispatch(ctx, j); err != nil {
+		res, err := c.Dispatch(ctx, queue.NewJob("p", nil).Unique(u))
+		if err != nil {
 			t.Fatal(err)
 		}
-		if !j.Duplicate {
+		if !res.Duplicate {
 			var key string
-			if err := pool.QueryRow(ctx, `SELECT unique_key FROM queue_jobs WHERE id = $1`, j.ID).Scan(&key); err != nil {
+			if err := pool.QueryRow(ctx, `SELECT unique_key FROM queue_jobs WHERE id = $1`, res.ID).Scan(&key); err != nil {
 				t.Fatal(err)
 			}
 			periods = append(periods, key)
@@ -240,13 +241,13 @@ func TestUniqueInDispatchManyAndTx(t *testing.T) {
 	c := queue.NewClient(pool, queue.Defaults{})
 	ctx := context.Background()
 	u := queue.Unique{Key: "batch"}
-	batch := []*queue.Job{queue.NewJob("m", nil).Unique(u), queue.NewJob("plain", nil), queue.NewJob("m", nil).Unique(u)}
-	ids, err := c.DispatchMany(ctx, batch)
+	batch := []*queue.JobSpec{queue.NewJob("m", nil).Unique(u), queue.NewJob("plain", nil), queue.NewJob("m", nil).Unique(u)}
+	res, err := c.DispatchMany(ctx, batch)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if batch[0].Duplicate || batch[1].Duplicate || !batch[2].Duplicate || ids[2] != ids[0] || ids[1] == ids[0] {
-		t.Fatalf("ids %v, duplicates %v %v %v", ids, batch[0].Duplicate, batch[1].Duplicate, batch[2].Duplicate)
+	if res[0].Duplicate || res[1].Duplicate || !res[2].Duplicate || res[2].ID != res[0].ID || res[1].ID == res[0].ID {
+		t.Fatalf("results %+v", res)
 	}
 	if k := countRows(t, pool, `SELECT count(*) FROM queue_jobs`); k != 2 {
 		t.Fatalf("%d rows, want 2", k)
@@ -260,13 +261,16 @@ func TestUniqueInDispatchManyAndTx(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		inTx := queue.NewJob("t", nil).Unique(key)
-		if _, err := c.DispatchTx(ctx, tx, inTx); err != nil || inTx.Duplicate {
-			t.Fatalf("in tx: %v %v", err, inTx.Duplicate)
+		if inTx, err := c.DispatchTx(ctx, tx, queue.NewJob("t", nil).Unique(key)); err != nil || inTx.Duplicate {
+			t.Fatalf("in tx: %v %+v", err, inTx)
 		}
-		outside := queue.NewJob("t", nil).Unique(key)
+		var outside queue.DispatchResult
 		done := make(chan error, 1)
-		go func() { _, err := c.Dispatch(ctx, outside); done <- err }()
+		go func() {
+			var err error
+			outside, err = c.Dispatch(ctx, queue.NewJob("t", nil).Unique(key))
+			done <- err
+		}()
 		select {
 		case err := <-done:
 			t.Fatalf("a dispatch did not wait for the transaction holding its key: %v", err)
@@ -301,7 +305,7 @@ func TestUniqueRejectsBadOptions(t *testing.T) {
 		"Unique.Fields":    {Fields: []string{""}},
 	}
 	for want, u := range cases {
-		_, err := c.DispatchMany(context.Background(), []*queue.Job{queue.NewJob("ok", nil), queue.NewJob("x", nil).Unique(u)})
+		_, err := c.DispatchMany(context.Background(), []*queue.JobSpec{queue.NewJob("ok", nil), queue.NewJob("x", nil).Unique(u)})
 		if !errors.Is(err, queue.ErrInvalidJob) || !strings.Contains(err.Error(), want) {
 			t.Errorf("%+v: %v, want an invalid-job error naming %s", u, err, want)
 		}

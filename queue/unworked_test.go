@@ -49,7 +49,7 @@ func TestOnUnworkedNamesQueuesNoLiveMasterWorks(t *testing.T) {
 	}
 	c := queue.NewClient(pool, queue.Defaults{})
 	c.OnUnworked(hook)
-	if _, err := c.DispatchMany(ctx, []*queue.Job{
+	if _, err := c.DispatchMany(ctx, []*queue.JobSpec{
 		queue.NewJob("x", nil).OnQueue("exports"), queue.NewJob("x", nil).OnQueue("exports"),
 		queue.NewJob("x", nil), queue.NewJob("x", nil).OnQueue("mail"),
 		queue.NewJob("x", nil).OnQueue("reports"), // worked only by a master that is gone

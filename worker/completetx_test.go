@@ -67,7 +67,7 @@ func TestCompleteTxCommitsWithTheHandlersWrites(t *testing.T) {
 	effects(t, b)
 	b.jobs.Handle("tx.job", insertThenComplete(b, nil))
 	const n = 20
-	jobs := make([]*queue.Job, n)
+	jobs := make([]*queue.JobSpec, n)
 	for i := range jobs {
 		jobs[i] = queue.NewJob("tx.job", nil)
 	}
@@ -202,7 +202,7 @@ func TestCompleteTxOutsideAWorkerIsAnError(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = tx.Rollback(context.Background()) }()
-	if err := queue.NewJob("x", nil).CompleteTx(context.Background(), tx); err == nil {
+	if err := (&queue.Job{Name: "x"}).CompleteTx(context.Background(), tx); err == nil {
 		t.Fatal("CompleteTx on a job that is not running succeeded")
 	}
 }

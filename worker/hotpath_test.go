@@ -88,7 +88,7 @@ func TestHandlerErrorThatTextCannotHoldIsStored(t *testing.T) {
 	b := setup(t)
 	b.jobs.Handle("ok", func(context.Context, *queue.Job) error { return nil })
 	b.jobs.Handle("nul", func(context.Context, *queue.Job) error { return errors.New("bad\x00byte \xff") })
-	jobs := []*queue.Job{queue.NewJob("nul", nil).Tries(1)}
+	jobs := []*queue.JobSpec{queue.NewJob("nul", nil).Tries(1)}
 	for range 50 {
 		jobs = append(jobs, queue.NewJob("ok", nil))
 	}
@@ -123,8 +123,8 @@ func TestDispatchTxWakesAnIdleWorker(t *testing.T) {
 	})
 	var id int64
 	err := pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
-		var err error
-		id, err = b.client.DispatchTx(ctx, tx, queue.NewJob("ping", nil))
+		res, err := b.client.DispatchTx(ctx, tx, queue.NewJob("ping", nil))
+		id = res.ID
 		return err
 	})
 	if err != nil {
@@ -148,7 +148,7 @@ func TestWorkerHoldsAtMostConcurrencyPlusItsBounds(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	b.jobs.Handle("ok", func(context.Context, *queue.Job) error { return nil })
-	jobs := make([]*queue.Job, 5000)
+	jobs := make([]*queue.JobSpec, 5000)
 	for i := range jobs {
 		jobs[i] = queue.NewJob("ok", nil)
 	}
@@ -259,7 +259,7 @@ func TestPrefetchedJobsStartWhileTheNextClaimWaits(t *testing.T) {
 		}
 		return nil
 	})
-	jobs := make([]*queue.Job, 2*worker.DefaultPrefetch)
+	jobs := make([]*queue.JobSpec, 2*worker.DefaultPrefetch)
 	for i := range jobs {
 		jobs[i] = queue.NewJob("ok", nil)
 	}

@@ -180,7 +180,7 @@ func TestReconcileNeverReleasesWhatItHolds(t *testing.T) {
 		return nil
 	})
 	const n = 600
-	jobs := make([]*queue.Job, n)
+	jobs := make([]*queue.JobSpec, n)
 	for i := range jobs {
 		jobs[i] = queue.NewJob("short", nil).Tries(1)
 	}

@@ -2,7 +2,6 @@ package worker
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -163,11 +162,8 @@ type task struct {
 func (r *runners) execute(ctx context.Context, j *store.ClaimedJob, started time.Time, inTx *atomic.Bool) error {
 	job := &queue.Job{
 		ID: j.ID, Name: j.Name, Queue: j.Queue, Payload: j.Payload,
-		Attempt: j.Attempt, MaxTries: j.MaxTries, CreatedAt: j.CreatedAt, Snoozes: j.Snoozes,
-	}
-	job.Priority(j.Priority).Tags(j.Tags...)
-	if j.Metadata != nil {
-		job.Metadata(json.RawMessage(j.Metadata))
+		Attempt: j.Attempt, MaxTries: j.MaxTries, Snoozes: j.Snoozes, CreatedAt: j.CreatedAt,
+		Priority: j.Priority, Tags: j.Tags, Metadata: j.Metadata,
 	}
 	jobhook.Attach(job, func(ctx context.Context, tx pgx.Tx) error {
 		if inTx.Load() {

@@ -226,10 +226,11 @@ func TestListenerWakesAndReconnects(t *testing.T) {
 	if _, err := client.Dispatch(ctx, queue.NewJob("x", nil).OnQueue("other")); err != nil {
 		t.Fatal(err)
 	}
-	id, err := client.Dispatch(ctx, queue.NewJob("x", nil).OnQueue("mine"))
+	idRes, err := client.Dispatch(ctx, queue.NewJob("x", nil).OnQueue("mine"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	id := idRes.ID
 	poll(t, "the wake of the dispatch to its queue", func() bool { return wakes.Load() == 2 })
 	claimed, err := st.JobClaim(ctx, store.JobClaimParams{Queue: "mine", Limit: 1, Worker: "w"})
 	if err != nil || len(claimed) != 1 {
@@ -292,10 +293,11 @@ func TestCancelPollerFindsRequests(t *testing.T) {
 	client := queue.NewClient(pool, queue.Defaults{})
 	var ids []int64
 	for range 3 {
-		id, err := client.Dispatch(ctx, queue.NewJob("x", nil))
+		idRes, err := client.Dispatch(ctx, queue.NewJob("x", nil))
 		if err != nil {
 			t.Fatal(err)
 		}
+		id := idRes.ID
 		ids = append(ids, id)
 	}
 	if _, err := st.JobClaim(ctx, store.JobClaimParams{Queue: "default", Limit: 3, Worker: "w"}); err != nil {

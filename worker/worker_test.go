@@ -38,12 +38,13 @@ func setup(t *testing.T) *bundle {
 	}
 }
 
-func (b *bundle) dispatch(t *testing.T, jobs ...*queue.Job) []int64 {
+func (b *bundle) dispatch(t *testing.T, jobs ...*queue.JobSpec) []int64 {
 	t.Helper()
-	ids, err := b.client.DispatchMany(context.Background(), jobs)
+	idsRes, err := b.client.DispatchMany(context.Background(), jobs)
 	if err != nil {
 		t.Fatalf("dispatch: %v", err)
 	}
+	ids := queue.IDs(idsRes)
 	return ids
 }
 
@@ -93,7 +94,7 @@ func TestWorkerRunsJobsUntilEmpty(t *testing.T) {
 	b := setup(t)
 	var ran atomic.Int64
 	b.jobs.Handle("count", func(context.Context, *queue.Job) error { ran.Add(1); return nil })
-	jobs := make([]*queue.Job, 250)
+	jobs := make([]*queue.JobSpec, 250)
 	for i := range jobs {
 		jobs[i] = queue.NewJob("count", map[string]int{"i": i})
 	}

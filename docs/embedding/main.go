@@ -118,8 +118,8 @@ func placeWithPgx(ctx context.Context, pool *pgxpool.Pool, client *queue.Client,
 		if _, err := tx.Exec(ctx, `INSERT INTO orders (email) VALUES ($1)`, email); err != nil {
 			return err
 		}
-		var err error
-		id, err = client.DispatchTx(ctx, tx, job)
+		res, err := client.DispatchTx(ctx, tx, job)
+		id = res.ID
 		return err
 	})
 	return id, err
@@ -141,9 +141,10 @@ func placeWithSQL(ctx context.Context, url string, client *queue.Client, job *qu
 	if _, err := tx.ExecContext(ctx, `INSERT INTO orders (email) VALUES ($1)`, email); err != nil {
 		return 0, err
 	}
-	id, err := client.DispatchSQLTx(ctx, tx, job)
+	idRes, err := client.DispatchSQLTx(ctx, tx, job)
 	if err != nil {
 		return 0, err
 	}
+	id := idRes.ID
 	return id, tx.Commit()
 }
