@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -209,6 +210,9 @@ type ClaimedJob struct {
 	Timeout     time.Duration // 0: not set by the job
 	CreatedAt   time.Time
 	ReservedAt  time.Time
+	// AvailableAt is when the job became ready: the claim's order within
+	// a priority (see ClaimOrder).
+	AvailableAt time.Time
 	Priority    int
 	Tags        []string // nil: none
 	Metadata    []byte   // nil: none
@@ -233,8 +237,11 @@ type JobClaimParams struct {
 	Master string // the holder's master; empty for a worker without one
 }
 
-// JobClaim reserves up to Limit ready jobs of one queue, oldest first,
-// skipping rows other workers are claiming, and counts the attempt. Every
+// JobClaim reserves up to Limit ready jobs of one queue, lowest priority
+// first and then oldest first, skipping rows other workers are claiming,
+// and counts the attempt. It returns them in that order (ClaimOrder), the
+// pick's: the update visits the picked rows in an order of its own, so
+// the batch is sorted once read, which costs no statement. Every
 // job it takes gets the same fresh lease token (one sequence value per
 // claim). Its plan is the same under a generic plan: the ready index
 // (queue, available_at, id) answers the pick, and the picked ids, as an
@@ -275,7 +282,8 @@ func (s *Store) JobClaim(ctx context.Context, p JobClaimParams) ([]ClaimedJob, e
 			j         ClaimedJob
 		}
 		dest = []any{&v.j.ID, &v.j.Token, &v.j.Queue, &v.j.Name, &v.j.Payload, &v.j.Attempt, &v.maxTries,
-			&v.backoff, &v.timeoutMs, &v.j.CreatedAt, &v.j.ReservedAt, &v.priority, &v.j.Tags, &v.j.Metadata, &v.snoozes}
+			&v.backoff, &v.timeoutMs, &v.j.CreatedAt, &v.j.ReservedAt, &v.j.AvailableAt, &v.priority, &v.j.Tags,
+			&v.j.Metadata, &v.snoozes}
 		jobs = make([]ClaimedJob, 0, min(p.Limit, 128))
 	)
 	for rows.Next() {
@@ -303,7 +311,21 @@ func (s *Store) JobClaim(ctx context.Context, p JobClaimParams) ([]ClaimedJob, e
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("claim jobs on %q: %w", p.Queue, err)
 	}
+	slices.SortFunc(jobs, ClaimOrder)
 	return jobs, nil
+}
+
+// ClaimOrder orders the jobs of one queue as a claim picks them (see
+// readyPick): lowest priority first, then the earliest available, then
+// the lowest id. It is a comparison for slices.SortFunc.
+func ClaimOrder(a, b ClaimedJob) int {
+	if c := cmp.Compare(a.Priority, b.Priority); c != 0 {
+		return c
+	}
+	if c := a.AvailableAt.Compare(b.AvailableAt); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.ID, b.ID)
 }
 
 // jobClaimSQL is the fenced claim: it takes nothing unless the holder's
@@ -324,7 +346,8 @@ func jobClaimStatement(master, fence string) string {
 	    reserved_at = clock_timestamp(), attempts = j.attempts + 1
 	WHERE j.id = ANY (ARRAY(` + readyPick("$1", "$2", fence) + `))
 	RETURNING j.id, j.lease, j.queue, j.name, j.payload, j.attempts, j.max_tries,
-	          j.backoff_secs, j.timeout_ms, j.created_at, j.reserved_at, j.priority, j.tags, j.metadata, COALESCE(j.snoozes, 0)`
+	          j.backoff_secs, j.timeout_ms, j.created_at, j.reserved_at, j.available_at, j.priority, j.tags, j.metadata,
+	          COALESCE(j.snoozes, 0)`
 }
 
 // Lease identifies one claim of one job: a worker holds the job while the

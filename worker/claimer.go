@@ -41,6 +41,8 @@ type claimer struct {
 	logs     ratelog.Log // failing claims: once per streak, then once a minute
 	redactor *redact.Redactor
 	now      func() time.Time
+	// order is the order held jobs start in (see startOrder).
+	order func(a, b store.ClaimedJob) int
 
 	// The services it drives: the writer takes outcomes, the runners run
 	// started jobs (tasks) and hand them back (done), the poller looks for
@@ -85,6 +87,8 @@ type claimer struct {
 	sig struct {
 		stopping lifecycle.Signal[spawner.ExitReason] // the stop began, and why
 		polled   lifecycle.Signal[struct{}]           // the poll timer fired and was handled
+		claimed  lifecycle.Signal[int]                // a claim's jobs (how many, never 0) joined the buffer
+		started  lifecycle.Signal[int64]              // the id of a job started, in start order
 	}
 }
 
@@ -95,6 +99,7 @@ func newClaimer(st *store.Store, cfg Config, log *slog.Logger) *claimer {
 		log:      log,
 		redactor: redact.New(cfg.Redact),
 		now:      cfg.Now,
+		order:    startOrder(queueRanks(cfg.Queues)),
 		wake:     make(chan struct{}, 1),
 		stop:     make(chan struct{}),
 		cancels:  make(chan store.CancelNotice, cancelBacklog),
@@ -170,7 +175,8 @@ type running struct {
 
 type loopState struct {
 	running map[int64]*running
-	// buffer holds claimed jobs waiting for a free slot (prefetch).
+	// buffer holds claimed jobs waiting for a free slot (prefetch), in
+	// the order they start in (see mergeClaimed).
 	buffer  []store.ClaimedJob
 	claimed int64 // jobs claimed
 	started int64 // jobs started
@@ -386,7 +392,10 @@ func (c *claimer) claim(ctx, jobBase context.Context, s *loopState, poll *time.T
 			c.release(jobs, "")
 			return false
 		}
-		s.buffer = append(s.buffer, jobs...)
+		if len(jobs) > 0 {
+			s.buffer = mergeClaimed(s.buffer, jobs, c.order)
+			c.sig.claimed.Send(len(jobs))
+		}
 		s.claimed += int64(len(jobs))
 		limit -= len(jobs)
 		// Start them now, not after the rest of the round.
@@ -484,7 +493,8 @@ func (c *claimer) roomToClaim(s *loopState) bool {
 	return free > 0 && (len(s.buffer) == 0 || free >= room/4)
 }
 
-// startBuffered starts claimed jobs in free slots, oldest claim first. A
+// startBuffered starts claimed jobs in free slots, in the buffer's order
+// (the queues' order, then each queue's priority order: see mergeClaimed). A
 // stopping or paused worker gives its buffered jobs back instead (their
 // attempt not counted), as it does those of queues paused since the claim.
 func (c *claimer) startBuffered(jobBase context.Context, s *loopState) {
@@ -557,6 +567,7 @@ func (c *claimer) start(jobBase context.Context, s *loopState, j store.ClaimedJo
 	now := c.now()
 	s.running[j.ID] = &running{job: j, started: now, deadline: now.Add(timeout), cancel: cancel, stop: stop}
 	s.started++
+	c.sig.started.Send(j.ID)
 	// Never blocks: at most Concurrency jobs run, and tasks holds as many.
 	c.tasks <- task{ctx: jctx, job: j, started: now, timeout: timeout}
 }

@@ -20,6 +20,14 @@ type Signals struct {
 	// Polled: the claimer's poll timer fired and was handled (the probe
 	// or claim it asks for follows).
 	Polled *lifecycle.Signal[struct{}]
+	// Claimed: a claim's jobs joined the prefetch buffer (how many, never
+	// 0).
+	Claimed *lifecycle.Signal[int]
+	// Started: the claimer started a job (its id), in the order it started
+	// them; handlers may run in another. A signal keeps SignalBuffer
+	// unread events, so a test that reads them once the worker is done
+	// runs fewer jobs than that.
+	Started *lifecycle.Signal[int64]
 	// Listening: the listener's connection listens.
 	Listening *lifecycle.Signal[struct{}]
 }
@@ -31,11 +39,15 @@ func InitSignals(w *Worker) *Signals {
 		Lifecycle: &w.sig.lifecycle,
 		Stopping:  &w.claimer.sig.stopping,
 		Polled:    &w.claimer.sig.polled,
+		Claimed:   &w.claimer.sig.claimed,
+		Started:   &w.claimer.sig.started,
 		Listening: &w.listener.sig.connected,
 	}
 	s.Lifecycle.Init()
 	s.Stopping.Init()
 	s.Polled.Init()
+	s.Claimed.Init()
+	s.Started.Init()
 	s.Listening.Init()
 	return s
 }

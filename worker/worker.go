@@ -68,6 +68,17 @@ type Config struct {
 	// running: if the worker dies, they wait for its lease to be released
 	// like its running ones. Default DefaultPrefetch; negative: never
 	// prefetch.
+	//
+	// Prefetched jobs wait, and start, in order: the queues' order, then
+	// within a queue lowest priority first, then the earliest available,
+	// then the lowest id, as a claim picks them. A job more urgent than
+	// the waiting ones (a lower priority, or an earlier queue) dispatched
+	// while they wait is taken by the worker's next claim, which comes once
+	// a quarter of its room (Concurrency plus the prefetch) is free, and
+	// then starts before every prefetched job still waiting: a prefetch
+	// delays a more urgent job by at most one claim (only the jobs that
+	// start before that claim returns go first). Running jobs are never
+	// preempted.
 	Prefetch int
 	// MaxJobs stops the worker after it has started this many jobs (0: never).
 	MaxJobs int
