@@ -219,8 +219,9 @@ type ClaimedJob struct {
 	// Snoozes counts the attempts that ended with a snooze.
 	Snoozes int
 	// ClockOffset is the database clock minus this host's, measured by the
-	// claim (ReservedAt against the middle of the round trip, so within
-	// half of it): a worker adds it to the times it takes from its own
+	// claim (its latest ReservedAt against the middle of the round trip,
+	// so within half of it) and the same for every job of the claim: a
+	// worker adds it to the times it takes from its own
 	// clock, so that an attempt's history is on the database clock
 	// throughout and never starts before its reservation.
 	ClockOffset time.Duration
@@ -293,7 +294,6 @@ func (s *Store) JobClaim(ctx context.Context, p JobClaimParams) ([]ClaimedJob, e
 		}
 		j := v.j
 		j.Priority, j.Snoozes = int(v.priority), int(v.snoozes)
-		j.ClockOffset = j.ReservedAt.Sub(mid)
 		if v.backoff != nil {
 			j.BackoffSecs = make([]int, len(v.backoff))
 			for i, b := range v.backoff {
@@ -310,6 +310,21 @@ func (s *Store) JobClaim(ctx context.Context, p JobClaimParams) ([]ClaimedJob, e
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("claim jobs on %q: %w", p.Queue, err)
+	}
+	// One offset for the whole claim, from its latest reservation: each
+	// row's reserved_at is its own clock_timestamp(), so an offset per row
+	// would shift the jobs' times against each other by up to the
+	// statement's run time, and their history would not show the order
+	// they started in. The latest keeps every job's start at or after its
+	// own reservation.
+	var last time.Time
+	for _, j := range jobs {
+		if j.ReservedAt.After(last) {
+			last = j.ReservedAt
+		}
+	}
+	for i := range jobs {
+		jobs[i].ClockOffset = last.Sub(mid)
 	}
 	slices.SortFunc(jobs, ClaimOrder)
 	return jobs, nil
