@@ -78,6 +78,7 @@ type periodicJob struct {
 func (r *Registry) Periodic(name, cron string, job *JobSpec, opts ...PeriodicOpts) {
 	if job != nil {
 		job = job.clone()
+		job.Payload, job.metadata = slices.Clone(job.Payload), slices.Clone(job.metadata)
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
