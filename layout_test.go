@@ -40,7 +40,7 @@ var layout = map[string][]string{
 	"periodic":               {},
 	"pgcluster":              {},
 	"pgtest":                 {"migrations", "pgcluster"},
-	"queue":                  {"internal/jobhook", "internal/names", "store"},
+	"queue":                  {"internal/jobhook", "internal/names", "periodic", "store"},
 	"redact":                 {},
 	"spawner":                {},
 	"spawner/inprocess":      {"queue", "spawner", "store", "worker"},

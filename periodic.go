@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/fleet-go/fleet/periodic"
@@ -14,14 +15,18 @@ type PeriodicView struct {
 	Schedules []PeriodicSchedule `json:"schedules"`
 }
 
-// PeriodicSchedule is one schedule: as configured (when it is) and as the
+// PeriodicSchedule is one schedule: as declared (when it is) and as the
 // database knows it. Times are in the schedule's time zone.
 type PeriodicSchedule struct {
 	Name string `json:"name"`
 	// Configured is false for a schedule the database knows that the
-	// configuration given has no [fleet.periodic.NAME] for (removed, or
-	// another app's); only its state is known.
-	Configured bool   `json:"configured"`
+	// schedules given do not declare (removed, or another app's); only its
+	// state is known.
+	Configured bool `json:"configured"`
+	// Source is where the schedule is declared: "config" for a
+	// [fleet.periodic.NAME] table, "code" for one the app registers in Go
+	// (queue.Registry's Periodic); "" when it is not configured.
+	Source     string `json:"source,omitempty"`
 	Cron       string `json:"cron,omitempty"`
 	Timezone   string `json:"timezone,omitempty"`
 	Job        string `json:"job,omitempty"`
@@ -55,7 +60,10 @@ type PeriodicTick struct {
 	DispatchedBy string `json:"dispatched_by"`
 }
 
-// Periodic returns the schedules given (as configured, in their order),
+// PeriodicSchedules returns the app's schedules, Options.Periodic.
+func (s *Service) PeriodicSchedules() []periodic.Schedule { return slices.Clone(s.periodic) }
+
+// Periodic returns the schedules given (as declared, in their order),
 // then those the database knows beyond them, each with its next tick by
 // the database clock, its last tick and job, and up to recent of its
 // latest ticks (0: none).
@@ -71,7 +79,7 @@ func (s *Service) Periodic(ctx context.Context, schedules []periodic.Schedule, r
 		seen[sc.Name] = true
 		loc := sc.Spec.Location()
 		p := PeriodicSchedule{
-			Name: sc.Name, Configured: true, Cron: sc.Spec.Expr(), Timezone: loc.String(), Job: sc.Job, Queue: sc.Queue,
+			Name: sc.Name, Configured: true, Source: string(sc.Source), Cron: sc.Spec.Expr(), Timezone: loc.String(), Job: sc.Job, Queue: sc.Queue,
 			CatchUp: sc.CatchUp.String(),
 		}
 		if sc.CatchUp == periodic.CatchUpAll {

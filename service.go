@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fleet-go/fleet/config"
+	"github.com/fleet-go/fleet/periodic"
 	fleetqueue "github.com/fleet-go/fleet/queue"
 	"github.com/fleet-go/fleet/redact"
 	"github.com/fleet-go/fleet/store"
@@ -36,6 +37,10 @@ type Options struct {
 	// Supervisors names the supervisors of the app's configuration: with
 	// those the live masters report, the ones Pause accepts by name.
 	Supervisors []string
+	// Periodic are the app's periodic schedules, of its configuration and
+	// of its code, as its masters run them: those PeriodicSchedules
+	// returns, which the dashboard lists.
+	Periodic []periodic.Schedule
 }
 
 // Service answers questions about the fleet and changes its shared state.
@@ -44,6 +49,7 @@ type Service struct {
 	longWait    map[string]int
 	redactor    *redact.Redactor
 	supervisors []string
+	periodic    []periodic.Schedule
 }
 
 // New returns a Service on pool.
@@ -52,16 +58,27 @@ func New(pool *pgxpool.Pool, opts Options) *Service {
 	if fragments == nil {
 		fragments = redact.DefaultFragments
 	}
-	return &Service{st: store.New(pool), longWait: opts.LongWait, redactor: redact.New(fragments), supervisors: opts.Supervisors}
+	return &Service{
+		st: store.New(pool), longWait: opts.LongWait, redactor: redact.New(fragments), supervisors: opts.Supervisors,
+		periodic: slices.Clone(opts.Periodic),
+	}
 }
 
-// FromConfig returns a Service configured from the app's configuration.
+// FromConfig returns a Service configured from the app's configuration:
+// New with ConfigOptions.
 func FromConfig(pool *pgxpool.Pool, cfg *config.Config) *Service {
+	return New(pool, ConfigOptions(cfg))
+}
+
+// ConfigOptions returns the Options of the app's configuration. Periodic
+// is left empty: the schedules need the app's registry too (the commands
+// set it).
+func ConfigOptions(cfg *config.Config) Options {
 	sups := slices.Sorted(maps.Keys(cfg.Fleet.Supervisors))
 	if len(sups) == 0 {
 		sups = []string{supervisor.DefaultName} // the one a master runs without any
 	}
-	return New(pool, Options{LongWait: cfg.Fleet.LongWait, Redact: cfg.Log.Redact, Supervisors: sups})
+	return Options{LongWait: cfg.Fleet.LongWait, Redact: cfg.Log.Redact, Supervisors: sups}
 }
 
 // Pause pauses one supervisor, or every supervisor when name is empty:

@@ -282,7 +282,9 @@ func (r *runner) runMaster(ctx context.Context, c *cobra.Command, cfg *config.Co
 				return fmt.Errorf("open the dashboard's database pool: %w", err)
 			}
 			defer closePool(dashPool)
-			dash = dashboard.New(fleet.FromConfig(dashPool, cfg), dashboard.Options{Path: cfg.Fleet.Path, Logger: settings.Logger})
+			svcOpts := fleet.ConfigOptions(cfg)
+			svcOpts.Periodic = settings.Periodic
+			dash = dashboard.New(fleet.New(dashPool, svcOpts), dashboard.Options{Path: cfg.Fleet.Path, Logger: settings.Logger})
 		}
 		col := metrics.NewCollector(st.Pool(), metrics.Options{
 			Beat: m.Membership(), Logger: settings.Logger, Master: m.Name(), Instance: m.Instance(),

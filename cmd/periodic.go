@@ -19,11 +19,16 @@ import (
 	"github.com/fleet-go/fleet/queue"
 )
 
-// periodicSchedules builds the schedules of [fleet.periodic], by name.
-// What config.Validate left to it is checked here: the cron expression,
-// the job's name and its handler in jobs, the queue's name. Each error
-// names fleet.periodic.NAME and the key; all are joined.
+// periodicSchedules builds the app's periodic schedules: those of
+// [fleet.periodic] and those registered in jobs (queue.Registry's
+// Periodic), by name. What config.Validate left to it is checked here: the
+// cron expression, the job's name and its handler in jobs, the queue's
+// name; each error names fleet.periodic.NAME and the key. The registry
+// checks its own (queue.Registry.PeriodicSchedules), its errors naming
+// Periodic("NAME"). A name declared by both is refused, naming both. All
+// errors are joined.
 func periodicSchedules(cfg *config.Config, jobs *queue.Registry) ([]periodic.Schedule, error) {
+	defaults := clientDefaults(cfg)
 	var out []periodic.Schedule
 	var errs []error
 	for _, name := range slices.Sorted(maps.Keys(cfg.Fleet.Periodic)) {
@@ -67,14 +72,29 @@ func periodicSchedules(cfg *config.Config, jobs *queue.Registry) ([]periodic.Sch
 			maxMissed = *p.CatchUpMax
 		}
 		payload := json.RawMessage(cmp.Or(p.Payload, "{}"))
+		// The job takes its [queue.limits] as a dispatch of it would.
+		limitKey, limit := defaults.LimitFor(p.Job)
 		out = append(out, periodic.Schedule{
-			Name: name, Spec: spec, Job: p.Job, Queue: q, Payload: payload, TickKey: p.TickKey,
-			CatchUp: mode, CatchUpMax: maxMissed,
+			Name: name, Source: periodic.SourceConfig, Spec: spec, Job: p.Job, Queue: q, Payload: payload, TickKey: p.TickKey,
+			CatchUp: mode, CatchUpMax: maxMissed, JobOpts: periodic.JobOpts{LimitKey: limitKey, Limit: limit},
 		})
+	}
+	code, err := jobs.PeriodicSchedules(defaults)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	for _, s := range code {
+		if _, ok := cfg.Fleet.Periodic[s.Name]; ok {
+			errs = append(errs, fmt.Errorf("periodic schedule %q is declared twice, by %s in the configuration and by Periodic(%q) in the app's code: rename one",
+				s.Name, config.PeriodicKey(s.Name, ""), s.Name))
+			continue
+		}
+		out = append(out, s)
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
+	slices.SortFunc(out, func(a, b periodic.Schedule) int { return strings.Compare(a.Name, b.Name) })
 	return out, nil
 }
 
@@ -83,9 +103,10 @@ func (r *runner) periodicCommand() *cobra.Command {
 	var recent int
 	c := &cobra.Command{
 		Use:   "fleet:periodic [--json] [--recent N]",
-		Short: "List the periodic schedules: cron, time zone, job, next tick, last tick and the job it made",
-		Long: "Each [fleet.periodic.NAME] of this app's configuration, then any schedule the database knows " +
-			"that the configuration does not. Times are in each schedule's time zone; the next tick is " +
+		Short: "List the periodic schedules, of the configuration and of the code: cron, time zone, job, next tick, last tick and the job it made",
+		Long: "Each periodic schedule of this app, a [fleet.periodic.NAME] of its configuration (source config) or " +
+			"one its code registers with jobs.Periodic (source code), by name; then any schedule the database " +
+			"knows that the app does not. Times are in each schedule's time zone; the next tick is " +
 			"computed on the database clock. DUE SINCE names a tick that came due and that no master has " +
 			"dispatched or skipped yet: no master is running the schedule.",
 		Args: cobra.NoArgs,
@@ -111,11 +132,11 @@ func (r *runner) periodicCommand() *cobra.Command {
 					return printJSON(out, v)
 				}
 				tw := table(out)
-				fmt.Fprintln(tw, "NAME\tCRON\tTIMEZONE\tJOB\tQUEUE\tCATCH UP\tNEXT TICK\tLAST TICK\tLAST JOB\tDUE SINCE\t")
+				fmt.Fprintln(tw, "NAME\tSOURCE\tCRON\tTIMEZONE\tJOB\tQUEUE\tCATCH UP\tNEXT TICK\tLAST TICK\tLAST JOB\tDUE SINCE\t")
 				for _, p := range v.Schedules {
-					name, cron, tz, job, q, mode := p.Name, p.Cron, p.Timezone, p.Job, p.Queue, p.CatchUp
+					name, source, cron, tz, job, q, mode := p.Name, p.Source, p.Cron, p.Timezone, p.Job, p.Queue, p.CatchUp
 					if !p.Configured {
-						name, cron, tz, job, q, mode = p.Name+" (not configured)", "-", "-", "-", "-", "-"
+						name, source, cron, tz, job, q, mode = p.Name+" (not configured)", "-", "-", "-", "-", "-", "-"
 					}
 					if p.CatchUpMax > 0 {
 						mode += fmt.Sprintf(" (max %d)", p.CatchUpMax)
@@ -124,11 +145,11 @@ func (r *runner) periodicCommand() *cobra.Command {
 					if p.LastJobID != nil {
 						lastJob = strconv.FormatInt(*p.LastJobID, 10)
 					}
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", name, cron, tz, job, q, mode,
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", name, source, cron, tz, job, q, mode,
 						stamp(p.NextTick), stamp(p.LastTick), lastJob, stamp(p.DueSince))
 				}
 				if len(v.Schedules) == 0 {
-					fmt.Fprintln(tw, "(no periodic schedule: add [fleet.periodic.NAME] tables to the configuration)")
+					fmt.Fprintln(tw, "(no periodic schedule: add [fleet.periodic.NAME] tables to the configuration, or register them with jobs.Periodic)")
 				}
 				if err := tw.Flush(); err != nil {
 					return err

@@ -27,7 +27,8 @@ import (
 
 // App is what an application hands to Execute.
 type App struct {
-	// Jobs holds the application's job handlers.
+	// Jobs holds the application's job handlers, and the periodic jobs it
+	// declares in Go (queue.Registry.Periodic).
 	Jobs *queue.Registry
 	// Version is the app's version: `app version` and `app --version`
 	// print it (default: the main module's version and VCS revision from

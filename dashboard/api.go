@@ -82,6 +82,7 @@ func (h *Handler) apiRoutes() []route {
 		{method: "DELETE", path: seg("failed/{id}"), ability: operate, serve: h.forget},
 		{method: "POST", path: seg("failed/{id}/retry"), ability: operate, serve: h.retry},
 		{method: "GET", path: seg("metrics"), ability: view, params: []string{"period", "queue", "job"}, serve: h.metrics},
+		{method: "GET", path: seg("periodic"), ability: view, params: []string{"recent"}, serve: h.periodic},
 		{method: "POST", path: seg("pause"), ability: operate, serve: h.pause},
 		{method: "POST", path: seg("continue"), ability: operate, serve: h.resume},
 		{method: "POST", path: seg("queues/{queue}/clear"), ability: operate, serve: h.clearQueue},
@@ -309,6 +310,31 @@ func (c *call) id(what string) (int64, error) {
 		return 0, badParam("id", "%s id must be a positive whole number, got %q", what, s)
 	}
 	return n, nil
+}
+
+// maxRecentTicks bounds the recent parameter of the periodic route.
+const maxRecentTicks = 100
+
+// periodic lists the app's periodic schedules (the Service's), those of
+// its configuration and of its code, then those only the database knows;
+// recent adds each one's latest dispatched ticks.
+func (h *Handler) periodic(ctx context.Context, c *call) (int, any, error) {
+	recent := 0
+	if s, ok := c.query["recent"]; ok {
+		n, err := strconv.Atoi(s[0])
+		if err != nil || n < 0 || n > maxRecentTicks {
+			return 0, nil, badParam("recent", "must be a whole number from 0 to %d, got %q", maxRecentTicks, s[0])
+		}
+		recent = n
+	}
+	v, err := h.svc.Periodic(ctx, h.svc.PeriodicSchedules(), recent)
+	if err != nil {
+		return 0, nil, err
+	}
+	if v.Schedules == nil {
+		v.Schedules = []fleet.PeriodicSchedule{}
+	}
+	return http.StatusOK, v, nil
 }
 
 func (h *Handler) me(_ context.Context, c *call) (int, any, error) {

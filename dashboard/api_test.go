@@ -108,6 +108,18 @@ func TestDashboardAPIAccess(t *testing.T) {
 			}
 		}},
 		{method: "GET", path: "metrics?period=week&job=mail.send", check: has("rows")},
+		{method: "GET", path: "periodic", check: func(t *testing.T, a answer) {
+			ss, _ := a.body["schedules"].([]any)
+			var got []string
+			for _, s := range ss {
+				s := s.(map[string]any)
+				got = append(got, fmt.Sprint(s["name"], "/", s["source"]))
+			}
+			if !slices.Equal(got, []string{"heartbeat/code", "nightly/config"}) || a.body["at"] == nil {
+				t.Errorf("periodic: %s", a.raw)
+			}
+		}},
+		{method: "GET", path: "periodic?recent=5", check: has("at", "schedules")},
 		{method: "POST", path: fmt.Sprintf("failed/%d/retry", ids["ann"]), operate: true, check: has("failed_id", "job_id")},
 		{method: "POST", path: "failed/retry?search=cyd", operate: true, check: func(t *testing.T, a answer) {
 			if a.body["retried"] != 1.0 {
@@ -196,6 +208,9 @@ func TestDashboardAPIRefusals(t *testing.T) {
 		{"GET", "overview?x=1", "", "x"},
 		{"GET", "metrics?period=year", "", "period"},
 		{"GET", "metrics?queue=a&job=b", "", "job"},
+		{"GET", "periodic?recent=-1", "", "recent"},
+		{"GET", "periodic?recent=101", "", "recent"},
+		{"GET", "periodic?recent=x", "", "recent"},
 		{"POST", "failed/0/retry", "", "id"},
 		{"DELETE", "failed/-3", "", "id"},
 		{"POST", "pause", `{"supervisor": 1}`, "body"},

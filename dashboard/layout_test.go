@@ -97,6 +97,7 @@ func TestDashboardLayout(t *testing.T) {
 		{"job", fmt.Sprintf("#/job/%d", b.pendingJobID), `!!document.querySelector('#facts') && !!document.querySelector('button[data-action="cancel"]')`},
 		{"failed job", fmt.Sprintf("#/failed/%d", b.failedIDs["ann"]), `!!document.querySelector('#attempts') && !!document.querySelector('button[data-action="forget"]')`},
 		{"metrics", "#/metrics", `document.querySelectorAll('#charts svg path').length >= 4`},
+		{"periodic", "#/periodic", `document.querySelectorAll('#schedules tbody tr').length === 2`},
 	}
 	sizes := []struct {
 		name string

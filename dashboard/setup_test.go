@@ -16,6 +16,7 @@ import (
 
 	"github.com/fleet-go/fleet"
 	"github.com/fleet-go/fleet/dashboard"
+	"github.com/fleet-go/fleet/periodic"
 	"github.com/fleet-go/fleet/pgtest"
 	"github.com/fleet-go/fleet/queue"
 	"github.com/fleet-go/fleet/store"
@@ -74,7 +75,7 @@ func setup(t *testing.T, opts dashboard.Options) *bundle {
 	t.Helper()
 	ctx := t.Context()
 	pool := pgtest.Pool(t)
-	b := &bundle{pool: pool, svc: fleet.New(pool, fleet.Options{}), masterName: "web-1", supervisorNm: "default"}
+	b := &bundle{pool: pool, svc: fleet.New(pool, fleet.Options{Periodic: schedules(t)}), masterName: "web-1", supervisorNm: "default"}
 
 	failJobs(t, pool,
 		queue.NewJob("boom", map[string]string{"to": "ann", "api_key": secret}),
@@ -146,6 +147,28 @@ func setup(t *testing.T, opts dashboard.Options) *bundle {
 	t.Cleanup(b.srv.Close)
 	b.base = b.srv.URL + path
 	return b
+}
+
+// schedules are the app's periodic schedules: "nightly" of the
+// configuration and "heartbeat" registered in Go, as the commands build
+// them.
+func schedules(t *testing.T) []periodic.Schedule {
+	t.Helper()
+	jobs := queue.NewRegistry()
+	jobs.Handle("ops.heartbeat", func(context.Context, *queue.Job) error { return nil })
+	jobs.Periodic("heartbeat", "@every 30s", queue.NewJob("ops.heartbeat", nil).OnQueue("ops"), queue.PeriodicOpts{CatchUp: queue.CatchUpLast})
+	code, err := jobs.PeriodicSchedules(queue.Defaults{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	berlin, err := time.LoadLocation("Europe/Berlin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return append(code, periodic.Schedule{
+		Name: "nightly", Source: periodic.SourceConfig, Spec: periodic.MustParse("0 3 * * *", berlin), Job: "report.build", Queue: "default",
+		CatchUp: periodic.CatchUpAll, CatchUpMax: 10,
+	})
 }
 
 func (b *bundle) token(t *testing.T, name, abilities string) string {

@@ -11,7 +11,8 @@ import (
 	"github.com/fleet-go/fleet/store"
 )
 
-// The periodic service dispatches the ticks of the configured schedules.
+// The periodic service dispatches the ticks of the app's schedules, those
+// of its configuration and those it registers in Go alike.
 // Each round reads every schedule's cursor and the database clock in one
 // statement, decides per schedule which ticks came due (periodic.Decide),
 // and does each schedule's round in one transaction that moves the cursor
@@ -146,7 +147,12 @@ func (p *periodicSvc) dispatch(ctx context.Context, s periodic.Schedule, from ti
 			p.log.Error("periodic job not dispatched", "schedule", s.Name, "tick", tick, "err", err)
 			return
 		}
-		jobs = append(jobs, store.JobInsertParams{Queue: s.Queue, Name: s.Job, Payload: payload})
+		o := s.JobOpts
+		jobs = append(jobs, store.JobInsertParams{
+			Queue: s.Queue, Name: s.Job, Payload: payload,
+			MaxTries: o.MaxTries, BackoffSecs: o.BackoffSecs, Timeout: o.Timeout,
+			Priority: o.Priority, Tags: o.Tags, Metadata: o.Metadata, LimitKey: o.LimitKey, Limit: o.Limit,
+		})
 	}
 	res, err := p.st.PeriodicDispatch(ctx, store.PeriodicDispatchParams{
 		Name: s.Name, From: from, To: plan.Cursor, Ticks: plan.Dispatch, Jobs: jobs, By: p.instance(),

@@ -177,23 +177,63 @@ func (s Spec) Next(t time.Time) time.Time {
 	return s.sched.Next(t.In(s.loc))
 }
 
-// Schedule is one [fleet.periodic.NAME]: what is dispatched at each tick.
+// Source says where a schedule is declared.
+type Source string
+
+const (
+	// SourceConfig is a [fleet.periodic.NAME] table of the configuration.
+	SourceConfig Source = "config"
+	// SourceCode is a schedule the app registers in Go (queue.Registry's
+	// Periodic).
+	SourceCode Source = "code"
+)
+
+// Schedule is one periodic schedule, a [fleet.periodic.NAME] table or one
+// registered in Go: what is dispatched at each tick.
 type Schedule struct {
-	// Name is the NAME of its table; it keys the schedule's state in the
-	// database.
+	// Name is the schedule's name (the NAME of its table); it keys the
+	// schedule's state in the database.
 	Name string
-	Spec Spec
+	// Source is where the schedule is declared.
+	Source Source
+	Spec   Spec
 	// Job and Queue are the job's name and queue.
 	Job   string
 	Queue string
 	// Payload is the job's JSON payload.
 	Payload json.RawMessage
+	// JobOpts are the options of each tick's job beyond its name, queue
+	// and payload; zero fields set nothing.
+	JobOpts JobOpts
 	// TickKey, when set, adds the tick's time (RFC 3339 in the schedule's
 	// time zone) to the payload, an object, under this key.
 	TickKey string
 	// CatchUp and CatchUpMax say what becomes of missed ticks.
 	CatchUp    CatchUp
 	CatchUpMax int
+}
+
+// JobOpts are the options a schedule gives the job of each tick, as a
+// dispatch stores them. A zero field sets nothing: the worker that runs the
+// job applies its defaults.
+type JobOpts struct {
+	// Priority orders the job among the ready jobs of its queue (lower
+	// first); 0 is the default.
+	Priority int
+	// MaxTries is the most attempts the job gets.
+	MaxTries int
+	// BackoffSecs is the delay in seconds before each retry; nil: the
+	// worker's default.
+	BackoffSecs []int
+	// Timeout is how long one attempt may run.
+	Timeout time.Duration
+	// Tags are the job's labels.
+	Tags []string
+	// Metadata is the job's metadata, a JSON object.
+	Metadata json.RawMessage
+	// LimitKey and Limit put the job under a concurrency limit; "": none.
+	LimitKey string
+	Limit    int
 }
 
 // PayloadAt returns the payload of the job of tick: Payload, with the tick

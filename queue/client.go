@@ -335,6 +335,12 @@ func (p uniquePlan) apply(plain []int64, uniq []store.UniqueInsert) ([]DispatchR
 var ErrInvalidJob = errors.New("invalid job")
 
 func (c *Client) params(j *JobSpec) (store.JobInsertParams, error) {
+	return jobParams(&c.defaults, c.limits, j)
+}
+
+// jobParams checks j and turns it into insert parameters, with d's
+// defaults (d.Queue set) and limits, d.Limits in matching order.
+func jobParams(d *Defaults, limits []nameLimit, j *JobSpec) (store.JobInsertParams, error) {
 	if j == nil {
 		return store.JobInsertParams{}, fmt.Errorf("%w: nil job", ErrInvalidJob)
 	}
@@ -348,27 +354,27 @@ func (c *Client) params(j *JobSpec) (store.JobInsertParams, error) {
 	if j.Queue == "" {
 		queueLabel = "Defaults.Queue"
 	}
-	if err := CheckQueue(queueLabel, cmp.Or(j.Queue, c.defaults.Queue)); err != nil {
+	if err := CheckQueue(queueLabel, cmp.Or(j.Queue, d.Queue)); err != nil {
 		return store.JobInsertParams{}, fmt.Errorf("%w: job %q: %w", ErrInvalidJob, j.Name, err)
 	}
 	p := store.JobInsertParams{
-		Queue:       cmp.Or(j.Queue, c.defaults.Queue),
+		Queue:       cmp.Or(j.Queue, d.Queue),
 		Name:        j.Name,
 		Payload:     j.Payload,
-		MaxTries:    cmp.Or(j.tries, c.defaults.Tries),
+		MaxTries:    cmp.Or(j.tries, d.Tries),
 		BackoffSecs: j.backoff,
-		Timeout:     cmp.Or(j.timeout, c.defaults.Timeout),
+		Timeout:     cmp.Or(j.timeout, d.Timeout),
 		Delay:       j.delay,
 		RetryOf:     j.retryOf,
 	}
 	if j.backoff == nil {
-		p.BackoffSecs = c.defaults.Backoff
+		p.BackoffSecs = d.Backoff
 	}
 	limitLabel := "JobSpec.Limit"
 	p.LimitKey, p.Limit = j.limitKey, j.limit
 	if !j.limitSet {
 		limitLabel = "Defaults.Limits"
-		p.LimitKey, p.Limit = limitFor(c.limits, j.Name)
+		p.LimitKey, p.Limit = limitFor(limits, j.Name)
 	}
 	if j.limitSet || p.LimitKey != "" {
 		if err := CheckLimit(limitLabel, p.LimitKey, p.Limit); err != nil {
@@ -405,7 +411,7 @@ func (c *Client) params(j *JobSpec) (store.JobInsertParams, error) {
 	if len(p.Payload) == 0 {
 		p.Payload = []byte(`{}`)
 	}
-	if limit := cmp.Or(c.defaults.MaxPayloadBytes, DefaultMaxPayloadBytes); len(p.Payload) > limit {
+	if limit := cmp.Or(d.MaxPayloadBytes, DefaultMaxPayloadBytes); len(p.Payload) > limit {
 		return p, fmt.Errorf("%w: job %q: payload is %d bytes, more than the %d allowed (Defaults.MaxPayloadBytes, queue.max_payload_bytes)",
 			ErrInvalidJob, j.Name, len(p.Payload), limit)
 	}

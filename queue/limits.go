@@ -78,6 +78,13 @@ func nameLimits(m map[string]int) []nameLimit {
 	return out
 }
 
+// LimitFor returns the limit key and limit that Limits gives a job named
+// name that sets no limit of its own: NameLimitKeyPrefix + the pattern
+// that wins, and its limit; "" and 0 when no pattern matches.
+func (d Defaults) LimitFor(name string) (string, int) {
+	return limitFor(nameLimits(d.Limits), name)
+}
+
 // limitFor returns the limit key and limit of a job named name that set
 // none of its own: the first matching pattern's, or "" and 0.
 func limitFor(limits []nameLimit, name string) (string, int) {

@@ -24,6 +24,9 @@ type Registry struct {
 	middleware []WorkMiddleware
 	onError    []ErrorHook
 	events     eventHub
+	// periodic are the periodic jobs (see Periodic), in the order
+	// registered.
+	periodic []periodicJob
 }
 
 // NewRegistry returns an empty registry.

@@ -169,3 +169,63 @@ func TestPeriodicDispatchIsAllOrNothing(t *testing.T) {
 		t.Fatalf("trim: %d, %v; want the old tick only", n, err)
 	}
 }
+
+// A round inserts its jobs with every option they carry, as a dispatch
+// does: priority, tries, backoff, timeout, tags, metadata, and a limit
+// under which the ticks beyond the limit wait, parked.
+func TestPeriodicDispatchCarriesJobOptions(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	st := store.New(pool)
+	ctx := context.Background()
+	if _, err := st.PeriodicEnsure(ctx, []string{"report"}); err != nil {
+		t.Fatal(err)
+	}
+	v, err := st.PeriodicRead(ctx, []string{"report"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	from := v.States[0].Cursor
+	ticks := []time.Time{from.Truncate(time.Second).Add(time.Second), from.Truncate(time.Second).Add(2 * time.Second)}
+	jobs := make([]store.JobInsertParams, len(ticks))
+	for i, tick := range ticks {
+		jobs[i] = periodicJob(tick)
+		jobs[i].Priority, jobs[i].MaxTries, jobs[i].BackoffSecs, jobs[i].Timeout = -5, 3, []int{10, 60}, 2*time.Minute
+		jobs[i].Tags, jobs[i].Metadata, jobs[i].LimitKey, jobs[i].Limit = []string{"nightly"}, []byte(`{"team":"ops"}`), "reports", 1
+	}
+	r, err := st.PeriodicDispatch(ctx, store.PeriodicDispatchParams{Name: "report", From: from, To: ticks[1], Ticks: ticks, Jobs: jobs, By: "m"})
+	if err != nil || !r.Won || len(r.IDs) != 2 {
+		t.Fatalf("round: %+v, %v", r, err)
+	}
+	rows, err := pool.Query(ctx, `
+		SELECT id, priority, max_tries, backoff_secs, timeout_ms, tags, metadata->>'team', limit_key, limit_n, available_at = 'infinity'
+		FROM queue_jobs ORDER BY id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var parked []bool
+	for rows.Next() {
+		var id, timeout int64
+		var priority, tries, limit int
+		var backoff []int32
+		var tags []string
+		var team, key string
+		var isParked bool
+		if err := rows.Scan(&id, &priority, &tries, &backoff, &timeout, &tags, &team, &key, &limit, &isParked); err != nil {
+			t.Fatal(err)
+		}
+		if priority != -5 || tries != 3 || len(backoff) != 2 || backoff[0] != 10 || backoff[1] != 60 || timeout != 120_000 ||
+			len(tags) != 1 || tags[0] != "nightly" || team != "ops" || key != "reports" || limit != 1 {
+			t.Errorf("job %d: priority %d, tries %d, backoff %v, timeout %d ms, tags %v, team %q, limit %q %d",
+				id, priority, tries, backoff, timeout, tags, team, key, limit)
+		}
+		parked = append(parked, isParked)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if len(parked) != 2 || parked[0] || !parked[1] {
+		t.Fatalf("parked %v: want the first tick's job ready and the second's waiting for the key's one slot", parked)
+	}
+}

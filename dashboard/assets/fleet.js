@@ -312,6 +312,9 @@
     } else if (a === 'metrics') {
       view = metricsView(query);
       navKey = 'metrics';
+    } else if (a === 'periodic') {
+      view = periodicView();
+      navKey = 'periodic';
     } else {
       view = { title: 'Not found', load: async () => null, draw: () => h('p', null, 'There is no such page. ', link('/', null, 'Back to the overview')) };
       navKey = '';
@@ -814,6 +817,46 @@
     const p = Math.pow(10, Math.floor(Math.log10(v)));
     for (const m of [1, 2, 2.5, 5, 10]) if (m * p >= v) return m * p;
     return 10 * p;
+  }
+
+  // ---- periodic schedules --------------------------------------------
+
+  // zoned shows a time as the API gives it, in its schedule's time zone
+  // (2025-03-30 03:00:00 +02:00), with how far it is from now.
+  function zoned(iso, at) {
+    if (!iso) return '—';
+    const m = /^(\d{4}-\d\d-\d\d)T(\d\d:\d\d:\d\d)(?:\.\d+)?(Z|[+-]\d\d:\d\d)$/.exec(iso);
+    const shown = m ? m[1] + ' ' + m[2] + ' ' + (m[3] === 'Z' ? 'UTC' : m[3]) : String(iso);
+    return h('span', { title: when(iso) }, shown, h('span', { class: 'muted' }, ' (' + ago(iso, at) + ')'));
+  }
+
+  function periodicView() {
+    return {
+      title: 'Periodic jobs',
+      load: () => api('GET', 'periodic'),
+      draw: (d) => {
+        const cols = [
+          // One element per cell: on a phone a cell is a grid of its label and one value.
+          { title: 'Name', cls: 'name', cell: (p) => h('span', null, p.name, p.configured ? null : tag('not configured', 'unworked')) },
+          { title: 'Source', cell: (p) => (p.source ? h('span', null, tag(p.source, 'source')) : '—') },
+          { title: 'Cron', cls: 'name', cell: (p) => (p.cron ? h('code', null, p.cron) : '—') },
+          { title: 'Time zone', cell: (p) => p.timezone || '—' },
+          { title: 'Job', cls: 'name', cell: (p) => p.job || '—' },
+          { title: 'Queue', cls: 'name', cell: (p) => (p.queue ? link('/jobs/pending', { queue: p.queue }, p.queue) : '—') },
+          { title: 'Catch-up', cell: (p) => (p.catch_up ? p.catch_up + (p.catch_up_max ? ' (max ' + p.catch_up_max + ')' : '') : '—') },
+          { title: 'Next tick', cell: (p) => zoned(p.next_tick, d.at) },
+          { title: 'Last tick', cell: (p) => zoned(p.last_tick, d.at) },
+          { title: 'Last job', cls: 'num', cell: (p) => (p.last_job_id ? link('/job/' + p.last_job_id, null, String(p.last_job_id)) : '—') },
+          { title: 'Due since', cell: (p) => (p.due_since ? h('span', { class: 'tag paused', title: 'a tick came due that no master has dispatched: no master runs this schedule' }, zoned(p.due_since, d.at)) : '—') },
+        ];
+        const t = table(cols, d.schedules,
+          'No periodic schedule: add [fleet.periodic.NAME] tables to the configuration, or register them in the code with jobs.Periodic.');
+        t.id = 'schedules';
+        return h('div', null, h('p', { class: 'muted' },
+          'Each schedule of this app, from its configuration (source config) or its code (source code), then those only the database knows. ' +
+          'Times are in each schedule\'s time zone; every master dispatches each tick once across the fleet.'), t);
+      },
+    };
   }
 
   // ---- start ---------------------------------------------------------

@@ -12,6 +12,10 @@
 //   - EnvStartOutput=FILE: every worker writes what FILE holds, as it is,
 //     to its stdout before it starts (before a hang of EnvHangOnce too), as
 //     an application that prints something at start would.
+//
+// And one gives it a periodic job registered in Go:
+//   - EnvPeriodicRuns=FILE: the registry has the periodic job "code-tick"
+//     (see Jobs).
 package apptest
 
 import (
@@ -48,6 +52,9 @@ const (
 	// EnvStartOutput names a file every worker copies to its stdout at
 	// start.
 	EnvStartOutput = "FLEET_TEST_START_OUTPUT"
+	// EnvPeriodicRuns names the runs file of the periodic job "code-tick"
+	// and registers it (see Jobs).
+	EnvPeriodicRuns = "FLEET_TEST_PERIODIC_RUNS"
 )
 
 // Main is the TestMain of a package that starts the application: in app
@@ -94,6 +101,12 @@ func Main(m *testing.M) {
 //     {"every_ms": M} apart; {"getenv": NAME} adds a line "getenv NAME=VALUE"
 //     first. Then, with {"exit": N} other than 0, it ends its whole process
 //     with exit status N.
+//
+// With EnvPeriodicRuns=FILE set, it also registers the periodic job
+// "code-tick": @every 1s, a test.sleep of 0 ms that appends its id to
+// FILE, on the default queue with priority -3 and the tag "periodic", and
+// the tick in its payload under "tick"; a tick missed by a busy machine is
+// dispatched late rather than skipped (catch-up all).
 func Jobs() *queue.Registry {
 	jobs := queue.NewRegistry()
 	jobs.Handle("demo.noop", func(context.Context, *queue.Job) error { return nil })
@@ -118,6 +131,11 @@ func Jobs() *queue.Registry {
 		return nil
 	})
 	jobs.Handle("test.print", printJob)
+	if f := os.Getenv(EnvPeriodicRuns); f != "" {
+		jobs.Periodic("code-tick", "@every 1s",
+			queue.NewJob("test.sleep", map[string]any{"ms": 0, "file": f}).Priority(-3).Tags("periodic"),
+			queue.PeriodicOpts{TickKey: "tick", CatchUp: queue.CatchUpAll})
+	}
 	return jobs
 }
 
