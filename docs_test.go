@@ -4,7 +4,13 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/scanner"
+	"go/token"
+	"go/types"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -73,13 +79,8 @@ func TestDocsGoSamples(t *testing.T) {
 	if len(sources) < 4 {
 		t.Fatalf("found only %d example files", len(sources))
 	}
-	docs, err := filepath.Glob("docs/*.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	docs = append([]string{"README.md"}, docs...)
 	total := 0
-	for _, doc := range docs {
+	for _, doc := range docPages(t) {
 		for _, s := range goSamples(t, doc) {
 			total++
 			lines := sampleLines(s.code)
@@ -104,6 +105,235 @@ func TestDocsGoSamples(t *testing.T) {
 	if total < 10 {
 		t.Errorf("found only %d Go samples in the docs", total)
 	}
+}
+
+// docPages are the markdown files whose Go samples the tests check.
+func docPages(t *testing.T) []string {
+	t.Helper()
+	docs, err := filepath.Glob("docs/*.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return append([]string{"README.md"}, docs...)
+}
+
+// TestDocsGoSamplesStandAlone: every ```go block of README.md and docs/*.md
+// can be pasted and read on its own. It parses as a Go file, as
+// declarations, or as the statements of a function body; and every name it
+// uses is declared in the block, is one of Go's own (int, len, nil, ...),
+// is a package used as one (the block's imports, the standard library's
+// packages, this module's, and the packages and import names its files
+// use), or is named in backticks in the paragraph just above the block
+// ("Given `pool`, a *pgxpool.Pool, and `ctx`:").
+func TestDocsGoSamplesStandAlone(t *testing.T) {
+	t.Parallel()
+	pkgs := knownPackages(t)
+	total := 0
+	for _, doc := range docPages(t) {
+		src, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines := strings.Split(string(src), "\n")
+		for _, s := range goSamples(t, doc) {
+			total++
+			fset := token.NewFileSet()
+			f, before, err := parseSample(fset, s.code)
+			if err != nil {
+				line := s.line + 1
+				var list scanner.ErrorList
+				if errors.As(err, &list) && len(list) > 0 {
+					line = s.line + list[0].Pos.Line - before
+					err = list[0]
+				}
+				t.Errorf("%s:%d: this Go sample does not parse as a file, as declarations or as statements: %v\n%s",
+					doc, line, err, s.code)
+				continue
+			}
+			named := backticked(paragraphAbove(lines, s.line))
+			reported := map[string]bool{}
+			for _, id := range freeNames(f, pkgs) {
+				if named[id.Name] || reported[id.Name] {
+					continue
+				}
+				reported[id.Name] = true
+				t.Errorf("%s:%d: the Go sample uses %s, which it does not declare: name it in backticks in the paragraph just above the sample (\"Given `%s`, ...:\"), or declare it in the sample",
+					doc, s.line+fset.Position(id.Pos()).Line-before, id.Name, id.Name)
+			}
+		}
+	}
+	if total < 10 {
+		t.Errorf("found only %d Go samples in the docs", total)
+	}
+}
+
+// parseSample parses code as a Go file when it has a package clause, else
+// as declarations, else as the statements of a function body. It returns
+// the file and how many lines it put before code. When none parses it
+// returns the error of the form that got furthest into code.
+func parseSample(fset *token.FileSet, code string) (f *ast.File, before int, err error) {
+	if hasPackageClause(code) {
+		f, err = parser.ParseFile(fset, "sample.go", code, parser.AllErrors)
+		return f, 0, err
+	}
+	f, declErr := parser.ParseFile(fset, "sample.go", "package sample\n"+code, parser.AllErrors)
+	if declErr == nil {
+		return f, 1, nil
+	}
+	f, stmtErr := parser.ParseFile(fset, "sample.go", "package sample\nfunc _() {\n"+code+"\n}\n", parser.AllErrors)
+	if stmtErr == nil {
+		return f, 2, nil
+	}
+	if errLine(declErr)-1 > errLine(stmtErr)-2 {
+		return nil, 1, declErr
+	}
+	return nil, 2, stmtErr
+}
+
+// hasPackageClause reports whether code's first line that is not blank or
+// a comment is a package clause.
+func hasPackageClause(code string) bool {
+	for l := range strings.Lines(code) {
+		l = strings.TrimSpace(l)
+		if l == "" || strings.HasPrefix(l, "//") {
+			continue
+		}
+		return strings.HasPrefix(l, "package ")
+	}
+	return false
+}
+
+// errLine is the line of a parse error's first position (0: unknown).
+func errLine(err error) int {
+	var list scanner.ErrorList
+	if errors.As(err, &list) && len(list) > 0 {
+		return list[0].Pos.Line
+	}
+	return 0
+}
+
+// freeNames returns the identifiers f uses without declaring them, in
+// order, leaving out Go's predeclared names and known package names used
+// as packages (the X of a selector: pkg.Name).
+func freeNames(f *ast.File, pkgs map[string]bool) []*ast.Ident {
+	imported := map[string]bool{}
+	for _, im := range f.Imports {
+		path, _ := strconv.Unquote(im.Path.Value)
+		imported[packageName(path)] = true
+		if im.Name != nil {
+			imported[im.Name.Name] = true
+		}
+	}
+	selected := map[*ast.Ident]bool{}
+	ast.Inspect(f, func(n ast.Node) bool {
+		if sel, ok := n.(*ast.SelectorExpr); ok {
+			if id, ok := sel.X.(*ast.Ident); ok {
+				selected[id] = true
+			}
+		}
+		return true
+	})
+	var out []*ast.Ident
+	for _, id := range f.Unresolved {
+		switch {
+		case id.Name == "_" || types.Universe.Lookup(id.Name) != nil:
+		case selected[id] && (imported[id.Name] || pkgs[id.Name]):
+		default:
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// knownPackages are the names a sample may use as packages without
+// importing them: the standard library's packages, and every package (by
+// its name and by the names it is imported under) that the module's Go
+// files import, this module's own among them.
+func knownPackages(t *testing.T) map[string]bool {
+	t.Helper()
+	out, err := exec.Command("go", "list", "-f", "{{.Name}}", "std").Output()
+	if err != nil {
+		t.Fatalf("go list std: %v", err)
+	}
+	pkgs := map[string]bool{}
+	for name := range strings.FieldsSeq(string(out)) {
+		pkgs[name] = true
+	}
+	fset := token.NewFileSet()
+	err = filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if path != "." && (strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".go") {
+			return nil
+		}
+		f, err := parser.ParseFile(fset, path, nil, parser.ImportsOnly)
+		if err != nil {
+			return err
+		}
+		for _, im := range f.Imports {
+			p, _ := strconv.Unquote(im.Path.Value)
+			pkgs[packageName(p)] = true
+			if im.Name != nil && im.Name.Name != "_" && im.Name.Name != "." {
+				pkgs[im.Name.Name] = true
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pkgs
+}
+
+// packageName is the name a package of that import path goes by unless
+// renamed: its last element, or the one before a major version suffix
+// (github.com/jackc/pgx/v5 is pgx).
+func packageName(path string) string {
+	parts := strings.Split(path, "/")
+	name := parts[len(parts)-1]
+	if len(parts) > 1 && len(name) > 1 && name[0] == 'v' && strings.Trim(name[1:], "0123456789") == "" {
+		name = parts[len(parts)-2]
+	}
+	return name
+}
+
+// paragraphAbove is the paragraph just above the fence on line fence
+// (1-based) of lines: the non-blank lines up to the blank line, fence or
+// heading before them, after skipping the blank lines right above the
+// fence. Two samples separated only by blank lines have no paragraph
+// between them.
+func paragraphAbove(lines []string, fence int) string {
+	i := fence - 2 // the line above the fence, 0-based
+	for i >= 0 && strings.TrimSpace(lines[i]) == "" {
+		i--
+	}
+	var para []string
+	for ; i >= 0; i-- {
+		l := strings.TrimSpace(lines[i])
+		if l == "" || strings.HasPrefix(l, "```") || strings.HasPrefix(l, "#") {
+			break
+		}
+		para = append([]string{l}, para...)
+	}
+	return strings.Join(para, " ")
+}
+
+// backticked is the set of code spans of text (`pool` gives pool), each
+// trimmed.
+func backticked(text string) map[string]bool {
+	out := map[string]bool{}
+	parts := strings.Split(text, "`")
+	for i := 1; i < len(parts); i += 2 {
+		out[strings.TrimSpace(parts[i])] = true
+	}
+	return out
 }
 
 // sample is one ```go block of a markdown file.
