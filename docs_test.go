@@ -402,6 +402,25 @@ func containsRun(lines, run []string) bool {
 	return false
 }
 
+// firstShBlockAfter returns the first ```sh block of doc after the line
+// heading.
+func firstShBlockAfter(t *testing.T, doc, heading string) string {
+	t.Helper()
+	_, rest, ok := strings.Cut(doc, "\n"+heading+"\n")
+	if !ok {
+		t.Fatalf("no heading %q", heading)
+	}
+	_, rest, ok = strings.Cut(rest, "\n```sh\n")
+	if !ok {
+		t.Fatalf("no sh block after %q", heading)
+	}
+	block, _, ok := strings.Cut(rest, "\n```\n")
+	if !ok {
+		t.Fatalf("the sh block after %q is not closed", heading)
+	}
+	return block + "\n"
+}
+
 // TestConfigurationTable: docs/configuration.md's tables of keys list
 // every key of config.Config, none that does not exist, each with the
 // default the code applies. A default is written as TOML in backticks
@@ -542,40 +561,32 @@ func tomlValue(v reflect.Value) string {
 // tells a newcomer to, in a module of its own, and runs the guide's
 // commands against a fresh database.
 //
-// It stays offline: the module's go.mod replaces fleet with this checkout
-// and takes this checkout's go.sum, and `go build -mod=mod` adds the
-// requirements main.go's imports need from the module graph already in
-// the module cache. `go mod tidy`, the guide's step, also resolves the
-// tests of every dependency, which may need the network: it runs when
-// FLEET_DOCS_TIDY=1, and always under FLEET_TEST_REQUIRE=all (.ci/run).
+// Step 1's commands (the first sh block after "## 1. A module") run as the
+// guide gives them, in a directory beside a link "fleet" to this checkout,
+// with the module proxy off: fleet is not published, and the guide must
+// not need it to be. The build stays offline too: the module takes this
+// checkout's go.sum, and `go build -mod=mod` adds the requirements
+// main.go's imports need from the module graph already in the module
+// cache. `go mod tidy`, the guide's step, also resolves the tests of every
+// dependency, which may need the network: it runs when FLEET_DOCS_TIDY=1,
+// and always under FLEET_TEST_REQUIRE=all (.ci/run).
 func TestEmbeddingGuide(t *testing.T) {
 	t.Parallel()
 	root, err := os.Getwd()
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
-	src, err := os.ReadFile("docs/embedding/main.go")
+	guide, err := os.ReadFile("docs/embedding.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	gomod, err := os.ReadFile("docs/embedding/go.mod")
-	if err != nil {
+	step1 := firstShBlockAfter(t, string(guide), "## 1. A module")
+	base := t.TempDir()
+	if err := os.Symlink(root, filepath.Join(base, "fleet")); err != nil {
 		t.Fatal(err)
-	}
-	gomod = bytes.Replace(gomod, []byte("=> ../.."), []byte("=> "+root), 1)
-	sum, err := os.ReadFile("go.sum")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for name, b := range map[string][]byte{"main.go": src, "go.mod": gomod, "go.sum": sum} {
-		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
-			t.Fatal(err)
-		}
 	}
 	goEnv := append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod")
-	tidy := os.Getenv("FLEET_DOCS_TIDY") == "1" || os.Getenv("FLEET_TEST_REQUIRE") == "all"
-	try := func(timeout time.Duration, env []string, name string, args ...string) (string, error) {
+	try := func(dir string, timeout time.Duration, env []string, name string, args ...string) (string, error) {
 		ctx, cancel := context.WithTimeout(t.Context(), timeout)
 		defer cancel()
 		c := exec.CommandContext(ctx, name, args...)
@@ -586,9 +597,28 @@ func TestEmbeddingGuide(t *testing.T) {
 		}
 		return string(out), nil
 	}
+	// Step 1, from the guide: it makes the directory shop and its go.mod.
+	if _, err := try(base, time.Minute, append(goEnv, "GOPROXY=off"), "sh", "-e", "-c", step1); err != nil {
+		t.Fatalf("docs/embedding.md, step 1:\n%s\n%v", step1, err)
+	}
+	dir := filepath.Join(base, "shop")
+	src, err := os.ReadFile("docs/embedding/main.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum, err := os.ReadFile("go.sum")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, b := range map[string][]byte{"main.go": src, "go.sum": sum} {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tidy := os.Getenv("FLEET_DOCS_TIDY") == "1" || os.Getenv("FLEET_TEST_REQUIRE") == "all"
 	run := func(timeout time.Duration, env []string, name string, args ...string) string {
 		t.Helper()
-		out, err := try(timeout, env, name, args...)
+		out, err := try(dir, timeout, env, name, args...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -602,13 +632,20 @@ func TestEmbeddingGuide(t *testing.T) {
 		// a fresh machine's may lack a module only other platforms use
 		// (go test of the project itself never fetches those), which the
 		// module proxy then gives.
-		out, err := try(5*time.Minute, append(goEnv, "GOPROXY=off"), "go", "build", "-o", "app", ".")
+		out, err := try(dir, 5*time.Minute, append(goEnv, "GOPROXY=off"), "go", "build", "-o", "app", ".")
 		if err != nil && strings.Contains(out, "GOPROXY=off") {
-			_, err = try(5*time.Minute, goEnv, "go", "build", "-o", "app", ".")
+			_, err = try(dir, 5*time.Minute, goEnv, "go", "build", "-o", "app", ".")
 		}
 		if err != nil {
 			t.Fatal(err)
 		}
+	}
+	gomod, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "github.com/fleet-go/fleet v0.0.0-00010101000000-000000000000"; !strings.Contains(string(gomod), want) {
+		t.Errorf("the guide's module does not require %s, as the guide says it will:\n%s", want, gomod)
 	}
 
 	url := pgtest.URL(t)
