@@ -167,6 +167,55 @@ func TestDocsGoSamplesStandAlone(t *testing.T) {
 	}
 }
 
+// TestSampleChecks: the checks of TestDocsGoSamplesStandAlone on samples
+// made up for it.
+func TestSampleChecks(t *testing.T) {
+	t.Parallel()
+	pkgs := map[string]bool{"queue": true, "log": true}
+	cases := []struct {
+		name, code, para string
+		parses           bool
+		free             string // the names left, comma-separated
+	}{
+		{"statements", "job := queue.NewJob(\"x\", nil)\n_ = job\n", "", true, ""},
+		{"cut short", "if err := tx.Commit(); err != nil {\n", "", false, ""},
+		{"declarations", "type T struct{ N int }\n\nfunc (T) JobName() string { return \"t\" }\n", "", true, ""},
+		{"a file", "package main\n\nimport \"fmt\"\n\nfunc main() { fmt.Println(strings.ToUpper(\"x\")) }\n", "", true, "strings"},
+		{"free names", "res, err := client.Dispatch(ctx, queue.NewJob(\"x\", nil))\nlog.Println(res, err, len(p))\n", "", true, "client,ctx,p"},
+		{"named above", "res, err := client.Dispatch(ctx, queue.NewJob(\"x\", nil))\n_, _ = res, err\n", "Given `client`, a *queue.Client, and `ctx`:", true, ""},
+		{"a package used as a value", "f(queue)\n", "Given `f`:", true, "queue"},
+		{"in a span with more", "client.Use(nil)\n", "Given `client.Use`:", true, "client"},
+	}
+	for _, c := range cases {
+		fset := token.NewFileSet()
+		f, _, err := parseSample(fset, c.code)
+		if (err == nil) != c.parses {
+			t.Errorf("%s: parse error %v, want parsed: %v", c.name, err, c.parses)
+			continue
+		}
+		if err != nil {
+			continue
+		}
+		named := backticked(c.para)
+		var free []string
+		for _, id := range freeNames(f, pkgs) {
+			if !named[id.Name] && !slices.Contains(free, id.Name) {
+				free = append(free, id.Name)
+			}
+		}
+		if got := strings.Join(free, ","); got != c.free {
+			t.Errorf("%s: free names %q, want %q", c.name, got, c.free)
+		}
+	}
+	lines := strings.Split("# T\n\nSome text, given\n`pool`:\n\n```go\nx\n```\n\n```go\ny\n```\n", "\n")
+	if got := paragraphAbove(lines, 6); got != "Some text, given `pool`:" {
+		t.Errorf("the paragraph above the first sample is %q", got)
+	}
+	if got := paragraphAbove(lines, 10); got != "" {
+		t.Errorf("the paragraph above the second sample is %q, want none", got)
+	}
+}
+
 // parseSample parses code as a Go file when it has a package clause, else
 // as declarations, else as the statements of a function body. It returns
 // the file and how many lines it put before code. When none parses it
