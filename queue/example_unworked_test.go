@@ -24,20 +24,19 @@ func ExampleClient_OnUnworked() {
 		        now() + interval '1 minute')`); err != nil {
 		log.Fatal(err)
 	}
-	// The warnings go to stdout here, without their time.
-	defer slog.SetDefault(slog.Default())
-	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stdout, &slog.HandlerOptions{
+	// The app's logger; here on stdout, without the time.
+	logger := slog.New(slog.NewTextHandler(os.Stdout, &slog.HandlerOptions{
 		ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
 			if a.Key == slog.TimeKey {
 				return slog.Attr{}
 			}
 			return a
 		},
-	})))
+	}))
 	client := queue.NewClient(pool, queue.Defaults{})
 
 	client.OnUnworked(func(ctx context.Context, q string) {
-		slog.WarnContext(ctx, "dispatched to a queue no master works", "queue", q)
+		logger.WarnContext(ctx, "dispatched to a queue no master works", "queue", q)
 	})
 
 	for _, q := range []string{"mail", "exprots"} {
