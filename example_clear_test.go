@@ -5,20 +5,22 @@ import (
 	"fmt"
 	"log"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/fleet-go/fleet"
+	"github.com/fleet-go/fleet/internal/examplekit"
+	"github.com/fleet-go/fleet/queue"
 )
 
-// Clearing a queue: how many jobs it would delete, then delete them. (Not
-// run: it needs a database; docs/clear.md shows the same code.)
+// Clearing a queue: how many jobs it would delete, then delete them
+// (docs/clear.md shows the same code).
 func ExampleService_Clear() {
+	pool, drop := examplekit.Pool()
+	defer drop()
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, "postgres://localhost:5432/app")
-	if err != nil {
+	mail := queue.NewJob("mail.send", nil).OnQueue("mail")
+	if _, err := queue.NewClient(pool, queue.Defaults{}).DispatchMany(ctx, []*queue.JobSpec{mail, mail, mail}); err != nil {
 		log.Fatal(err)
 	}
-	defer pool.Close()
+
 	svc := fleet.New(pool, fleet.Options{})
 
 	would, err := svc.ClearCount(ctx, "mail") // how many it would delete now
@@ -30,4 +32,5 @@ func ExampleService_Clear() {
 		log.Fatalf("cleared %d job(s) of mail, then: %v", n, err)
 	}
 	fmt.Printf("mail held %d job(s) not running; deleted %d\n", would, n)
+	// Output: mail held 3 job(s) not running; deleted 3
 }

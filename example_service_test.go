@@ -5,31 +5,28 @@ import (
 	"errors"
 	"fmt"
 	"log"
-	"os"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fleet-go/fleet"
 	"github.com/fleet-go/fleet/config"
+	"github.com/fleet-go/fleet/fleettest"
+	"github.com/fleet-go/fleet/internal/examplekit"
+	"github.com/fleet-go/fleet/queue"
 )
 
-// The operator's API: what `app fleet:*` does, from Go. (Compiled, not
-// run: it needs a database.)
+// The operator's API: what `app fleet:*` does, from Go. Here no master
+// runs, and one job failed for good before the tour starts.
 func ExampleService() {
+	pool, drop := examplekit.Pool()
+	defer drop()
 	ctx := context.Background()
-	cfg, err := config.Load(config.Options{})
-	if err != nil {
-		log.Fatal(err)
-	}
-	pool, err := pgxpool.New(ctx, cfg.Database.URL)
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer pool.Close()
+	cfg := defaultConfig() // in an app, config.Load(config.Options{})
+	failOneJob(ctx, pool, "contacts.export")
 
-	// Each call returns an error; this tour keeps only the last.
+	// Each call returns an error; this tour checks only the last.
 	svc := fleet.FromConfig(pool, cfg) // or fleet.New(pool, fleet.Options{...})
-	err = svc.Pause(ctx, "exports")    // "": every supervisor
+	err := svc.Pause(ctx, "exports")   // "": every supervisor
 	err = svc.Resume(ctx, "")
 	err = svc.PauseQueue(ctx, "mail") // one queue, in every supervisor that works it
 	err = svc.ResumeQueue(ctx, "mail")
@@ -40,7 +37,7 @@ func ExampleService() {
 	failed, err := svc.FailedJobs(ctx, fleet.FailedFilter{Search: "contacts.export"})
 	if len(failed) > 0 {
 		newID, err := svc.Retry(ctx, failed[0].ID) // errors.Is(err, fleet.ErrFailedJobNotFound) when gone
-		fmt.Println(newID, err)
+		fmt.Println("retried as a new job:", newID != 0, err)
 	}
 	n, err := svc.FailedCount(ctx, fleet.FailedFilter{Queue: "mail"}) // what RetryAll/ForgetAll would touch
 	n, err = svc.RetryAll(ctx, fleet.FailedFilter{Queue: "mail"})
@@ -54,18 +51,47 @@ func ExampleService() {
 	}
 	story, err = svc.FailedJobStory(ctx, 12)          // by failed-job id; errors.Is(err, fleet.ErrFailedJobNotFound)
 	charts, err := svc.Metrics(ctx, fleet.PeriodHour) // hour (per minute) | day (per 15 min) | week (per hour)
-	fmt.Println(status, masters, loads, late, n, pending, done, story, charts, err)
-}
-
-// Reading what happened, from the app's own code. (Compiled, not run: it
-// needs a database.)
-func ExampleService_Workload() {
-	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, os.Getenv("APP_DATABASE__URL"))
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer pool.Close()
+
+	fmt.Println(status, len(masters.Masters), len(loads), len(late), n, len(pending), len(done), story.ID, len(charts))
+	// Output:
+	// retried as a new job: true <nil>
+	// no job 4711
+	// Inactive 0 0 0 0 0 0 0 0
+}
+
+// defaultConfig is fleet's configuration with no file and no environment:
+// its defaults.
+func defaultConfig() *config.Config {
+	cfg, err := config.Load(config.Options{Environ: []string{}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	return cfg
+}
+
+// failOneJob dispatches a job of that name with one try, and runs it with
+// a handler that fails: the job moves to the failed jobs.
+func failOneJob(ctx context.Context, pool *pgxpool.Pool, name string) {
+	jobs := queue.NewRegistry()
+	jobs.Handle(name, func(context.Context, *queue.Job) error { return errors.New("disk full") })
+	if _, err := queue.NewClient(pool, queue.Defaults{}).Dispatch(ctx, queue.NewJob(name, nil).Tries(1)); err != nil {
+		log.Fatal(err)
+	}
+	fleettest.WorkOne(ctx, examplekit.NewT(), pool, jobs, "default")
+}
+
+// Reading what happened, from the app's own code.
+func ExampleService_Workload() {
+	pool, drop := examplekit.Pool()
+	defer drop()
+	ctx := context.Background()
+	mail := queue.NewJob("mail.send", nil).OnQueue("mail")
+	if _, err := queue.NewClient(pool, queue.Defaults{}).DispatchMany(ctx, []*queue.JobSpec{mail, mail}); err != nil {
+		log.Fatal(err)
+	}
 
 	svc := fleet.New(pool, fleet.Options{}) // import "github.com/fleet-go/fleet"
 	loads, err := svc.Workload(ctx)
@@ -80,4 +106,7 @@ func ExampleService_Workload() {
 		fmt.Println(q.Queue, q.Pending, q.Reserved)
 	}
 	fmt.Println(len(done), "completed attempts in mail")
+	// Output:
+	// mail 2 0
+	// 0 completed attempts in mail
 }

@@ -25,6 +25,7 @@ var layout = map[string][]string{
 	"internal/apptest":       {"cmd", "internal/testwait", "pgtest", "queue"},
 	"internal/backoff":       {},
 	"internal/defaults":      {},
+	"internal/examplekit":    {"pgtest"},
 	"internal/jobhook":       {},
 	"internal/lifecycle":     {},
 	"internal/pgbouncertest": {"internal/syncbuf"},

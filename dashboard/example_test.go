@@ -1,32 +1,33 @@
 package dashboard_test
 
 import (
-	"context"
 	"fmt"
-	"log"
 	"net/http"
-	"os"
-
-	"github.com/jackc/pgx/v5/pgxpool"
+	"net/http/httptest"
 
 	"github.com/fleet-go/fleet"
 	"github.com/fleet-go/fleet/dashboard"
+	"github.com/fleet-go/fleet/internal/examplekit"
 )
 
 // user is the app's own signed-in user.
 type user struct{ Admin bool }
 
-// currentUser stands in for the app's session lookup.
-func currentUser(r *http.Request) (user, bool) { return user{}, false }
+// currentUser stands in for the app's session lookup: here an admin is
+// signed in when the request carries the header X-Demo-Admin.
+func currentUser(r *http.Request) (user, bool) {
+	if r.Header.Get("X-Demo-Admin") == "" {
+		return user{}, false
+	}
+	return user{Admin: true}, true
+}
 
 // The dashboard mounted in the app's own HTTP server, behind the app's own
-// authentication. (Compiled, not run: it needs a database.)
+// authentication.
 func ExampleNew() {
-	pool, err := pgxpool.New(context.Background(), os.Getenv("APP_DATABASE__URL"))
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer pool.Close()
+	pool, drop := examplekit.Pool()
+	defer drop()
+
 	mux := http.NewServeMux()
 	redactions := []string{"password", "secret", "token", "authorization", "api_key"}
 
@@ -47,5 +48,18 @@ func ExampleNew() {
 	})
 	mux.Handle("/admin/fleet", h)
 	mux.Handle("/admin/fleet/", h)
-	log.Fatal(http.ListenAndServe("127.0.0.1:8080", mux))
+
+	// In the app: http.ListenAndServe(addr, mux). Here, two requests.
+	for _, admin := range []bool{false, true} {
+		r := httptest.NewRequest(http.MethodGet, "/admin/fleet/api/me", nil)
+		if admin {
+			r.Header.Set("X-Demo-Admin", "1")
+		}
+		w := httptest.NewRecorder()
+		mux.ServeHTTP(w, r)
+		fmt.Print(w.Code, " ", w.Body.String())
+	}
+	// Output:
+	// 401 {"error":"unauthenticated: sign in first"}
+	// 200 {"abilities":["view","operate"]}
 }

@@ -4,44 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/fleet-go/fleet/fleettest"
+	"github.com/fleet-go/fleet/internal/examplekit"
 	"github.com/fleet-go/fleet/queue"
 )
-
-// exampleT stands in, in these examples, for the *testing.T that a test
-// gets: it runs the cleanups at done and panics where a test would fail.
-type exampleT struct {
-	testing.TB
-	ctx      context.Context
-	cancel   context.CancelFunc
-	cleanups []func()
-}
-
-func newExampleT() *exampleT {
-	ctx, cancel := context.WithCancel(context.Background())
-	return &exampleT{ctx: ctx, cancel: cancel}
-}
-
-func (t *exampleT) Helper()                           {}
-func (t *exampleT) Context() context.Context          { return t.ctx }
-func (t *exampleT) Cleanup(f func())                  { t.cleanups = append(t.cleanups, f) }
-func (t *exampleT) Log(...any)                        {}
-func (t *exampleT) Logf(string, ...any)               {}
-func (t *exampleT) Fatal(args ...any)                 { panic(fmt.Sprint(args...)) }
-func (t *exampleT) Fatalf(format string, args ...any) { panic(fmt.Sprintf(format, args...)) }
-func (t *exampleT) Errorf(format string, args ...any) { panic(fmt.Sprintf(format, args...)) }
-
-func (t *exampleT) done() {
-	t.cancel()
-	for i := len(t.cleanups) - 1; i >= 0; i-- {
-		t.cleanups[i]()
-	}
-}
 
 // SendInvoice is the args of a job of these examples.
 type SendInvoice struct {
@@ -54,8 +24,8 @@ func (SendInvoice) JobName() string { return "invoice.send" }
 // RequireDispatched checks that the code under test dispatched a job, by
 // its name and what it should carry.
 func ExampleRequireDispatched() {
-	t := newExampleT() // in a test: the test's t
-	defer t.done()
+	t := examplekit.NewT() // in a test: the test's t
+	defer t.Done()
 	ctx := context.Background()
 
 	pool := fleettest.Pool(t)
@@ -78,8 +48,8 @@ func ExampleRequireDispatched() {
 // RequireDispatchedTx looks only at the jobs a transaction dispatched,
 // before it commits.
 func ExampleRequireDispatchedTx() {
-	t := newExampleT()
-	defer t.done()
+	t := examplekit.NewT()
+	defer t.Done()
 	ctx := context.Background()
 	pool := fleettest.Pool(t)
 	client := queue.NewClient(pool, queue.Defaults{})
@@ -99,8 +69,8 @@ func ExampleRequireDispatchedTx() {
 // Drain works queues with the app's registry until they are empty and
 // counts how the attempts ended.
 func ExampleDrain() {
-	t := newExampleT()
-	defer t.done()
+	t := examplekit.NewT()
+	defer t.Done()
 	ctx := context.Background()
 	pool := fleettest.Pool(t)
 	client := queue.NewClient(pool, queue.Defaults{})
@@ -128,8 +98,8 @@ func ExampleDrain() {
 // MakeDue moves a delayed job, or a retry waiting out its backoff, to now:
 // the test's hand on the database's clock.
 func ExampleMakeDue() {
-	t := newExampleT()
-	defer t.done()
+	t := examplekit.NewT()
+	defer t.Done()
 	ctx := context.Background()
 	pool := fleettest.Pool(t)
 	client := queue.NewClient(pool, queue.Defaults{})
@@ -152,8 +122,8 @@ func ExampleMakeDue() {
 
 // WorkOne runs one attempt of the next ready job and returns its outcome.
 func ExampleWorkOne() {
-	t := newExampleT()
-	defer t.done()
+	t := examplekit.NewT()
+	defer t.Done()
 	ctx := context.Background()
 	pool := fleettest.Pool(t)
 	client := queue.NewClient(pool, queue.Defaults{})

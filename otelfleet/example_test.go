@@ -3,24 +3,31 @@ package otelfleet_test
 import (
 	"context"
 	"fmt"
+	"log"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
+	"github.com/fleet-go/fleet/fleettest"
+	"github.com/fleet-go/fleet/internal/examplekit"
 	"github.com/fleet-go/fleet/otelfleet"
 	"github.com/fleet-go/fleet/queue"
 )
 
 // An app traces its jobs with the two middlewares: dispatch middleware on
 // its Client, work middleware on its Registry. They use the global tracer
-// provider and propagator unless given others.
+// provider and propagator unless given others. Here one job goes through
+// both, and the exporter receives its two spans.
 func Example_setup() {
-	var pool *pgxpool.Pool                      // the app's pool
-	exporter := tracetest.NewInMemoryExporter() // in an app: an OTLP exporter
+	pool, drop := examplekit.Pool() // the app's pool
+	defer drop()
+	ctx := context.Background()
+	defer otel.SetTextMapPropagator(otel.GetTextMapPropagator())
+	defer otel.SetTracerProvider(otel.GetTracerProvider())
 
+	exporter := tracetest.NewInMemoryExporter() // in an app: an OTLP exporter
 	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exporter))
 	otel.SetTracerProvider(tp)
 	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
@@ -30,6 +37,24 @@ func Example_setup() {
 
 	jobs := queue.NewRegistry()
 	jobs.Use(otelfleet.WorkMiddleware())
+
+	jobs.Handle("mail.send", func(context.Context, *queue.Job) error { return nil })
+	if _, err := client.Dispatch(ctx, queue.NewJob("mail.send", nil).OnQueue("mail")); err != nil {
+		log.Fatal(err)
+	}
+	fleettest.WorkOne(ctx, examplekit.NewT(), pool, jobs, "mail")
+	if err := tp.ForceFlush(ctx); err != nil { // exports what the batcher holds
+		log.Fatal(err)
+	}
+	for _, s := range exporter.GetSpans() {
+		fmt.Println(s.Name, s.SpanKind)
+	}
+	if err := tp.Shutdown(ctx); err != nil {
+		log.Fatal(err)
+	}
+	// Output:
+	// fleet.dispatch mail.send producer
+	// fleet.work mail.send consumer
 }
 
 // The work span of an attempt is the child of its job's dispatch span:

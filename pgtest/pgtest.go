@@ -4,8 +4,10 @@
 //
 //	func TestMain(m *testing.M) { pgtest.Main(m) }
 //
-// and each test asks for its own database with URL or Pool. The first such
-// call of a test process finds a server, in this order:
+// and each test asks for its own database with URL or Pool; code without a
+// testing.TB (an Example function) takes one with NewDatabase and drops it
+// itself. The first such call of a test process finds a server, in this
+// order:
 //
 //  1. the server of FLEET_TEST_DATABASE_URL, when that is set (a URL to any
 //     database the harness may connect to; its role needs CREATEDB);
@@ -129,30 +131,69 @@ func URL(t testing.TB) string {
 	ready(t)
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	name := testDBPrefix + randomHex(8)
 	began := time.Now()
-	err := retryInUse(ctx, func() error {
-		_, err := h.admin.Exec(ctx, "CREATE DATABASE "+ident(name)+" TEMPLATE "+ident(h.template))
-		return err
-	})
+	u, name, err := h.create(ctx)
 	if err != nil {
-		t.Fatalf("pgtest: create database %s from template %s on %s: %v", name, h.template, h.source, err)
+		t.Fatal(err)
 	}
 	if _, bench := t.(*testing.B); !bench { // benchmarks would print it every time
 		t.Logf("pgtest: database %s created in %v", name, time.Since(began).Round(time.Microsecond))
 	}
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if _, err := h.admin.Exec(ctx, "DROP DATABASE IF EXISTS "+ident(name)+" WITH (FORCE)"); err != nil {
-			t.Errorf("pgtest: drop test database %s: %v", name, err)
+		if err := h.drop(name); err != nil {
+			t.Error(err)
 		}
 	})
+	return u
+}
+
+// NewDatabase is URL for code that has no testing.TB: an Example
+// function, or TestMain itself. It returns the URL of a fresh, migrated
+// database and drop, which drops it (WITH (FORCE)); the caller calls drop
+// once done with it, before Main returns. It works only while Main runs
+// the tests (from TestMain or a test), and returns an error when no server
+// can be had.
+func NewDatabase(ctx context.Context) (url string, drop func() error, err error) {
+	if !h.running {
+		return "", nil, errors.New("pgtest: call pgtest.Main from TestMain: func TestMain(m *testing.M) { pgtest.Main(m) }")
+	}
+	h.once.Do(h.setup)
+	if h.err != nil {
+		return "", nil, h.err
+	}
+	u, name, err := h.create(ctx)
+	if err != nil {
+		return "", nil, err
+	}
+	return u, func() error { return h.drop(name) }, nil
+}
+
+// create makes a database from the template and returns its URL and name.
+func (h *harness) create(ctx context.Context) (string, string, error) {
+	name := testDBPrefix + randomHex(8)
+	err := retryInUse(ctx, func() error {
+		_, err := h.admin.Exec(ctx, "CREATE DATABASE "+ident(name)+" TEMPLATE "+ident(h.template))
+		return err
+	})
+	if err != nil {
+		return "", "", fmt.Errorf("pgtest: create database %s from template %s on %s: %w", name, h.template, h.source, err)
+	}
 	u, err := withDatabase(h.adminURL, name)
 	if err != nil {
-		t.Fatalf("pgtest: %v", err)
+		_ = h.drop(name)
+		return "", "", fmt.Errorf("pgtest: %w", err)
 	}
-	return u
+	return u, name, nil
+}
+
+// drop drops a database create made.
+func (h *harness) drop(name string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := h.admin.Exec(ctx, "DROP DATABASE IF EXISTS "+ident(name)+" WITH (FORCE)"); err != nil {
+		return fmt.Errorf("pgtest: drop test database %s: %w", name, err)
+	}
+	return nil
 }
 
 // Pool returns a pool on a fresh database (as URL), closed when the test ends.

@@ -58,6 +58,33 @@ func databaseExists(t *testing.T, admin *pgx.Conn, name string) bool {
 	return exists
 }
 
+// TestNewDatabase: a database of NewDatabase, for code without a testing.TB,
+// is migrated and named like URL's, and drop removes it.
+func TestNewDatabase(t *testing.T) {
+	t.Parallel()
+	url, drop, err := pgtest.NewDatabase(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pgx.Connect(t.Context(), url)
+	if err != nil {
+		_ = drop()
+		t.Fatalf("connect: %v", err)
+	}
+	hasQueueJobs(t, conn)
+	name := currentDatabase(t, conn)
+	if !strings.HasPrefix(name, "fleet_test_") {
+		t.Errorf("database name %q lacks the fleet_test_ prefix", name)
+	}
+	_ = conn.Close(t.Context())
+	if err := drop(); err != nil {
+		t.Fatal(err)
+	}
+	if databaseExists(t, connect(t, pgtest.AdminURL(t)), name) {
+		t.Errorf("database %s still exists after drop", name)
+	}
+}
+
 // TestURL checks that two URLs are two migrated databases, and that both are
 // gone once their tests have ended.
 func TestURL(t *testing.T) {

@@ -2,36 +2,30 @@ package queue_test
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"log"
-	"os"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
-	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver
+	"github.com/jackc/pgx/v5/stdlib" // pgx's database/sql driver
 
+	"github.com/fleet-go/fleet/fleettest"
+	"github.com/fleet-go/fleet/internal/examplekit"
 	"github.com/fleet-go/fleet/queue"
 )
 
-// connect opens the pool the compile-only examples below use.
-func connect(ctx context.Context) *pgxpool.Pool {
-	pool, err := pgxpool.New(ctx, os.Getenv("APP_DATABASE__URL"))
-	if err != nil {
-		log.Fatal(err)
-	}
-	return pool
-}
+// The examples below that need PostgreSQL each take a fresh database of the
+// test harness (examplekit.Pool; in an app, the app's own pool), and run
+// the jobs they dispatch with fleettest.WorkOne, as a worker of `app fleet`
+// would run them.
 
 // A handler, registered by name, and a dispatch of the job it runs. The
 // registry goes to cmd.Execute (see docs/embedding.md); `app fleet`'s
-// workers then run the handler. (This example needs a database: it is
-// compiled, not run.)
+// workers then run the handler.
 func ExampleClient_Dispatch() {
+	pool, drop := examplekit.Pool()
+	defer drop()
 	ctx := context.Background()
-	pool := connect(ctx)
-	defer pool.Close()
 
 	jobs := queue.NewRegistry()
 	jobs.Handle("mail.send", func(ctx context.Context, job *queue.Job) error {
@@ -46,21 +40,26 @@ func ExampleClient_Dispatch() {
 	})
 
 	client := queue.NewClient(pool, queue.Defaults{})
-	idRes, err := client.Dispatch(ctx, queue.NewJob("mail.send", map[string]string{"to": "ann@example.com"}).OnQueue("mail"))
+	res, err := client.Dispatch(ctx, queue.NewJob("mail.send", map[string]string{"to": "ann@example.com"}).OnQueue("mail"))
 	if err != nil {
 		log.Fatal(err)
 	}
-	id := idRes.ID
-	fmt.Println("dispatched job", id)
+
+	e, _ := fleettest.WorkOne(ctx, examplekit.NewT(), pool, jobs, "mail")
+	fmt.Println("job", e.JobID == res.ID, e.Kind, "at attempt", e.Attempt)
+	// Output:
+	// sending mail to ann@example.com
+	// job true completed at attempt 1
 }
 
 // Options a job may set; what it does not set is decided when it runs (its
-// supervisor's defaults, else the [queue] section's). (Compiled, not run:
-// it needs a database.)
+// supervisor's defaults, else the [queue] section's). A dispatch never
+// changes the spec it is given: Opts reads back what the spec sets.
 func ExampleClient_Dispatch_options() {
+	pool, drop := examplekit.Pool()
+	defer drop()
 	ctx := context.Background()
-	pool := connect(ctx)
-	defer pool.Close()
+
 	client := queue.NewClient(pool, queue.Defaults{}) // tries, backoff, timeout: the worker's supervisor decides
 	payload := map[string]string{"to": "ann@example.com"}
 
@@ -70,21 +69,28 @@ func ExampleClient_Dispatch_options() {
 		Tries(5).                // at most 5 attempts
 		Backoff(1, 5, 30).       // seconds before each retry; the last repeats
 		Timeout(2 * time.Minute) // per attempt
-	idRes, err := client.Dispatch(ctx, job)
-	if err != nil {
+	if _, err := client.Dispatch(ctx, job); err != nil {
 		log.Fatal(err)
 	}
-	id := idRes.ID
-	fmt.Println("dispatched job", id)
+	o := job.Opts()
+	fmt.Println(o.Queue, o.Tries, o.Backoff, o.Timeout)
+
+	stored := fleettest.RequireDispatched(examplekit.NewT(), pool, "mail.send")
+	fmt.Println(stored.Queue, stored.State, stored.MaxTries)
+	// Output:
+	// mail 5 [1 5 30] 2m0s
+	// mail delayed 5
 }
 
 // Inside your own pgx transaction, the job exists only if the transaction
-// commits: the order and its mail commit together, or neither. (Compiled,
-// not run: it needs a database.)
+// commits: the order and its mail commit together, or neither.
 func ExampleClient_DispatchTx() {
+	pool, drop := examplekit.Pool()
+	defer drop()
 	ctx := context.Background()
-	pool := connect(ctx)
-	defer pool.Close()
+	if _, err := pool.Exec(ctx, `CREATE TABLE orders (id bigserial PRIMARY KEY, email text NOT NULL)`); err != nil {
+		log.Fatal(err)
+	}
 	client := queue.NewClient(pool, queue.Defaults{})
 
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
@@ -97,20 +103,26 @@ func ExampleClient_DispatchTx() {
 	if err != nil {
 		log.Fatal(err)
 	}
+
+	var orders int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM orders`).Scan(&orders); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("orders:", orders, "mail jobs:", len(fleettest.Dispatched(examplekit.NewT(), pool, "mail.send")))
+	// Output: orders: 1 mail jobs: 1
 }
 
 // The same inside a database/sql transaction of pgx's stdlib driver.
-// (Compiled, not run: it needs a database.)
 func ExampleClient_DispatchSQLTx() {
+	pool, drop := examplekit.Pool()
+	defer drop()
 	ctx := context.Background()
-	pool := connect(ctx)
-	defer pool.Close()
-	client := queue.NewClient(pool, queue.Defaults{})
-
-	db, err := sql.Open("pgx", os.Getenv("APP_DATABASE__URL")) // or stdlib.OpenDBFromPool(pool)
-	if err != nil {
+	if _, err := pool.Exec(ctx, `CREATE TABLE orders (id bigserial PRIMARY KEY, email text NOT NULL)`); err != nil {
 		log.Fatal(err)
 	}
+	client := queue.NewClient(pool, queue.Defaults{})
+
+	db := stdlib.OpenDBFromPool(pool) // or sql.Open("pgx", url)
 	defer db.Close()
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
@@ -126,34 +138,41 @@ func ExampleClient_DispatchSQLTx() {
 	if err := tx.Commit(); err != nil {
 		log.Fatal(err)
 	}
+
+	fmt.Println("mail jobs:", len(fleettest.Dispatched(examplekit.NewT(), pool, "mail.send")))
+	// Output: mail jobs: 1
 }
 
-// Many jobs in one round trip, all or none. (Compiled, not run: it needs a
-// database.)
+// Many jobs in one round trip, all or none, each with its result in order.
 func ExampleClient_DispatchMany() {
+	pool, drop := examplekit.Pool()
+	defer drop()
 	ctx := context.Background()
-	pool := connect(ctx)
-	defer pool.Close()
 	client := queue.NewClient(pool, queue.Defaults{})
 
 	batch := []*queue.JobSpec{
 		queue.NewJob("mail.send", map[string]string{"to": "ann@example.com"}),
 		queue.NewJob("mail.send", map[string]string{"to": "bob@example.com"}),
 	}
-	ids, err := client.DispatchMany(ctx, batch) // DispatchManyTx, DispatchManySQLTx inside a transaction
+	results, err := client.DispatchMany(ctx, batch) // DispatchManyTx, DispatchManySQLTx inside a transaction
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println("dispatched jobs", ids)
+	ids := queue.IDs(results) // the jobs' ids, in the batch's order
+
+	fmt.Println(len(ids), "jobs dispatched, duplicates:", results[0].Duplicate, results[1].Duplicate)
+	// Output: 2 jobs dispatched, duplicates: false false
 }
 
 // A handler whose effects are writes to fleet's own database makes them
-// and the job's completion one transaction. (Compiled, not run: it needs a
-// database and a worker.)
+// and the job's completion one transaction.
 func ExampleJob_CompleteTx() {
+	pool, drop := examplekit.Pool()
+	defer drop()
 	ctx := context.Background()
-	pool := connect(ctx)
-	defer pool.Close()
+	if _, err := pool.Exec(ctx, `CREATE TABLE invoices (order_id bigint PRIMARY KEY)`); err != nil {
+		log.Fatal(err)
+	}
 	jobs := queue.NewRegistry()
 
 	jobs.Handle("invoice.issue", func(ctx context.Context, j *queue.Job) error {
@@ -176,15 +195,26 @@ func ExampleJob_CompleteTx() {
 		}
 		return tx.Commit(ctx)
 	})
+
+	client := queue.NewClient(pool, queue.Defaults{})
+	if _, err := client.Dispatch(ctx, queue.NewJob("invoice.issue", map[string]int64{"order_id": 7})); err != nil {
+		log.Fatal(err)
+	}
+	e, _ := fleettest.WorkOne(ctx, examplekit.NewT(), pool, jobs, "default")
+	var invoices int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM invoices`).Scan(&invoices); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(e.Kind, "invoices:", invoices)
+	// Output: completed invoices: 1
 }
 
 // A unique job: while a job with the same key counts, a dispatch inserts
-// nothing and returns the id of the job that holds the key. (Compiled, not
-// run: it needs a database.)
+// nothing and its result names the job that holds the key.
 func ExampleJobSpec_Unique() {
+	pool, drop := examplekit.Pool()
+	defer drop()
 	ctx := context.Background()
-	pool := connect(ctx)
-	defer pool.Close()
 	client := queue.NewClient(pool, queue.Defaults{})
 	p := map[string]int{"customer": 42}
 
@@ -192,29 +222,45 @@ func ExampleJobSpec_Unique() {
 	j := queue.NewJob("report.build", p).Unique(queue.Unique{
 		Key: "customer:42", Period: time.Hour, Completed: true,
 	})
-	res, err := client.Dispatch(ctx, j) // res.Duplicate: res.ID is the job that holds the key
+	first, err := client.Dispatch(ctx, j)
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println(res.ID, res.Duplicate)
+	again, err := client.Dispatch(ctx, j) // again.Duplicate: again.ID is the job that holds the key
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	fmt.Println(first.Duplicate, again.Duplicate, again.ID == first.ID)
+	// Output: false true true
 }
 
 // A concurrency limit: at most two jobs with the key run at once, across
-// every worker of the fleet. (Compiled, not run: it needs a database.)
+// every worker of the fleet; the others wait, parked ("limited").
 func ExampleJobSpec_Limit() {
+	pool, drop := examplekit.Pool()
+	defer drop()
 	ctx := context.Background()
-	pool := connect(ctx)
-	defer pool.Close()
 	client := queue.NewClient(pool, queue.Defaults{})
 	payload := map[string]int{"tenant": 42}
 
 	// At most two exports per tenant at a time.
 	job := queue.NewJob("exports.csv", payload).OnQueue("exports").Limit("tenant:42", 2)
-	id, err := client.Dispatch(ctx, job) // DispatchTx, DispatchMany(Tx), DispatchSQLTx alike
+	res, err := client.Dispatch(ctx, job) // DispatchTx, DispatchMany(Tx), DispatchSQLTx alike
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println("dispatched job", id)
+
+	if _, err := client.DispatchMany(ctx, []*queue.JobSpec{job, job}); err != nil {
+		log.Fatal(err)
+	}
+	for _, j := range fleettest.Dispatched(examplekit.NewT(), pool, "exports.csv") {
+		fmt.Println(j.ID == res.ID, j.State)
+	}
+	// Output:
+	// true pending
+	// false pending
+	// false limited
 }
 
 // Priority orders a queue's ready jobs: lower runs first, then the
@@ -227,6 +273,37 @@ func ExampleJobSpec_Priority() {
 	// Output:
 	// -10 50
 	// JobSpec.Priority must be between -100 and 100, got 101
+}
+
+// A claim takes the most urgent job first, whatever order the jobs were
+// dispatched in.
+func ExampleJobSpec_Priority_order() {
+	pool, drop := examplekit.Pool()
+	defer drop()
+	ctx := context.Background()
+	client := queue.NewClient(pool, queue.Defaults{})
+	jobs := queue.NewRegistry()
+	jobs.Handle("mail.send", func(ctx context.Context, job *queue.Job) error {
+		fmt.Println("priority", job.Priority)
+		return nil
+	})
+
+	if _, err := client.DispatchMany(ctx, []*queue.JobSpec{
+		queue.NewJob("mail.send", nil).Priority(50),  // a digest: it can wait
+		queue.NewJob("mail.send", nil),               // the default, 0
+		queue.NewJob("mail.send", nil).Priority(-10), // a password reset
+	}); err != nil {
+		log.Fatal(err)
+	}
+	for {
+		if _, ok := fleettest.WorkOne(ctx, examplekit.NewT(), pool, jobs, "default"); !ok {
+			break
+		}
+	}
+	// Output:
+	// priority -10
+	// priority 0
+	// priority 50
 }
 
 // Tags label a job; a repeated tag counts once.

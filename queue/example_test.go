@@ -6,11 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"log"
-	"os"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
+	"github.com/fleet-go/fleet/fleettest"
+	"github.com/fleet-go/fleet/internal/examplekit"
 	"github.com/fleet-go/fleet/queue"
 )
 
@@ -59,23 +58,48 @@ func ExampleHandleTyped_decodeFailure() {
 	// decode args of job 7 (mail.welcome) into queue_test.SendWelcome: field "user_id": JSON string does not fit Go type int64
 }
 
-// Dispatching a typed job is dispatching a job. (This example needs a
-// database: it is compiled, not run.)
+// Dispatching a typed job is dispatching a job.
 func ExampleNewTypedJob() {
+	pool, drop := examplekit.Pool()
+	defer drop()
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, os.Getenv("APP_DATABASE__URL"))
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer pool.Close()
 	client := queue.NewClient(pool, queue.Defaults{})
 
-	idRes, err := client.Dispatch(ctx, queue.NewTypedJob(SendWelcome{UserID: 42}).OnQueue("mail").Tries(5))
+	res, err := client.Dispatch(ctx, queue.NewTypedJob(SendWelcome{UserID: 42}).OnQueue("mail").Tries(5))
 	if err != nil {
 		log.Fatal(err)
 	}
-	id := idRes.ID
-	fmt.Println("dispatched job", id)
+
+	job := fleettest.RequireDispatchedArgs(examplekit.NewT(), pool, SendWelcome{UserID: 42})
+	fmt.Println(job.ID == res.ID, job.Name, job.Queue, job.MaxTries, string(job.Payload))
+	// Output: true mail.welcome mail 5 {"locale": "", "user_id": 42}
+}
+
+// ExportCSV is the args of the "exports.csv" job, and carries its jobs'
+// defaults.
+type ExportCSV struct {
+	TenantID int64 `json:"tenant_id"`
+}
+
+func (ExportCSV) JobName() string { return "exports.csv" }
+
+// JobOpts are the defaults of every exports.csv job.
+func (ExportCSV) JobOpts() queue.JobOpts {
+	return queue.JobOpts{Queue: "exports", Tries: 3, Priority: 10, Tags: []string{"export"}}
+}
+
+// An args type may declare its jobs' defaults once (JobArgsWithOpts); a
+// spec's own methods override them for one dispatch.
+func ExampleJobArgsWithOpts() {
+	spec := queue.NewTypedJob(ExportCSV{TenantID: 42})
+	urgent := queue.NewTypedJob(ExportCSV{TenantID: 42}).Priority(-10).Tags("tenant:42")
+
+	o, u := spec.Opts(), urgent.Opts()
+	fmt.Println(spec.Name, o.Queue, o.Tries, o.Priority, o.Tags)
+	fmt.Println(urgent.Name, u.Queue, u.Tries, u.Priority, u.Tags)
+	// Output:
+	// exports.csv exports 3 10 [export]
+	// exports.csv exports 3 -10 [export tenant:42]
 }
 
 // Work middleware wraps every handler, the first registered outermost.
@@ -102,15 +126,12 @@ func ExampleRegistry_Use() {
 }
 
 // Dispatch middleware sees every job before it is inserted: it may change
-// it or refuse it, and a refused dispatch inserts nothing.
+// it or refuse it, and a refused dispatch inserts nothing. It changes a
+// copy: the caller's spec stays as it was.
 func ExampleClient_Use() {
+	pool, drop := examplekit.Pool()
+	defer drop()
 	ctx := context.Background()
-	// pgxpool.New connects lazily; the refused dispatch below never does.
-	pool, err := pgxpool.New(ctx, "postgres://localhost:5432/app")
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer pool.Close()
 	client := queue.NewClient(pool, queue.Defaults{})
 
 	errNoTenant := errors.New("no tenant in the payload")
@@ -125,12 +146,20 @@ func ExampleClient_Use() {
 		return nil
 	})
 
-	_, err = client.Dispatch(ctx, queue.NewJob("invoice.send", map[string]int{"invoice": 9}))
+	_, err := client.Dispatch(ctx, queue.NewJob("invoice.send", map[string]int{"invoice": 9}))
 	fmt.Println(err)
 	fmt.Println(errors.Is(err, errNoTenant))
+
+	spec := queue.NewJob("invoice.send", map[string]any{"invoice": 10, "tenant": "acme"})
+	if _, err := client.Dispatch(ctx, spec); err != nil {
+		log.Fatal(err)
+	}
+	stored := fleettest.RequireDispatched(examplekit.NewT(), pool, "invoice.send")
+	fmt.Printf("stored on %s; the spec's queue is still %q\n", stored.Queue, spec.Queue)
 	// Output:
 	// dispatch job "invoice.send": refused by dispatch middleware: no tenant in the payload
 	// true
+	// stored on tenant-acme; the spec's queue is still ""
 }
 
 // An error hook hears of every failed attempt, for the app's error

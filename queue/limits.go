@@ -26,7 +26,7 @@ func CheckLimitKey(label, key string) error { return checkName(label, key, MaxLi
 
 // CheckLimit reports whether key and n can be a job's concurrency limit:
 // key passes CheckLimitKey and n is at least 1. The error starts with
-// label, the name of the argument that carried them ("Job.Limit").
+// label, the name of the argument that carried them ("JobSpec.Limit").
 func CheckLimit(label, key string, n int) error {
 	if err := CheckLimitKey(label+" key", key); err != nil {
 		return err

@@ -16,7 +16,7 @@ const (
 // spaces, valid UTF-8, no control characters (newline, tab, NUL, ...), no
 // comma (a worker's queues are one comma-separated list), at most
 // MaxQueueBytes. The error starts with label, the name of the
-// argument that carried q ("--queue", "Job.Queue"). The configuration
+// argument that carried q ("--queue", "JobSpec.Queue"). The configuration
 // (queue.default_queue, queue.queues, a supervisor's queues) and the SQL
 // function fleet_dispatch apply the same rules.
 func CheckQueue(label, q string) error { return names.CheckQueue(label, q) }

@@ -13,8 +13,8 @@ import (
 )
 
 // Unique makes a job unique: while a job with the same key counts, a
-// dispatch of another inserts nothing and returns that job's id, with
-// Job.Duplicate set. The key is always the job's name, plus whatever the
+// dispatch of another inserts nothing and answers with that job's id, its
+// DispatchResult's Duplicate set. The key is always the job's name, plus whatever the
 // fields below add. A job with the key counts while it is in the queue
 // (pending, delayed, running, or waiting for a retry) and, with Completed,
 // once completed until the end of its period; a job that failed for good

@@ -1,6 +1,8 @@
 // The embedding guide's application (docs/embedding.md), a module of its
-// own. The replace builds it against this checkout; an app of your own has
-// none. TestEmbeddingGuide copies main.go out and builds and runs it.
+// own, as the guide's step 1 and `go mod tidy` make it; its replace points
+// at this checkout, two directories up, where the guide's points at
+// ../fleet. TestEmbeddingGuide runs the guide's commands, then builds
+// main.go and runs it.
 module example.com/shop
 
 go 1.26.0

@@ -112,22 +112,22 @@ func placeOrderCommand() *cobra.Command {
 
 // placeWithPgx inserts the order and dispatches its job in a pgx
 // transaction.
-func placeWithPgx(ctx context.Context, pool *pgxpool.Pool, client *queue.Client, job *queue.Job, email string) (int64, error) {
-	var id int64
+func placeWithPgx(ctx context.Context, pool *pgxpool.Pool, client *queue.Client, job *queue.JobSpec, email string) (int64, error) {
+	var res queue.DispatchResult
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `INSERT INTO orders (email) VALUES ($1)`, email); err != nil {
 			return err
 		}
-		res, err := client.DispatchTx(ctx, tx, job)
-		id = res.ID
+		var err error
+		res, err = client.DispatchTx(ctx, tx, job)
 		return err
 	})
-	return id, err
+	return res.ID, err
 }
 
 // placeWithSQL does the same in a database/sql transaction over pgx's
 // stdlib driver.
-func placeWithSQL(ctx context.Context, url string, client *queue.Client, job *queue.Job, email string) (int64, error) {
+func placeWithSQL(ctx context.Context, url string, client *queue.Client, job *queue.JobSpec, email string) (int64, error) {
 	db, err := sql.Open("pgx", url)
 	if err != nil {
 		return 0, err
@@ -141,10 +141,9 @@ func placeWithSQL(ctx context.Context, url string, client *queue.Client, job *qu
 	if _, err := tx.ExecContext(ctx, `INSERT INTO orders (email) VALUES ($1)`, email); err != nil {
 		return 0, err
 	}
-	idRes, err := client.DispatchSQLTx(ctx, tx, job)
+	res, err := client.DispatchSQLTx(ctx, tx, job)
 	if err != nil {
 		return 0, err
 	}
-	id := idRes.ID
-	return id, tx.Commit()
+	return res.ID, tx.Commit()
 }
