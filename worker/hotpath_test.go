@@ -264,7 +264,9 @@ func TestPrefetchedJobsStartWhileTheNextClaimWaits(t *testing.T) {
 		jobs[i] = queue.NewJob("ok", nil)
 	}
 	b.dispatch(t, jobs...)
-	w := b.worker(t, worker.Config{Concurrency: 1, StopWhenEmpty: true})
+	// A frozen clock: every runtime measures 0, so the prefetch stays at
+	// its bound however busy the machine is.
+	w := b.worker(t, worker.Config{Concurrency: 1, StopWhenEmpty: true, Now: frozen()})
 	rctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
 	errc := make(chan error, 1)

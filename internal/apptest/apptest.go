@@ -369,12 +369,20 @@ func Alive(pid int) bool {
 	return s != 0 && s != 'Z'
 }
 
+// Slack multiplies every deadline of Eventually. The deadlines of these
+// tests only catch hangs: what they wait for is a process starting, a
+// beat, a child replaced, which an idle machine does in well under the
+// time a test names, and a busy one (the whole suite at once on two
+// cores, or other work beside it) several times slower. A passing test
+// waits no longer for it; a hung one fails that much later.
+const Slack = 4
+
 // Eventually waits until cond holds, and fails the test if it does not
-// within the given time (testwait.Eventually).
+// within Slack times the given time (testwait.Eventually).
 func Eventually(t testing.TB, within time.Duration, what string, cond func() bool) {
 	t.Helper()
-	testwait.Eventually(t, within, what, cond)
+	testwait.Eventually(t, Slack*within, what, cond)
 }
 
-// Within reports whether cond holds within d (testwait.Within).
-func Within(d time.Duration, cond func() bool) bool { return testwait.Within(d, cond) }
+// Within reports whether cond holds within Slack times d (testwait.Within).
+func Within(d time.Duration, cond func() bool) bool { return testwait.Within(Slack*d, cond) }
