@@ -179,7 +179,10 @@ func TestTimescaleTrimDropsExpiredChunks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if took := time.Since(began); took > 900*time.Millisecond {
+	// The writer rolls back only after the trim returned: a trim that
+	// waited for its lock would never return, so this bound only catches
+	// that hang.
+	if took := time.Since(began); took > 20*time.Second {
 		t.Errorf("the trim took %v beside a writer", took)
 	}
 	if err := writer.Rollback(ctx); err != nil {

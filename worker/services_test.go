@@ -156,7 +156,9 @@ func TestServicesStartAndStopConcurrently(t *testing.T) {
 				}
 				began := time.Now()
 				s.Stop()
-				if took := time.Since(began); took > 100*time.Millisecond {
+				// Nothing is left to wait for: a Stop that waited would
+				// hang, which this bound catches.
+				if took := time.Since(began); took > 10*time.Second {
 					t.Errorf("%s: a Stop after Stop took %s", name, took)
 				}
 				if err := s.Start(context.Background()); err == nil {
