@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fleet-go/fleet"
+	"github.com/fleet-go/fleet/model"
 	"github.com/fleet-go/fleet/queue"
 )
 
@@ -22,7 +22,7 @@ func TestDutiesStayQuietUntilAPeriodCanBeDue(t *testing.T) {
 	clock := newTestClock(time.Now())
 	set := e.set
 	set.Now = clock.Now
-	d := newDuties(e.st, set, e.log, func() string { return "me" }, time.Now, e.budget, func(fleet.LongWaitDetected) bool { return true })
+	d := newDuties(e.st, set, e.log, func() string { return "me" }, time.Now, e.budget, func(model.LongWaitDetected) bool { return true })
 	d.sig.read.Init()
 	ctx := context.Background()
 	d.round(ctx)
@@ -69,11 +69,11 @@ func TestDutiesRaiseALongWaitOncePerCooldown(t *testing.T) {
 	set := e.set
 	set.LongWait = map[string]int{"default": 1, "other": 1}
 	set.LongWaitCooldown = time.Hour
-	set.OnLongWait = func(context.Context, fleet.LongWaitDetected) {}
+	set.OnLongWait = func(context.Context, model.LongWaitDetected) {}
 	var mu sync.Mutex
-	var raised []fleet.LongWaitDetected
-	offer := func(refuse bool) func(fleet.LongWaitDetected) bool {
-		return func(ev fleet.LongWaitDetected) bool {
+	var raised []model.LongWaitDetected
+	offer := func(refuse bool) func(model.LongWaitDetected) bool {
+		return func(ev model.LongWaitDetected) bool {
 			mu.Lock()
 			defer mu.Unlock()
 			raised = append(raised, ev)

@@ -10,9 +10,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/fleet-go/fleet"
 	"github.com/fleet-go/fleet/internal/syncbuf"
 	"github.com/fleet-go/fleet/master"
+	"github.com/fleet-go/fleet/model"
 	"github.com/fleet-go/fleet/pgtest"
 	"github.com/fleet-go/fleet/queue"
 	"github.com/fleet-go/fleet/spawner"
@@ -525,11 +525,11 @@ func TestLongWaitAlertOncePerCooldownAcrossMasters(t *testing.T) {
 		t.Fatal(err)
 	}
 	var mu sync.Mutex
-	var alerts []fleet.LongWaitDetected
+	var alerts []model.LongWaitDetected
 	listen := func(s *master.Settings) {
 		s.LongWait = map[string]int{"default": 1, "other": 1}
 		s.LongWaitCooldown = time.Hour
-		s.OnLongWait = func(_ context.Context, e fleet.LongWaitDetected) {
+		s.OnLongWait = func(_ context.Context, e model.LongWaitDetected) {
 			mu.Lock()
 			alerts = append(alerts, e)
 			mu.Unlock()

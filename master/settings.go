@@ -6,8 +6,8 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/fleet-go/fleet"
 	"github.com/fleet-go/fleet/internal/defaults"
+	"github.com/fleet-go/fleet/model"
 	"github.com/fleet-go/fleet/periodic"
 	"github.com/fleet-go/fleet/store"
 	"github.com/fleet-go/fleet/supervisor"
@@ -88,7 +88,7 @@ type Settings struct {
 	LongWaitCooldown time.Duration
 	// OnLongWait receives long-wait alerts, one at a time, from a goroutine
 	// of the master's.
-	OnLongWait func(context.Context, fleet.LongWaitDetected)
+	OnLongWait func(context.Context, model.LongWaitDetected)
 	// Trim says how long history is kept (defaults 24 h completed, 7 days
 	// failed, 30 days metrics). The ticks recorded for periodic schedules
 	// are kept as long as completed attempts.

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/fleet-go/fleet/model"
 )
 
 // counterUpsert and counterConflict wrap a SELECT of (queue, shard,
@@ -410,26 +412,7 @@ func (s *Store) MetricsSnapshot(ctx context.Context, p SnapshotParams) (int, err
 }
 
 // MetricsRow is a row of fleet_metrics.
-type MetricsRow struct {
-	TakenAt       time.Time `json:"taken_at"`
-	Kind          string    `json:"kind"`
-	Subject       string    `json:"subject"`
-	Jobs          int64     `json:"jobs"`
-	Failed        int64     `json:"failed"`
-	JobsPerMinute float64   `json:"jobs_per_minute"`
-	RuntimeP50Ms  float64   `json:"runtime_p50_ms"`
-	RuntimeP95Ms  float64   `json:"runtime_p95_ms"`
-	RuntimeP99Ms  float64   `json:"runtime_p99_ms"`
-	RuntimeMeanMs float64   `json:"runtime_mean_ms"`
-	WaitSecs      float64   `json:"wait_secs"`
-	ClearSecs     *float64  `json:"clear_secs"`
-	Pending       int64     `json:"pending"`
-	// BacklogSeen says some minute of the bucket recorded its own backlog;
-	// false: Pending, WaitSecs and ClearSecs say nothing of the bucket
-	// (its snapshots were written late, or by a master that did not see
-	// the minute end).
-	BacklogSeen bool `json:"backlog_seen"`
-}
+type MetricsRow = model.MetricsRow
 
 // MetricsList returns the snapshots taken since since, oldest first,
 // merged into buckets of bucket (one minute or more): attempts and failures

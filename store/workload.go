@@ -2,11 +2,11 @@ package store
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/fleet-go/fleet/model"
 )
 
 // QueueLoad is what one queue holds and how fast it moves.
@@ -83,24 +83,8 @@ var workloadSQL = `
 		LEFT JOIN procs p ON p.queue = n.queue
 		ORDER BY n.queue`
 
-// QueuedJob is a job still in queue_jobs: pending, delayed, limited
-// (parked until a slot of its concurrency limit is free) or reserved.
-type QueuedJob struct {
-	ID       int64           `json:"id"`
-	Queue    string          `json:"queue"`
-	Name     string          `json:"name"`
-	Payload  json.RawMessage `json:"payload"`
-	State    string          `json:"state"`
-	Attempts int             `json:"attempts"`
-	// AvailableAt is when the job is (or was) available; for a limited
-	// job, when it may run once a slot is free.
-	AvailableAt time.Time `json:"available_at"`
-	CreatedAt   time.Time `json:"created_at"`
-	ReservedBy  *string   `json:"reserved_by,omitempty"`
-	LastError   *string   `json:"last_error,omitempty"`
-	Priority    int       `json:"priority"`
-	Tags        []string  `json:"tags,omitempty"`
-}
+// QueuedJob is a job still in queue_jobs.
+type QueuedJob = model.QueuedJob
 
 // JobListParams pages through jobs of one queue (empty: every queue).
 type JobListParams struct {
@@ -194,19 +178,7 @@ func (s *Store) JobList(ctx context.Context, p JobListParams) ([]QueuedJob, erro
 }
 
 // FinishedJob is a row of the job history (fleet_jobs).
-type FinishedJob struct {
-	JobID      int64     `json:"job_id"`
-	Queue      string    `json:"queue"`
-	Name       string    `json:"name"`
-	Attempt    int       `json:"attempt"`
-	Status     string    `json:"status"`
-	StartedAt  time.Time `json:"started_at"`
-	FinishedAt time.Time `json:"finished_at"`
-	RuntimeMs  float64   `json:"runtime_ms"`
-	Error      *string   `json:"error,omitempty"`
-	Master     *string   `json:"master,omitempty"`
-	Worker     *string   `json:"worker,omitempty"`
-}
+type FinishedJob = model.FinishedJob
 
 // JobHistoryList returns finished attempts with the given status (empty:
 // any), newest first. Each combination of status and queue is a statement
