@@ -43,11 +43,21 @@ type Options struct {
 	// of its code, as its masters run them: those PeriodicSchedules
 	// returns, which the dashboard lists.
 	Periodic []periodic.Schedule
+	// Now is the clock of what the Service reports and decides by the time
+	// (nil: the database's now(), as in production): the counts, waits and
+	// runtimes of Workload and Overview, LongWaits, and the window of
+	// Metrics. A test sets it (fleettest.Clock) to see them as they would
+	// be at that time. Dispatch, the workers' claims and finishes, and
+	// liveness keep the database's clock: a job is available from the
+	// database's now() when dispatched, so a test clock is set at or after
+	// it (see store.Store.WithClock for the whole list).
+	Now func() time.Time
 }
 
 // Service answers questions about the fleet and changes its shared state.
 type Service struct {
 	st          *store.Store
+	now         func() time.Time // Options.Now, else time.Now
 	longWait    map[string]int
 	redactor    *redact.Redactor
 	supervisors []string
@@ -60,8 +70,12 @@ func New(pool *pgxpool.Pool, opts Options) *Service {
 	if fragments == nil {
 		fragments = redact.DefaultFragments
 	}
+	st, now := store.New(pool), time.Now
+	if opts.Now != nil {
+		st, now = st.WithClock(opts.Now), opts.Now
+	}
 	return &Service{
-		st: store.New(pool), longWait: opts.LongWait, redactor: redact.New(fragments), supervisors: opts.Supervisors,
+		st: st, now: now, longWait: opts.LongWait, redactor: redact.New(fragments), supervisors: opts.Supervisors,
 		periodic: slices.Clone(opts.Periodic),
 	}
 }
@@ -761,7 +775,7 @@ func (s *Service) Metrics(ctx context.Context, period Period) ([]MetricsRow, err
 		return nil, err
 	}
 	back, bucket := period.span()
-	rows, err := s.st.MetricsList(ctx, time.Now().Add(-back), bucket)
+	rows, err := s.st.MetricsList(ctx, s.now().Add(-back), bucket)
 	if err != nil {
 		return nil, err
 	}
