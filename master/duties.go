@@ -21,8 +21,9 @@ import (
 // period, under a lease. A master that dies mid-duty leaves it undone and
 // another takes it over once the lease has passed; a duty that failed is
 // retried after a backoff (store.DutyRetryStep); masters catch up the
-// recent periods nobody did (snapshotBack). Periods come from the database
-// clock, never from this process's.
+// recent periods nobody did (snapshotBack). Periods come from the store's
+// clock (the database's, unless a test gave the store one: see
+// store.Store.WithClock), never from this process's.
 const (
 	// snapshotDuty names the metrics snapshot duty; its periods are
 	// minutes.

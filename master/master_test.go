@@ -69,7 +69,13 @@ func start(t *testing.T, pool *pgxpool.Pool, sups []supervisor.Supervisor, sp sp
 	if pool == nil {
 		pool = pgtest.Pool(t)
 	}
-	b := &bundle{pool: pool, st: store.New(pool), logs: &syncBuffer{}, summary: make(chan master.Summary, 1)}
+	return startOn(t, store.New(pool), sups, sp, tweak...)
+}
+
+// startOn is start on st: a store with a clock of the test's, say.
+func startOn(t *testing.T, st *store.Store, sups []supervisor.Supervisor, sp spawner.Spawner, tweak ...func(*master.Settings)) *bundle {
+	t.Helper()
+	b := &bundle{pool: st.Pool(), st: st, logs: &syncBuffer{}, summary: make(chan master.Summary, 1)}
 	if sp == nil {
 		b.fake = spawnertest.NewFakeSpawner()
 		sp = b.fake

@@ -78,7 +78,9 @@ type Settings struct {
 	// backoff, the balance cooldown, the start timeout, the jobs-per-minute
 	// rate, the waits between the duties' and the periodic service's
 	// reads, and the minute sweep. Liveness never uses it: it is measured
-	// on the database clock.
+	// on the database clock. The duties' periods and the snapshots'
+	// minutes are the store's clock (the database's, unless a test gave
+	// the store one: see store.Store.WithClock).
 	Now func() time.Time
 	// LongWait maps a queue to the wait, in seconds, that raises
 	// OnLongWait (0 or absent: off).
