@@ -5,8 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"strings"
-
-	"github.com/fleet-go/fleet/store"
 )
 
 // searchBatch is how many candidate rows a search reads per statement.
@@ -18,10 +16,10 @@ const searchBatch = 500
 // of its payload that is not hidden (a value under a hidden key, at any
 // depth, never matches). The database narrows the candidates (it matches
 // the raw columns); the redactor decides. fn returns false to stop.
-func (s *Service) eachVisibleMatch(ctx context.Context, f FailedFilter, fn func(store.FailedJob) bool) error {
+func (s *Service) eachVisibleMatch(ctx context.Context, f FailedFilter, fn func(FailedJob) bool) error {
 	needle := strings.ToLower(f.Search)
 	for offset := 0; ; offset += searchBatch {
-		jobs, err := s.st.FailedJobList(ctx, store.FailedFilter{Search: f.Search, Queue: f.Queue, Tag: f.Tag, Limit: searchBatch, Offset: offset})
+		jobs, err := s.st.FailedJobList(ctx, FailedFilter{Search: f.Search, Queue: f.Queue, Tag: f.Tag, Limit: searchBatch, Offset: offset})
 		if err != nil {
 			return err
 		}
@@ -38,7 +36,7 @@ func (s *Service) eachVisibleMatch(ctx context.Context, f FailedFilter, fn func(
 
 // visibleMatch reports whether needle (lower case) is in what people are
 // shown of j.
-func (s *Service) visibleMatch(j store.FailedJob, needle string) bool {
+func (s *Service) visibleMatch(j FailedJob, needle string) bool {
 	has := func(x string) bool { return strings.Contains(strings.ToLower(x), needle) }
 	if has(j.Name) || has(j.Queue) || has(s.redactor.Text(j.Error)) {
 		return true
@@ -87,6 +85,6 @@ func (s *Service) visibleValue(v any, has func(string) bool) bool {
 // searchedIDs returns the ids of every failed job matching f visibly.
 func (s *Service) searchedIDs(ctx context.Context, f FailedFilter) ([]int64, error) {
 	var ids []int64
-	err := s.eachVisibleMatch(ctx, f, func(j store.FailedJob) bool { ids = append(ids, j.ID); return true })
+	err := s.eachVisibleMatch(ctx, f, func(j FailedJob) bool { ids = append(ids, j.ID); return true })
 	return ids, err
 }

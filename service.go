@@ -19,6 +19,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fleet-go/fleet/config"
+	"github.com/fleet-go/fleet/decide"
+	"github.com/fleet-go/fleet/model"
 	"github.com/fleet-go/fleet/periodic"
 	fleetqueue "github.com/fleet-go/fleet/queue"
 	"github.com/fleet-go/fleet/redact"
@@ -41,11 +43,21 @@ type Options struct {
 	// of its code, as its masters run them: those PeriodicSchedules
 	// returns, which the dashboard lists.
 	Periodic []periodic.Schedule
+	// Now is the clock of what the Service reports and decides by the time
+	// (nil: the database's now(), as in production): the counts, waits and
+	// runtimes of Workload and Overview, LongWaits, and the window of
+	// Metrics. A test sets it (fleettest.Clock) to see them as they would
+	// be at that time. Dispatch, the workers' claims and finishes, and
+	// liveness keep the database's clock: a job is available from the
+	// database's now() when dispatched, so a test clock is set at or after
+	// it (see store.Store.WithClock for the whole list).
+	Now func() time.Time
 }
 
 // Service answers questions about the fleet and changes its shared state.
 type Service struct {
 	st          *store.Store
+	now         func() time.Time // Options.Now, else time.Now
 	longWait    map[string]int
 	redactor    *redact.Redactor
 	supervisors []string
@@ -58,8 +70,12 @@ func New(pool *pgxpool.Pool, opts Options) *Service {
 	if fragments == nil {
 		fragments = redact.DefaultFragments
 	}
+	st, now := store.New(pool), time.Now
+	if opts.Now != nil {
+		st, now = st.WithClock(opts.Now), opts.Now
+	}
 	return &Service{
-		st: store.New(pool), longWait: opts.LongWait, redactor: redact.New(fragments), supervisors: opts.Supervisors,
+		st: st, now: now, longWait: opts.LongWait, redactor: redact.New(fragments), supervisors: opts.Supervisors,
 		periodic: slices.Clone(opts.Periodic),
 	}
 }
@@ -297,6 +313,18 @@ type Connections struct {
 	Cap int `json:"cap,omitempty"`
 }
 
+// connectionsOf is the reported budget b without the count of open
+// sessions, which Masters adds (nil without a budget).
+func connectionsOf(b *supervisor.Budget) *Connections {
+	if b == nil {
+		return nil
+	}
+	return &Connections{
+		Total: b.Total, Master: b.Master, Dashboard: b.Dashboard, Worker: b.Worker,
+		Processes: b.Processes, Limit: b.Limit, Cap: b.Cap,
+	}
+}
+
 // HostConnections sums the connections of the live masters of one host.
 type HostConnections struct {
 	Host  string `json:"host"`
@@ -304,27 +332,10 @@ type HostConnections struct {
 	Total int    `json:"total"`
 }
 
-// ReportedSupervisor is one supervisor as its master reports it.
-type ReportedSupervisor struct {
-	Name    string   `json:"name"`
-	Queues  []string `json:"queues"`
-	Balance string   `json:"balance"`
-	Paused  bool     `json:"paused"`
-	// Processes counts the processes of each group (a queue, or "a,b" for
-	// a group working several) that are not stopping, 0 included.
-	Processes map[string]int `json:"processes"`
-	// Running counts every process of the supervisor, stopping ones
-	// included: what the fleet-wide budget counts.
-	Running int `json:"running"`
-}
-
 // ReportedSupervisors decodes the master's supervisors; a report this
 // release cannot read gives none.
 func (m Master) ReportedSupervisors() []ReportedSupervisor {
-	var sups []ReportedSupervisor
-	if json.Unmarshal(m.Supervisors, &sups) != nil {
-		return nil
-	}
+	sups, _ := model.DecodeSupervisors(m.Supervisors)
 	return sups
 }
 
@@ -352,21 +363,12 @@ func (s *Service) Masters(ctx context.Context, all bool) (MastersView, error) {
 		if m.Kind != store.KindMaster || (!all && !m.Live(v.At)) {
 			continue
 		}
-		var r struct {
-			Supervisors   json.RawMessage `json:"supervisors"`
-			JobsPerMinute float64         `json:"jobs_per_minute"`
-			MemoryMB      float64         `json:"memory_mb"`
-			Connections   *Connections    `json:"connections"`
-		}
-		_ = json.Unmarshal(m.Report, &r) // a report this version cannot read shows as empty
-		if len(r.Supervisors) == 0 {
-			r.Supervisors = json.RawMessage(`[]`)
-		}
+		r, _ := model.DecodeReport(m.Report) // what a report this version cannot read holds shows as empty
 		out.Masters = append(out.Masters, Master{
 			Name: m.Name, Instance: m.Instance, Host: m.Host, PID: m.PID, Version: m.Version, State: m.State,
 			Liveness: m.Liveness(v.At), StartedAt: m.StartedAt, BeatAt: m.BeatAt, ExpiresAt: m.ExpiresAt,
-			BeatAgeSecs: v.At.Sub(m.BeatAt).Seconds(), Supervisors: r.Supervisors,
-			JobsPerMinute: r.JobsPerMinute, MemoryMB: r.MemoryMB, Connections: r.Connections,
+			BeatAgeSecs: v.At.Sub(m.BeatAt).Seconds(), Supervisors: model.SupervisorsJSON(m.Report),
+			JobsPerMinute: r.JobsPerMinute, MemoryMB: r.MemoryMB, Connections: connectionsOf(r.Connections),
 		})
 	}
 	out.Hosts = []HostConnections{}
@@ -542,14 +544,6 @@ func round(x float64, places int) float64 {
 	return math.Round(x*p) / p
 }
 
-// LongWaitDetected says a queue's oldest ready job has waited longer than
-// the queue's threshold.
-type LongWaitDetected struct {
-	Queue         string  `json:"queue"`
-	WaitSecs      float64 `json:"wait_secs"`
-	ThresholdSecs int     `json:"threshold_secs"`
-}
-
 // LongWaits returns the queues whose oldest ready job has waited at least
 // their [fleet.long_wait] threshold.
 func (s *Service) LongWaits(ctx context.Context) ([]LongWaitDetected, error) {
@@ -567,34 +561,27 @@ func CheckLongWaits(ctx context.Context, st OldestWaits, thresholds map[string]i
 	if err != nil {
 		return nil, err
 	}
-	return LongWaits(waits, thresholds), nil
+	return decide.LongWaits(waits, thresholds), nil
 }
 
 // LongWaits is the pure decision: queues whose oldest ready job's wait (in
 // seconds; absent: no ready job) reached their threshold (0 or none: off),
-// sorted by queue.
+// sorted by queue. It is decide.LongWaits.
 func LongWaits(waits map[string]float64, thresholds map[string]int) []LongWaitDetected {
-	var out []LongWaitDetected
-	for _, q := range slices.Sorted(maps.Keys(waits)) {
-		t, w := thresholds[q], waits[q]
-		if t > 0 && w >= float64(t) {
-			out = append(out, LongWaitDetected{Queue: q, WaitSecs: round(w, 3), ThresholdSecs: t})
-		}
-	}
-	return out
+	return decide.LongWaits(waits, thresholds)
 }
 
 // FailedJobs lists failed jobs, newest first, payloads redacted.
 func (s *Service) FailedJobs(ctx context.Context, f FailedFilter) ([]FailedJob, error) {
-	var jobs []store.FailedJob
+	var jobs []FailedJob
 	if f.Search == "" {
 		var err error
-		if jobs, err = s.st.FailedJobList(ctx, f.store()); err != nil {
+		if jobs, err = s.st.FailedJobList(ctx, f); err != nil {
 			return nil, err
 		}
 	} else {
 		skip := max(f.Offset, 0)
-		err := s.eachVisibleMatch(ctx, f, func(j store.FailedJob) bool {
+		err := s.eachVisibleMatch(ctx, f, func(j FailedJob) bool {
 			if skip > 0 {
 				skip--
 				return true
@@ -609,14 +596,14 @@ func (s *Service) FailedJobs(ctx context.Context, f FailedFilter) ([]FailedJob, 
 	for i := range jobs {
 		s.redactFailed(&jobs[i])
 	}
-	return convert(jobs, func(j store.FailedJob) FailedJob { return FailedJob(j) }), nil
+	return jobs, nil
 }
 
 // FailedCount counts the failed jobs matching f (its Limit and Offset
 // aside): what RetryAll or ForgetAll would touch now.
 func (s *Service) FailedCount(ctx context.Context, f FailedFilter) (int, error) {
 	if f.Search == "" {
-		return s.st.FailedJobCount(ctx, f.store())
+		return s.st.FailedJobCount(ctx, f)
 	}
 	ids, err := s.searchedIDs(ctx, f)
 	return len(ids), err
@@ -627,13 +614,13 @@ func (s *Service) FailedCount(ctx context.Context, f FailedFilter) (int, error) 
 func (s *Service) FailedJob(ctx context.Context, id int64) (FailedJob, error) {
 	j, err := s.st.FailedJobGet(ctx, id)
 	if err != nil {
-		return FailedJob{}, lookup(err)
+		return FailedJob{}, err
 	}
 	s.redactFailed(&j)
-	return FailedJob(j), nil
+	return j, nil
 }
 
-func (s *Service) redactFailed(j *store.FailedJob) {
+func (s *Service) redactFailed(j *FailedJob) {
 	j.Payload = s.redactor.JSON(j.Payload)
 	j.Error = s.redactor.Text(j.Error)
 	j.Tags = s.redactor.Tags(j.Tags)
@@ -643,13 +630,13 @@ func (s *Service) redactFailed(j *store.FailedJob) {
 // original, and returns the new job's id (ErrFailedJobNotFound when gone).
 func (s *Service) Retry(ctx context.Context, id int64) (int64, error) {
 	newID, err := s.st.FailedJobRetry(ctx, id)
-	return newID, lookup(err)
+	return newID, err
 }
 
 // RetryAll retries every failed job matching f and returns how many.
 func (s *Service) RetryAll(ctx context.Context, f FailedFilter) (int, error) {
 	if f.Search == "" {
-		return s.st.FailedJobRetryAll(ctx, f.store())
+		return s.st.FailedJobRetryAll(ctx, f)
 	}
 	ids, err := s.searchedIDs(ctx, f)
 	if err != nil {
@@ -660,13 +647,13 @@ func (s *Service) RetryAll(ctx context.Context, f FailedFilter) (int, error) {
 
 // Forget deletes a failed job (ErrFailedJobNotFound when gone).
 func (s *Service) Forget(ctx context.Context, id int64) error {
-	return lookup(s.st.FailedJobForget(ctx, id))
+	return s.st.FailedJobForget(ctx, id)
 }
 
 // ForgetAll deletes every failed job matching f and returns how many.
 func (s *Service) ForgetAll(ctx context.Context, f FailedFilter) (int, error) {
 	if f.Search == "" {
-		return s.st.FailedJobForgetAll(ctx, f.store())
+		return s.st.FailedJobForgetAll(ctx, f)
 	}
 	ids, err := s.searchedIDs(ctx, f)
 	if err != nil {
@@ -714,7 +701,7 @@ func (s *Service) PendingJobs(ctx context.Context, p Page) ([]QueuedJob, error) 
 			jobs[i].LastError = &e
 		}
 	}
-	return convert(jobs, func(j store.QueuedJob) QueuedJob { return QueuedJob(j) }), nil
+	return jobs, nil
 }
 
 // CompletedJobs lists completed attempts from the job history, newest
@@ -730,7 +717,7 @@ func (s *Service) CompletedJobs(ctx context.Context, p Page) ([]FinishedJob, err
 			jobs[i].Error = &e
 		}
 	}
-	return convert(jobs, func(j store.FinishedJob) FinishedJob { return FinishedJob(j) }), nil
+	return jobs, nil
 }
 
 // JobHistory lists every recorded attempt of one job, newest first.
@@ -745,7 +732,7 @@ func (s *Service) JobHistory(ctx context.Context, jobID int64) ([]FinishedJob, e
 			jobs[i].Error = &e
 		}
 	}
-	return convert(jobs, func(j store.FinishedJob) FinishedJob { return FinishedJob(j) }), nil
+	return jobs, nil
 }
 
 // Period is the span Metrics covers.
@@ -788,9 +775,9 @@ func (s *Service) Metrics(ctx context.Context, period Period) ([]MetricsRow, err
 		return nil, err
 	}
 	back, bucket := period.span()
-	rows, err := s.st.MetricsList(ctx, time.Now().Add(-back), bucket)
+	rows, err := s.st.MetricsList(ctx, s.now().Add(-back), bucket)
 	if err != nil {
 		return nil, err
 	}
-	return convert(rows, func(r store.MetricsRow) MetricsRow { return MetricsRow(r) }), nil
+	return rows, nil
 }

@@ -166,7 +166,7 @@ func (s *Service) FailedJobStory(ctx context.Context, failedID int64) (JobStory,
 func (s *Service) story(ctx context.Context, p store.JobStoryParams) (JobStory, error) {
 	st, err := s.st.JobStoryGet(ctx, p)
 	if err != nil {
-		return JobStory{}, lookup(err)
+		return JobStory{}, err
 	}
 	out := JobStory{ID: st.JobID, At: st.At, Retries: []JobLink{}, Attempts: make([]JobAttempt, 0, len(st.Attempts))}
 	for _, a := range st.Attempts {

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fleet-go/fleet/model"
 	"github.com/fleet-go/fleet/store"
 )
 
@@ -88,7 +89,7 @@ var ErrTokenInvalid = errors.New("invalid token")
 
 // ErrTokenNotFound is returned (wrapped) by RevokeToken when no token of
 // that name is left to revoke.
-var ErrTokenNotFound = errors.New("token not found")
+var ErrTokenNotFound = model.ErrTokenNotFound
 
 // ErrTokenNameTaken is returned (wrapped) by CreateToken when a valid
 // token has the name.
@@ -229,4 +230,13 @@ func tokenOf(r store.Token, now time.Time) Token {
 		t.State = TokenExpired
 	}
 	return t
+}
+
+// convert maps each of rows through one.
+func convert[T, S any](rows []S, one func(S) T) []T {
+	out := make([]T, len(rows))
+	for i, r := range rows {
+		out[i] = one(r)
+	}
+	return out
 }

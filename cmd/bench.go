@@ -9,6 +9,7 @@ import (
 	"github.com/fleet-go/fleet/bench"
 	"github.com/fleet-go/fleet/config"
 	"github.com/fleet-go/fleet/master"
+	"github.com/fleet-go/fleet/process"
 	"github.com/fleet-go/fleet/spawner"
 	"github.com/fleet-go/fleet/store"
 	"github.com/fleet-go/fleet/supervisor"
@@ -75,27 +76,26 @@ func (r *runner) bench(c *cobra.Command, f bench.Flags) error {
 	if err != nil {
 		return err
 	}
-	db, err := databaseOf(cfg)
+	db, err := process.DatabaseOf(cfg)
 	if err != nil {
 		return err
 	}
-	url := db.url
+	url := db.URL
 	ctx, stop := signal.NotifyContext(c.Context(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	// The master and the sixteen dispatching goroutines share the pool.
-	pool, err := openPool(ctx, db, max(cfg.Database.MaxConns, 24), "fleet bench")
+	pool, err := process.OpenPool(ctx, db, max(cfg.Database.MaxConns, 24), "fleet bench")
 	if err != nil {
 		return err
 	}
-	defer closePool(pool)
+	defer process.ClosePool(pool)
 	// This process runs the bench, so it has the bench's handler; the
 	// processes it starts get it through bench.EnvRun (see ExecuteContext).
 	bench.Register(r.app.Jobs)
 	return bench.Run(ctx, plan, bench.Options{
-		Config: cfg, URL: url, Pooler: db.pooler, DirectURL: db.directURL, Pool: pool,
+		Config: cfg, URL: url, Pooler: db.Pooler, DirectURL: db.DirectURL, Pool: pool,
 		NewMaster: func(cfg *config.Config, sups []supervisor.Supervisor, st *store.Store, sp spawner.Spawner) (*master.Master, error) {
-			m, _, err := r.newMaster(cfg, masterName(cfg, r.getenv), sups, st, sp)
-			return m, err
+			return r.newMaster(cfg, sups, st, sp)
 		},
 		Logger:  r.logger,
 		Dir:     r.app.Dir,

@@ -6,6 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/fleet-go/fleet/process"
 	"github.com/fleet-go/fleet/supervisor"
 )
 
@@ -42,7 +43,7 @@ func (r *runner) configuredNames() (sups, queues []string) {
 	if cfg.Queue.DefaultQueue != "" {
 		queues = append(queues, cfg.Queue.DefaultQueue)
 	}
-	if resolved, err := supervisor.Resolve(supervisorOptions(cfg, false)); err == nil {
+	if resolved, err := supervisor.Resolve(process.SupervisorOptions(cfg, false)); err == nil {
 		for _, s := range resolved {
 			sups = append(sups, s.Name)
 			queues = append(queues, s.Queues...)

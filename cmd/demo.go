@@ -11,19 +11,18 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"reflect"
 	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
 
-	"github.com/pelletier/go-toml/v2"
 	"github.com/spf13/cobra"
 
 	"github.com/fleet-go/fleet/config"
 	"github.com/fleet-go/fleet/master"
 	"github.com/fleet-go/fleet/migrations"
 	"github.com/fleet-go/fleet/pgcluster"
+	"github.com/fleet-go/fleet/process"
 	"github.com/fleet-go/fleet/queue"
 	"github.com/fleet-go/fleet/spawner"
 	"github.com/fleet-go/fleet/store"
@@ -149,9 +148,9 @@ func (r *runner) demo(c *cobra.Command, f demoFlags) error {
 
 	// The configured database, through whatever database.pooler says; the
 	// private server is PostgreSQL itself.
-	db := database{url: url, pooler: config.PoolerNone}
+	db := process.Database{URL: url, Pooler: config.PoolerNone}
 	if !private {
-		if db, err = databaseOf(cfg); err != nil {
+		if db, err = process.DatabaseOf(cfg); err != nil {
 			return err
 		}
 	}
@@ -160,7 +159,7 @@ func (r *runner) demo(c *cobra.Command, f demoFlags) error {
 		if private && !f.keep {
 			fmt.Fprintf(out, "the private PostgreSQL stops now; run `%s demo --keep` to keep it running, and it prints the commands to explore what happened\n", prefix)
 		} else {
-			saved.Database.URL, saved.Database.Pooler, saved.Database.DirectURL = db.url, db.pooler, db.directURL
+			saved.Database.URL, saved.Database.Pooler, saved.Database.DirectURL = db.URL, db.Pooler, db.DirectURL
 			if werr := r.writeDemoConfig(&saved); werr != nil {
 				err = errors.Join(err, werr)
 			} else {
@@ -178,18 +177,18 @@ func (r *runner) demo(c *cobra.Command, f demoFlags) error {
 
 // demoMain migrates, dispatches the demo jobs and runs a master over them.
 // It returns the id of the last demo job once they are dispatched.
-func (r *runner) demoMain(ctx context.Context, out io.Writer, cfg *config.Config, db database, log *slog.Logger) (int64, error) {
-	target, err := db.migrationTarget()
+func (r *runner) demoMain(ctx context.Context, out io.Writer, cfg *config.Config, db process.Database, log *slog.Logger) (int64, error) {
+	target, err := db.MigrationTarget()
 	if err != nil {
 		return 0, err
 	}
-	n, err := migrations.Up(ctx, target.url)
+	n, err := migrations.Up(ctx, target.URL)
 	if err != nil {
 		return 0, err
 	}
 	fmt.Fprintf(out, "migrated: %d migration(s) applied\n", n)
 
-	pool, err := openPool(ctx, db, max(cfg.Database.MaxConns, 6), "fleet demo")
+	pool, err := process.OpenPool(ctx, db, max(cfg.Database.MaxConns, 6), "fleet demo")
 	if err != nil {
 		return 0, err
 	}
@@ -203,7 +202,7 @@ func (r *runner) demoMain(ctx context.Context, out io.Writer, cfg *config.Config
 	fmt.Fprintf(out, "dispatched %d demo jobs to queues default, mail and slow: noop, sleep, flaky (fails once, then succeeds) and fail (fails every try)\n", len(ids))
 	lastID := ids[len(ids)-1]
 
-	sups, err := supervisor.Resolve(supervisorOptions(cfg, true))
+	sups, err := supervisor.Resolve(process.SupervisorOptions(cfg, true))
 	if err != nil {
 		return lastID, err
 	}
@@ -217,9 +216,9 @@ func (r *runner) demoMain(ctx context.Context, out io.Writer, cfg *config.Config
 			sp.Env(k, v)
 		}
 	}
-	db.childEnv(sp)
+	db.ChildEnv(sp)
 	st := store.New(pool)
-	m, _, err := r.newMaster(cfg, masterName(cfg, r.getenv), sups, st, sp)
+	m, err := r.newMaster(cfg, sups, st, sp)
 	if err != nil {
 		return lastID, err
 	}
@@ -374,7 +373,7 @@ func (r *runner) demoConfigPath() string {
 // Only the keys whose value differs from config.Default() are written: the
 // file stays short, and a later release's defaults still apply to the rest.
 func (r *runner) writeDemoConfig(cfg *config.Config) error {
-	b, err := marshalChanges(cfg)
+	b, err := config.MarshalChanges(cfg)
 	if err != nil {
 		return fmt.Errorf("write %s: %w", demoConfigFile, err)
 	}
@@ -446,49 +445,6 @@ func (r *runner) writeDemoState(st demoState) error {
 		return fmt.Errorf("write the demo's state: %w", err)
 	}
 	return nil
-}
-
-// marshalChanges is cfg as TOML, keeping only what differs from the
-// defaults.
-func marshalChanges(cfg *config.Config) ([]byte, error) {
-	tables := func(c *config.Config) (map[string]any, error) {
-		b, err := toml.Marshal(c)
-		if err != nil {
-			return nil, err
-		}
-		m := map[string]any{}
-		return m, toml.Unmarshal(b, &m)
-	}
-	def := config.Default()
-	want, err := tables(cfg)
-	if err != nil {
-		return nil, err
-	}
-	base, err := tables(&def)
-	if err != nil {
-		return nil, err
-	}
-	pruneDefaults(want, base)
-	return toml.Marshal(want)
-}
-
-// pruneDefaults deletes from m every value that base holds too, and every
-// table left empty.
-func pruneDefaults(m, base map[string]any) {
-	for k, v := range m {
-		if sub, ok := v.(map[string]any); ok {
-			if bsub, ok := base[k].(map[string]any); ok {
-				pruneDefaults(sub, bsub)
-			}
-			if len(sub) == 0 {
-				delete(m, k)
-			}
-			continue
-		}
-		if bv, ok := base[k]; ok && reflect.DeepEqual(v, bv) {
-			delete(m, k)
-		}
-	}
 }
 
 // demoSupervisors are the demo's supervisors when the configuration has

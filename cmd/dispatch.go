@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fleet-go/fleet"
+	"github.com/fleet-go/fleet/process"
 	"github.com/fleet-go/fleet/queue"
 )
 
@@ -160,12 +161,12 @@ func (r *runner) dispatch(c *cobra.Command, f dispatchFlags) error {
 	if err != nil {
 		return err
 	}
-	db, err := databaseOf(cfg)
+	db, err := process.DatabaseOf(cfg)
 	if err != nil {
 		return err
 	}
 	ctx := c.Context()
-	pool, err := openPool(ctx, db, 2, "fleet dispatch")
+	pool, err := process.OpenPool(ctx, db, 2, "fleet dispatch")
 	if err != nil {
 		return err
 	}

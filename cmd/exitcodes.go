@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/fleet-go/fleet"
+	"github.com/fleet-go/fleet/process"
 	"github.com/fleet-go/fleet/spawner"
 )
 
@@ -109,7 +110,7 @@ func exitCode(err error) int {
 		return ee.code
 	case errors.Is(err, errNotMigrated):
 		return ExitNotMigrated
-	case errors.Is(err, errUnreachable):
+	case errors.Is(err, process.ErrUnreachable):
 		return ExitUnreachable
 	case errors.As(err, &nf), errors.Is(err, fleet.ErrUnknownSupervisor):
 		return ExitNotFound

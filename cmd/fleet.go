@@ -1,89 +1,27 @@
 package cmd
 
 import (
-	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
-	"net"
-	"net/http"
 	"os/signal"
-	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
 	"github.com/fleet-go/fleet"
 	"github.com/fleet-go/fleet/config"
-	"github.com/fleet-go/fleet/dashboard"
 	"github.com/fleet-go/fleet/internal/backoff"
 	"github.com/fleet-go/fleet/master"
-	"github.com/fleet-go/fleet/metrics"
+	"github.com/fleet-go/fleet/process"
 	"github.com/fleet-go/fleet/queue"
 	"github.com/fleet-go/fleet/spawner"
 	"github.com/fleet-go/fleet/store"
 	"github.com/fleet-go/fleet/supervisor"
 )
-
-// supervisorOptions turns the fleet section into supervisor.Options.
-func supervisorOptions(cfg *config.Config, withOnly bool) supervisor.Options {
-	o := supervisor.Options{
-		Supervisors:        map[string]supervisor.SupervisorOptions{},
-		DefaultQueues:      cfg.Queue.Queues,
-		DefaultQueue:       cfg.Queue.DefaultQueue,
-		DefaultConcurrency: cfg.Queue.Workers,
-		Driver:             cfg.Queue.Driver,
-		CheckQueue:         func(q string) error { return queue.CheckQueue("the queue name", q) },
-	}
-	if withOnly {
-		o.Only = cfg.Fleet.Only
-	}
-	for name, s := range cfg.Fleet.Supervisors {
-		o.Supervisors[name] = supervisor.SupervisorOptions{
-			Queues: s.Queues, Balance: s.Balance,
-			MinProcesses: s.MinProcesses, MaxProcesses: s.MaxProcesses, Concurrency: s.Concurrency,
-			FleetMaxProcesses: s.FleetMaxProcesses,
-			MaxJobs:           s.MaxJobs, MaxMemoryMB: s.MaxMemoryMB, MaxTimeSecs: s.MaxTimeSecs,
-			Tries: s.Tries, Backoff: s.Backoff, TimeoutSecs: s.TimeoutSecs,
-		}
-	}
-	return o
-}
-
-// masterSettings turns the configuration into master settings.
-func masterSettings(cfg *config.Config, sups []supervisor.Supervisor, version string) master.Settings {
-	timeout := time.Duration(cfg.Queue.TimeoutSecs) * time.Second
-	for _, s := range sups {
-		timeout = max(timeout, s.Timeout)
-	}
-	return master.Settings{
-		LongWait:         cfg.Fleet.LongWait,
-		LongWaitCooldown: time.Duration(cfg.Fleet.LongWaitCooldownMinutes) * time.Minute,
-		Trim: store.TrimParams{
-			CompletedHours: cfg.Fleet.Trim.CompletedHours,
-			FailedDays:     cfg.Fleet.Trim.FailedDays,
-			MetricsDays:    cfg.Fleet.Trim.MetricsDays,
-		},
-		BalanceCooldown: time.Duration(cfg.Fleet.BalanceCooldownSecs) * time.Second,
-		BalanceMaxShift: cfg.Fleet.BalanceMaxShift,
-		TTL:             time.Duration(cfg.Fleet.MasterTTLSecs) * time.Second,
-		BeatInterval:    time.Duration(cfg.Fleet.BeatIntervalMs) * time.Millisecond,
-		OnStop:          cfg.Fleet.OnStop,
-		Linger:          time.Duration(cfg.Fleet.LingerSecs) * time.Second,
-		StartTimeout:    time.Duration(cfg.Fleet.StartTimeoutSecs) * time.Second,
-		DefaultTries:    cfg.Queue.Tries,
-		DefaultTimeout:  timeout,
-		TimeoutGrace:    time.Duration(cfg.Queue.TimeoutGraceSecs) * time.Second,
-		Version:         version,
-	}
-}
 
 // describeBudget renders a budget for people: "at most 38 (the master 4,
 // its dashboard 2, 8 processes × 4)", and the cap when there is one.
@@ -100,29 +38,6 @@ func describeBudget(b supervisor.Budget) string {
 	return fmt.Sprintf("at most %d (%s%s)", b.Total, strings.Join(parts, ", "), capped)
 }
 
-// connectionBudget is the most connections the master and its workers
-// open (see supervisor.ConnectionBudget), from database.max_conns and
-// fleet.max_connections.
-func connectionBudget(cfg *config.Config, sups []supervisor.Supervisor) (supervisor.Budget, error) {
-	return supervisor.ConnectionBudget(sups, supervisor.BudgetOptions{
-		Pool: cfg.Database.MaxConns, Cap: cfg.Fleet.MaxConnections,
-		Dashboard: cfg.Fleet.HTTP.Addr != "" && cfg.Fleet.Dashboard,
-	})
-}
-
-// masterName is fleet.name, else the variable fleet.name_env names (looked
-// up with getenv, in the app's environment), else empty (the master's
-// default, host:pid:nonce).
-func masterName(cfg *config.Config, getenv func(string) string) string {
-	if cfg.Fleet.Name != "" {
-		return cfg.Fleet.Name
-	}
-	if cfg.Fleet.NameEnv != "" {
-		return getenv(cfg.Fleet.NameEnv)
-	}
-	return ""
-}
-
 // getenv looks key up in the app's environment (App.Environ), the last
 // entry winning as in a process environment.
 func (r *runner) getenv(key string) string {
@@ -133,28 +48,6 @@ func (r *runner) getenv(key string) string {
 		}
 	}
 	return v
-}
-
-// checkNameEnv checks the master name read from the variable
-// fleet.name_env names, as config checks fleet.name: at most
-// config.MaxMasterNameBytes, no tab, newline or brace. An overlong value
-// is cut in the message.
-func checkNameEnv(cfg *config.Config, getenv func(string) string) error {
-	if cfg.Fleet.Name != "" || cfg.Fleet.NameEnv == "" {
-		return nil
-	}
-	v := getenv(cfg.Fleet.NameEnv)
-	shown := v
-	if len(shown) > 64 {
-		shown = strings.ToValidUTF8(shown[:64], "") + "…"
-	}
-	switch {
-	case len(v) > config.MaxMasterNameBytes:
-		return fmt.Errorf("fleet.name_env: $%s must be at most %d bytes, got %d bytes (%q)", cfg.Fleet.NameEnv, config.MaxMasterNameBytes, len(v), shown)
-	case strings.ContainsAny(v, "\t\n\r{}"):
-		return fmt.Errorf("fleet.name_env: $%s must hold no tab, newline or brace, got %q", cfg.Fleet.NameEnv, shown)
-	}
-	return nil
 }
 
 func (r *runner) fleetCommand() *cobra.Command {
@@ -175,81 +68,71 @@ func (r *runner) fleet(c *cobra.Command, _ []string) error {
 	if err != nil {
 		return err
 	}
-	sups, err := supervisor.Resolve(supervisorOptions(cfg, true))
+	sups, err := supervisor.Resolve(process.SupervisorOptions(cfg, true))
 	if err != nil {
 		return err
 	}
 	// Bad schedules fail the boot before anything connects, and so does a
-	// connection cap the fleet cannot fit in.
-	if _, err := periodicSchedules(cfg, r.app.Jobs); err != nil {
-		return err
-	}
-	budget, err := connectionBudget(cfg, sups)
-	if err != nil {
-		return err
-	}
-	db, err := databaseOf(cfg)
+	// connection cap the fleet cannot fit in (process.RunMaster checks it
+	// first).
+	opts, err := r.masterOptions(cfg)
 	if err != nil {
 		return err
 	}
 	ctx, stop := signal.NotifyContext(c.Context(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	// The name is settled before the first connection, which carries it
-	// in application_name (so fleet:masters can count the connections of
-	// this master and of its workers, whose names start with it).
-	name := cmp.Or(masterName(cfg, r.getenv), master.DefaultName())
-	pool, err := openPool(ctx, db, budget.Master, "fleet master "+name)
-	if err != nil {
-		return err
-	}
-	defer closePool(pool)
-	log := r.logger(cfg)
-	log.Info("database pooler", "logger", "fleet", "pooler", db.pooler,
-		"workers_wake_up", db.wakeups(time.Duration(cfg.Queue.PollIntervalMs)*time.Millisecond))
-	db.checkDirect(ctx, "fleet master "+name, log)
-	sp, err := spawner.NewProcessSpawner(spawner.ProcessOptions{Dir: r.app.Dir, Output: r.app.Stderr, Logger: log})
-	if err != nil {
-		return err
-	}
-	db.childEnv(sp)
-	if r.configPath != "" {
-		// Children load configuration the normal way; make sure they find
-		// the same file whatever their working directory.
-		abs := r.configPath
-		if !filepath.IsAbs(abs) {
-			if abs, err = filepath.Abs(filepath.Join(r.app.Dir, abs)); err != nil {
-				return fmt.Errorf("--config %s: %w", r.configPath, err)
+	out := c.OutOrStdout()
+	_, err = process.RunMaster(ctx, process.MasterProcess{
+		MasterOptions: opts,
+		Supervisors:   sups,
+		Children:      spawner.ProcessOptions{Dir: r.app.Dir, Output: r.app.Stderr, Logger: opts.Logger},
+		ConfigFile:    r.configPath,
+		Serving: func(addr, dashboardPath string) {
+			fmt.Fprintf(out, "serving /metrics, /healthz and /readyz on http://%s\n", addr)
+			if dashboardPath != "" {
+				fmt.Fprintf(out, "serving the dashboard on http://%s%s (sign in with a token of app fleet:token create)\n", addr, dashboardPath)
 			}
-		}
-		sp.Env("APP_CONFIG", abs)
-	}
-	return r.runMaster(ctx, c, cfg, name, sups, store.New(pool), sp)
+		},
+		Running: func(m *master.Master, settings master.Settings) {
+			fmt.Fprintf(out, "fleet master %s running supervisors %s\n", m.Name(), describeSupervisors(sups))
+			fmt.Fprintf(out, "connections: %s\n", describeBudget(settings.Connections))
+		},
+		Stopped: func(sum master.Summary) {
+			unsaved := ""
+			if sum.Unsaved > 0 {
+				unsaved = fmt.Sprintf(", %d outcomes not written (their jobs run again)", sum.Unsaved)
+			}
+			fmt.Fprintf(out, "fleet master stopped: %d workers started, %d recycled, %d crashed, %d jobs run%s\n",
+				sum.Started, sum.Recycled, sum.Crashed, sum.Jobs, unsaved)
+		},
+	})
+	return err
 }
 
-// newMaster builds the master the configuration describes, with the app's
-// long-wait listeners; the demo and the fleet command share it.
-func (r *runner) newMaster(cfg *config.Config, name string, sups []supervisor.Supervisor, st *store.Store, sp spawner.Spawner) (*master.Master, master.Settings, error) {
-	if err := checkNameEnv(cfg, r.getenv); err != nil {
-		return nil, master.Settings{}, err
-	}
-	settings := masterSettings(cfg, sups, versionInfo(r.app.Version).Short())
-	settings.Name = name
-	budget, err := connectionBudget(cfg, sups)
+// masterOptions is what the master of this app is built from: its
+// configuration, logger and version, the app's long-wait listener, and its
+// periodic schedules (whose errors it returns).
+func (r *runner) masterOptions(cfg *config.Config) (process.MasterOptions, error) {
+	schedules, err := periodicSchedules(cfg, r.app.Jobs)
 	if err != nil {
-		return nil, settings, err
+		return process.MasterOptions{}, err
 	}
-	settings.Connections = budget
-	settings.Logger = r.logger(cfg)
-	onLongWait, err := r.longWaitListeners(cfg, settings.Logger)
+	return process.MasterOptions{
+		Config: cfg, Getenv: r.getenv, Version: versionInfo(r.app.Version).Short(),
+		Logger: r.logger(cfg), OnLongWait: r.app.OnLongWait, Periodic: schedules,
+	}, nil
+}
+
+// newMaster builds the master the configuration describes (see
+// process.BuildMaster); the demo and the bench share it.
+func (r *runner) newMaster(cfg *config.Config, sups []supervisor.Supervisor, st *store.Store, sp spawner.Spawner) (*master.Master, error) {
+	opts, err := r.masterOptions(cfg)
 	if err != nil {
-		return nil, settings, err
+		return nil, err
 	}
-	settings.OnLongWait = onLongWait
-	if settings.Periodic, err = periodicSchedules(cfg, r.app.Jobs); err != nil {
-		return nil, settings, err
-	}
-	m, err := master.New(st, sups, master.WithSpawner(sp), master.WithSettings(settings))
-	return m, settings, err
+	opts.Name = process.MasterName(cfg, r.getenv)
+	m, _, err := process.BuildMaster(st, sups, sp, opts)
+	return m, err
 }
 
 // describeSupervisors renders "default (auto: default,mail, up to 4
@@ -262,278 +145,27 @@ func describeSupervisors(sups []supervisor.Supervisor) string {
 	return strings.Join(names, "; ")
 }
 
-// runMaster runs a master over sups with sp until ctx ends or a terminate
-// request arrives, then prints its summary.
-func (r *runner) runMaster(ctx context.Context, c *cobra.Command, cfg *config.Config, name string, sups []supervisor.Supervisor, st *store.Store, sp spawner.Spawner) error {
-	m, settings, err := r.newMaster(cfg, name, sups, st, sp)
-	if err != nil {
-		return err
-	}
-	if addr := cfg.Fleet.HTTP.Addr; addr != "" {
-		var dash *dashboard.Handler
-		if cfg.Fleet.Dashboard {
-			// The dashboard reads on a small pool of its own, so that a
-			// burst of its queries never makes the master's beat wait for a
-			// connection.
-			pc := st.Pool().Config().Copy()
-			pc.MaxConns, pc.MinConns = int32(max(settings.Connections.Dashboard, 1)), 0
-			dashPool, err := pgxpool.NewWithConfig(ctx, pc)
-			if err != nil {
-				return fmt.Errorf("open the dashboard's database pool: %w", err)
-			}
-			defer closePool(dashPool)
-			svcOpts := fleet.ConfigOptions(cfg)
-			svcOpts.Periodic = settings.Periodic
-			dash = dashboard.New(fleet.New(dashPool, svcOpts), dashboard.Options{Path: cfg.Fleet.Path, Logger: settings.Logger})
-		}
-		col := metrics.NewCollector(st.Pool(), metrics.Options{
-			Beat: m.Membership(), Logger: settings.Logger, Master: m.Name(), Instance: m.Instance(),
-			Version: settings.Version, LongWait: cfg.Fleet.LongWait,
-		})
-		srv := newHTTPServer(addr, httpMux(col, m.Readiness, dash), settings.Logger)
-		if err := srv.Start(ctx); err != nil {
-			// A second master on the host (the default address taken) still
-			// supervises its workers; only its probes and gauges are missing.
-			settings.Logger.Warn("the master runs without its HTTP listener (/metrics, /healthz, /readyz, the dashboard)", "logger", "fleet", "err", err)
-		} else {
-			defer func() {
-				srv.Stop()
-				// Hand the fleet-wide families over to another master now
-				// rather than when the lease runs out.
-				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-				defer cancel()
-				if err := col.Release(rctx); err != nil {
-					settings.Logger.Warn("release the metrics exporter lease", "logger", "fleet", "err", err)
-				}
-			}()
-			fmt.Fprintf(c.OutOrStdout(), "serving /metrics, /healthz and /readyz on http://%s\n", addr)
-			if dash != nil {
-				fmt.Fprintf(c.OutOrStdout(), "serving the dashboard on http://%s%s (sign in with a token of app fleet:token create)\n", addr, dash.Path())
-			}
-		}
-	}
-	fmt.Fprintf(c.OutOrStdout(), "fleet master %s running supervisors %s\n", m.Name(), describeSupervisors(sups))
-	fmt.Fprintf(c.OutOrStdout(), "connections: %s\n", describeBudget(settings.Connections))
-	sum, err := m.Run(ctx)
-	unsaved := ""
-	if sum.Unsaved > 0 {
-		unsaved = fmt.Sprintf(", %d outcomes not written (their jobs run again)", sum.Unsaved)
-	}
-	fmt.Fprintf(c.OutOrStdout(), "fleet master stopped: %d workers started, %d recycled, %d crashed, %d jobs run%s\n",
-		sum.Started, sum.Recycled, sum.Crashed, sum.Jobs, unsaved)
-	return err
-}
-
-// httpStopTimeout bounds the HTTP listener's stop: requests still running
-// get most of it to finish, then their contexts end and their connections
-// close. A request hanging on a frozen database must not hold the stop:
-// see the stop bound in docs/operating.md.
-const httpStopTimeout = 2 * time.Second
-
-// httpServer serves the master's HTTP endpoints (/metrics, /healthz,
-// /readyz, the dashboard) with the lifecycle of the master's services:
-// Start listens, so a port in use fails it before anything is served,
-// then serves from its own goroutine until Stop, whatever becomes of
-// Start's context (a draining master still answers its probes). Stop
-// shuts the server down within httpStopTimeout, ending the contexts of
-// the requests still running, and returns once they have returned; it is
-// safe before Start and twice.
-type httpServer struct {
-	addr    string
-	handler http.Handler
-	log     *slog.Logger
-
-	mu       sync.Mutex
-	started  bool
-	stopped  bool
-	stopDone chan struct{} // closed when the first Stop returns
-	srv      *http.Server
-	cancel   context.CancelFunc // the requests' contexts
-	served   chan struct{}      // closed when Serve returned
-	inflight int                // requests being handled
-	idle     chan struct{}      // made by a Stop waiting for them, closed when they are done
-}
-
-func newHTTPServer(addr string, handler http.Handler, log *slog.Logger) *httpServer {
-	return &httpServer{addr: addr, handler: handler, log: log}
-}
-
-// Start listens on the server's address and serves until Stop.
-func (s *httpServer) Start(ctx context.Context) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	switch {
-	case s.stopped:
-		return errors.New("http listener: stopped before it started")
-	case s.started:
-		return errors.New("http listener: already started")
-	}
-	ln, err := net.Listen("tcp", s.addr)
-	if err != nil {
-		return fmt.Errorf("fleet.http.addr %s: %w (set another address, or an empty one to turn the listener off)", s.addr, err)
-	}
-	base, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	s.started, s.cancel, s.served = true, cancel, make(chan struct{})
-	s.srv = &http.Server{Handler: http.HandlerFunc(s.serve), ReadHeaderTimeout: 5 * time.Second,
-		BaseContext: func(net.Listener) context.Context { return base }}
-	go func() {
-		defer close(s.served)
-		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			s.log.Error("http listener stopped", "addr", s.addr, "err", err)
-		}
-	}()
-	return nil
-}
-
-// serve handles one request, counted so that Stop can wait for it.
-func (s *httpServer) serve(w http.ResponseWriter, r *http.Request) {
-	s.mu.Lock()
-	if s.stopped {
-		s.mu.Unlock()
-		http.Error(w, "the master is stopping", http.StatusServiceUnavailable)
-		return
-	}
-	s.inflight++
-	s.mu.Unlock()
-	defer func() {
-		s.mu.Lock()
-		if s.inflight--; s.inflight == 0 && s.idle != nil {
-			close(s.idle)
-		}
-		s.mu.Unlock()
-	}()
-	s.handler.ServeHTTP(w, r)
-}
-
-// Stop shuts the server down, gracefully for most of httpStopTimeout,
-// then by ending the requests' contexts and closing their connections,
-// and waits for the requests to return. A second Stop waits for the
-// first.
-func (s *httpServer) Stop() {
-	s.mu.Lock()
-	if s.stopped {
-		done := s.stopDone
-		s.mu.Unlock()
-		if done != nil {
-			<-done
-		}
-		return
-	}
-	s.stopped = true
-	if !s.started {
-		s.mu.Unlock()
-		return
-	}
-	s.stopDone = make(chan struct{})
-	defer close(s.stopDone)
-	s.mu.Unlock()
-
-	sctx, cancel := context.WithTimeout(context.Background(), httpStopTimeout*3/4)
-	err := s.srv.Shutdown(sctx)
-	cancel()
-	s.cancel()
-	if err != nil {
-		_ = s.srv.Close()
-	}
-	<-s.served
-	s.mu.Lock()
-	if s.inflight == 0 {
-		s.mu.Unlock()
-		return
-	}
-	s.idle = make(chan struct{})
-	idle := s.idle
-	s.mu.Unlock()
-	t := time.NewTimer(httpStopTimeout / 4)
-	defer t.Stop()
-	select {
-	case <-idle:
-	case <-t.C:
-		s.log.Warn("http listener stopped with requests still running: they ignore their context", "addr", s.addr)
-	}
-}
-
-// httpMux routes the master's endpoints: /metrics, /healthz (the process
-// answers), /readyz (ready says so) and, unless dash is nil, the dashboard
-// under its path.
-func httpMux(col *metrics.Collector, ready func() master.Readiness, dash *dashboard.Handler) *http.ServeMux {
-	mux := http.NewServeMux()
-	if dash != nil {
-		mux.Handle(dash.Path(), dash)
-		mux.Handle(dash.Path()+"/", dash)
-	}
-	mux.Handle("GET /metrics", metrics.Handler(col))
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		writeProbe(w, http.StatusOK, map[string]string{"status": "ok"})
-	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		r := ready()
-		code := http.StatusOK
-		if !r.Ready {
-			code = http.StatusServiceUnavailable
-		}
-		writeProbe(w, code, r)
-	})
-	return mux
-}
-
-// writeProbe writes a probe's answer as one line of JSON, never cached.
-func writeProbe(w http.ResponseWriter, code int, body any) {
-	b, err := json.Marshal(body)
-	if err != nil {
-		code, b = http.StatusInternalServerError, []byte(`{"error":"encode the answer"}`)
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(code)
-	_, _ = w.Write(append(b, '\n'))
-}
-
-// longWaitListeners combines the app's listener and the configured webhook
-// into the master's OnLongWait (nil when there is neither).
-func (r *runner) longWaitListeners(cfg *config.Config, log *slog.Logger) (func(context.Context, fleet.LongWaitDetected), error) {
-	var listeners []func(context.Context, fleet.LongWaitDetected)
-	if r.app.OnLongWait != nil {
-		listeners = append(listeners, r.app.OnLongWait)
-	}
-	if cfg.Fleet.LongWaitWebhook != "" {
-		hook, err := fleet.WebhookNotifier(cfg.Fleet.LongWaitWebhook, nil, log)
-		if err != nil {
-			return nil, err
-		}
-		listeners = append(listeners, hook)
-	}
-	if len(listeners) == 0 {
-		return nil, nil
-	}
-	return func(ctx context.Context, e fleet.LongWaitDetected) {
-		for _, l := range listeners {
-			l(ctx, e)
-		}
-	}, nil
-}
-
 // withStore runs fn with a store on the configured database.
 func (r *runner) withStore(ctx context.Context, fn func(*config.Config, *store.Store) error) error {
 	cfg, err := r.loadConfig()
 	if err != nil {
 		return err
 	}
-	db, err := databaseOf(cfg)
+	db, err := process.DatabaseOf(cfg)
 	if err != nil {
 		return err
 	}
-	pool, err := openPool(ctx, db, 2, "fleet cli")
+	pool, err := process.OpenPool(ctx, db, 2, "fleet cli")
 	if err != nil {
 		return err
 	}
-	defer closePool(pool)
+	defer process.ClosePool(pool)
 	return fn(cfg, store.New(pool))
 }
 
 // checkSupervisor fails unless name is a supervisor of this app's config.
 func checkSupervisor(cfg *config.Config, name string) error {
-	sups, err := supervisor.Resolve(supervisorOptions(cfg, false))
+	sups, err := supervisor.Resolve(process.SupervisorOptions(cfg, false))
 	if err != nil {
 		return err
 	}

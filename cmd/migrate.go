@@ -8,6 +8,7 @@ import (
 
 	"github.com/fleet-go/fleet/config"
 	"github.com/fleet-go/fleet/migrations"
+	"github.com/fleet-go/fleet/process"
 )
 
 // migrateResult is what migrate, migrate status and migrate down print
@@ -142,7 +143,7 @@ func (r *runner) migrateCommand() *cobra.Command {
 }
 
 // migrationURL returns the URL migrations run on (database.direct_url when
-// set, see database.migrationTarget) after checking that the database
+// set, see process.Database.MigrationTarget) after checking that the database
 // answers, so an unreachable one is a single clear line.
 func (r *runner) migrationURL(ctx context.Context) (string, error) {
 	url, _, err := r.migrationSetup(ctx)
@@ -155,20 +156,20 @@ func (r *runner) migrationSetup(ctx context.Context) (string, *config.Config, er
 	if err != nil {
 		return "", nil, err
 	}
-	db, err := databaseOf(cfg)
+	db, err := process.DatabaseOf(cfg)
 	if err != nil {
 		return "", nil, err
 	}
-	target, err := db.migrationTarget()
+	target, err := db.MigrationTarget()
 	if err != nil {
 		return "", nil, err
 	}
-	pool, err := openPool(ctx, target, 1, "fleet migrate")
+	pool, err := process.OpenPool(ctx, target, 1, "fleet migrate")
 	if err != nil {
 		return "", nil, err
 	}
 	pool.Close()
-	return target.url, cfg, nil
+	return target.URL, cfg, nil
 }
 
 // layoutName says a history layout in words.

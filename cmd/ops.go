@@ -17,6 +17,7 @@ import (
 
 	"github.com/fleet-go/fleet"
 	"github.com/fleet-go/fleet/config"
+	"github.com/fleet-go/fleet/model"
 	"github.com/fleet-go/fleet/store"
 )
 
@@ -241,12 +242,8 @@ func (r *runner) supervisorsCommand() *cobra.Command {
 // supervisorsSummary renders a master's supervisors column:
 // "default[default:1 mail:3] exports(paused)[exports,default:2]".
 func supervisorsSummary(raw json.RawMessage) string {
-	var sups []struct {
-		Name      string         `json:"name"`
-		Paused    bool           `json:"paused"`
-		Processes map[string]int `json:"processes"`
-	}
-	if json.Unmarshal(raw, &sups) != nil {
+	sups, err := model.DecodeSupervisors(raw)
+	if err != nil {
 		return "?"
 	}
 	var parts []string

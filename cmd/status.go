@@ -10,6 +10,7 @@ import (
 
 	"github.com/fleet-go/fleet"
 	"github.com/fleet-go/fleet/config"
+	"github.com/fleet-go/fleet/process"
 	"github.com/fleet-go/fleet/supervisor"
 )
 
@@ -35,7 +36,7 @@ func printPaused(w io.Writer, p fleet.Paused) {
 // app's configuration works q. The pause is stored all the same: another
 // host's configuration, or a later deploy, may work it.
 func warnUnworkedQueue(c *cobra.Command, cfg *config.Config, q string) {
-	sups, err := supervisor.Resolve(supervisorOptions(cfg, false))
+	sups, err := supervisor.Resolve(process.SupervisorOptions(cfg, false))
 	if err != nil {
 		return
 	}

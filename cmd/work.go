@@ -1,30 +1,14 @@
 package cmd
 
 import (
-	"cmp"
-	"context"
-	"errors"
-	"io"
-	"log/slog"
-	"math"
-	"os"
-	"os/signal"
-	"runtime/debug"
 	"strings"
-	"sync"
-	"sync/atomic"
-	"syscall"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
-	"github.com/fleet-go/fleet/config"
+	"github.com/fleet-go/fleet/process"
 	"github.com/fleet-go/fleet/queue"
 	"github.com/fleet-go/fleet/spawner"
-	"github.com/fleet-go/fleet/store"
-	"github.com/fleet-go/fleet/supervisor"
-	"github.com/fleet-go/fleet/worker"
 )
 
 type workFlags struct {
@@ -85,33 +69,8 @@ func (f *workFlags) register(c *cobra.Command) {
 	_ = fl.MarkHidden("reports")
 }
 
-// workerGCPercent is the garbage collector's target a fleet:work process
-// sets for itself unless GOGC is in its environment. A worker's live heap
-// is a few megabytes (its jobs in flight and a batch of outcomes), so the
-// default of 100 collects very often under load: with no-op jobs at
-// concurrency 1000 the collector took about a third of the process's CPU,
-// and 400 cut the process's CPU per job by about a third and raised the
-// drain by 10–20 % on a 2-core machine, for a few megabytes more of heap.
-const workerGCPercent = 400
-
-// workerGC is the GC percent a fleet:work process with environment
-// environ sets, if any: workerGCPercent unless GOGC is set.
-func workerGC(environ []string) (int, bool) {
-	if _, set := environValue(environ, "GOGC"); set {
-		return 0, false
-	}
-	return workerGCPercent, true
-}
-
 func (r *runner) work(c *cobra.Command, f workFlags) error {
-	// A master announces the worker's report pipe in the environment. No
-	// handler needs to know, and no program a handler starts may inherit
-	// it: it leaves the environment before anything else runs.
-	announced, piped := environValue(r.app.Environ, spawner.ProtocolFDEnv)
-	_ = os.Unsetenv(spawner.ProtocolFDEnv)
-	if pct, ok := workerGC(r.app.Environ); ok {
-		debug.SetGCPercent(pct)
-	}
+	pipe := process.TakeWorkerEnviron(r.app.Environ)
 	cfg, err := r.loadConfig()
 	if err != nil {
 		return err
@@ -120,107 +79,16 @@ func (r *runner) work(c *cobra.Command, f workFlags) error {
 	if err != nil {
 		return err
 	}
-	db, err := databaseOf(cfg)
-	if err != nil {
-		return err
-	}
-	wcfg := workerConfig(cfg, spec, r.logger(cfg))
-	wcfg.StopWhenEmpty = f.stopWhenEmpty
-	log := wcfg.Logger
-	switch {
-	case (f.master != "" || f.reports) && piped:
-		// Started by a master: report to it on the pipe it gave us, never on
-		// stdout, which is the handlers' (see package spawner).
-		pipe, err := spawner.OpenReportPipe(announced)
-		if err != nil {
-			return err
-		}
-		defer pipe.Close()
-		wcfg.Reports = reportWriter(pipe)
-	case f.master != "" || f.reports:
-		// Run by hand for a tool that watches it (--reports), or by a master
-		// that gives no pipe: report on stdout.
-		wcfg.Reports = reportWriter(r.app.Stdout)
-	default:
-		// Started by hand: a progress line for people instead.
-		wcfg.Reports = progressLogger(log, progressEvery, time.Now)
-	}
-	// The exiting report says whether outcomes were left unwritten, which
-	// the exit status says too (ExitUnsaved), so that the master counts the
-	// exit by its reason rather than as a crash.
-	var unsaved atomic.Int64
-	report := wcfg.Reports
-	wcfg.Reports = func(rep spawner.Report) {
-		if rep.Type == spawner.ReportExiting {
-			unsaved.Store(int64(rep.Unsaved))
-		}
-		report(rep)
-	}
-
-	ctx, stop := signal.NotifyContext(c.Context(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	go func() {
-		// After the first signal a second one gets the default behaviour:
-		// the process dies at once.
-		<-ctx.Done()
-		stop()
-	}()
-
-	pcfg := worker.ProcessConfig{
-		Worker:    wcfg,
-		Version:   versionInfo(r.app.Version).Short(),
-		MemberTTL: time.Duration(cfg.Fleet.MasterTTLSecs) * time.Second,
-	}
-	if f.master != "" {
-		// Under a master: commands arrive on stdin from the start, and
-		// stdin closing means the master is gone, so stop (finishing
-		// running jobs).
-		pcfg.Commands = r.app.Stdin
-	}
-	proc := worker.NewProcess(pcfg)
-	appName := "fleet:work " + cmp.Or(f.workerName, hostPID())
-	maxConns := cmp.Or(f.maxConns, cfg.Database.MaxConns, supervisor.WorkerConnections-1)
-	if f.master == "" && f.maxConns == 0 && cfg.Database.MaxConns == 0 {
-		maxConns++ // run by hand, it also beats its own membership row
-	}
-	var pool *pgxpool.Pool
-	connected, err := proc.Connect(ctx, func(ctx context.Context) (err error) {
-		pool, err = openPool(ctx, db, maxConns, appName)
-		return err
-	}, func(err error) bool { return errors.Is(err, errUnreachable) })
-	if err != nil {
-		return err
-	}
-	if !connected {
-		return nil // stopped while waiting for the database
-	}
-	defer closePool(pool)
-	st, err := db.listenStore(store.New(pool))
-	if err != nil {
-		return err
-	}
-	log.Info("database pooler", "pooler", db.pooler, "wake_up", db.wakeups(wcfg.PollInterval))
-	_, err = proc.Run(ctx, st, r.app.Jobs)
-	switch {
-	case errors.Is(err, worker.ErrJobTimedOut):
-		return &exitError{code: ExitJobTimedOut, err: err}
-	case err != nil && unsaved.Load() > 0:
-		return &exitError{code: ExitUnsaved, err: err}
+	code, err := process.RunWorker(c.Context(), process.WorkerProcess{
+		Config: cfg, Spec: spec, StopWhenEmpty: f.stopWhenEmpty, Reports: f.reports, Pipe: pipe,
+		Jobs: r.app.Jobs, Stdin: r.app.Stdin, Stdout: r.app.Stdout,
+		Logger: r.logger(cfg), Version: versionInfo(r.app.Version).Short(),
+	})
+	switch code {
+	case ExitJobTimedOut, ExitUnsaved:
+		return &exitError{code: code, err: err}
 	}
 	return err
-}
-
-// environValue is the value of key in environ, the last one when it is
-// there more than once (as exec does), and whether it is there.
-func environValue(environ []string, key string) (string, bool) {
-	for i := len(environ) - 1; i >= 0; i-- {
-		if v, ok := strings.CutPrefix(environ[i], key+"="); ok {
-			return v, true
-		}
-	}
-	return "", false
 }
 
 // spec reads the flags that say which worker to run into the shape a
@@ -271,23 +139,6 @@ func (f workFlags) spec() (spawner.Spec, error) {
 	}, nil
 }
 
-// workerConfig is the worker spec asks for, logging to log, with what the
-// spec leaves open taken from the queue section of cfg: the same
-// translation (worker.SpecConfig) as a master's in-process workers get.
-func workerConfig(cfg *config.Config, spec spawner.Spec, log *slog.Logger) worker.Config {
-	return worker.SpecConfig(spec, worker.Config{
-		Queues:         cfg.Queue.Queues,
-		Concurrency:    cfg.Queue.Workers,
-		PollInterval:   time.Duration(cfg.Queue.PollIntervalMs) * time.Millisecond,
-		Tries:          cfg.Queue.Tries,
-		Backoff:        cfg.Queue.Backoff,
-		DefaultTimeout: time.Duration(cfg.Queue.TimeoutSecs) * time.Second,
-		TimeoutGrace:   time.Duration(cfg.Queue.TimeoutGraceSecs) * time.Second,
-		Logger:         log,
-		Redact:         cfg.Log.Redact,
-	})
-}
-
 // splitList reads "a, b" into its trimmed, non-empty parts.
 func splitList(s string) []string {
 	var out []string
@@ -297,58 +148,4 @@ func splitList(s string) []string {
 		}
 	}
 	return out
-}
-
-// reportWriter writes @fleet report lines to w, one whole line per write.
-// A write that fails (the master is gone) is dropped: the worker learns of
-// its master's end from its stdin.
-func reportWriter(w io.Writer) func(spawner.Report) {
-	var mu sync.Mutex
-	return func(rep spawner.Report) {
-		mu.Lock()
-		defer mu.Unlock()
-		_, _ = w.Write(spawner.FormatReport(rep))
-	}
-}
-
-// progressEvery is how often a hand-run worker logs its progress while it
-// works.
-const progressEvery = 5 * time.Second
-
-// progressLogger turns a hand-run worker's heartbeats into an info line at
-// most every interval while it works: attempts finished, their rate since
-// the last line, jobs running. Nothing is logged while nothing changes. It
-// runs in the worker's loop, which calls Reports; it needs no goroutine.
-func progressLogger(log *slog.Logger, every time.Duration, now func() time.Time) func(spawner.Report) {
-	var (
-		lastAt      time.Time
-		lastJobs    int64
-		lastRunning int
-		lastPaused  bool
-	)
-	return func(rep spawner.Report) {
-		t := now()
-		switch rep.Type {
-		case spawner.ReportReady:
-			lastAt = t
-			return
-		case spawner.ReportHeartbeat:
-		default:
-			return
-		}
-		if rep.Jobs == lastJobs && rep.Running == lastRunning && rep.Paused == lastPaused {
-			return // idle, and nothing changed
-		}
-		elapsed := t.Sub(lastAt)
-		if elapsed < every && rep.Running > 0 {
-			return // busy: a line every interval
-		}
-		rate := 0.0
-		if elapsed > 0 {
-			rate = float64(rep.Jobs-lastJobs) / elapsed.Seconds()
-		}
-		log.Info("worker progress", "jobs", rep.Jobs, "jobs_per_sec", math.Round(rate*10)/10,
-			"running", rep.Running, "paused", rep.Paused, "memory_mb", math.Round(rep.MemoryMB*10)/10)
-		lastAt, lastJobs, lastRunning, lastPaused = t, rep.Jobs, rep.Running, rep.Paused
-	}
 }

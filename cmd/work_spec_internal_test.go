@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fleet-go/fleet/config"
+	"github.com/fleet-go/fleet/process"
 	"github.com/fleet-go/fleet/spawner"
 	"github.com/fleet-go/fleet/worker"
 )
@@ -88,21 +89,21 @@ func TestWorkFlagsRoundTripASpec(t *testing.T) {
 		if f.stopWhenEmpty || f.reports {
 			t.Errorf("a master's command line set --stop-when-empty or --reports: %+v", f)
 		}
-		fromFlags := workerConfig(&cfg, got, log)
-		direct := worker.SpecConfig(spec, workerConfig(&cfg, spawner.Spec{}, log))
+		fromFlags := process.WorkerConfig(&cfg, got, log)
+		direct := worker.SpecConfig(spec, process.WorkerConfig(&cfg, spawner.Spec{}, log))
 		if !reflect.DeepEqual(withoutLogger(fromFlags), withoutLogger(direct)) {
 			t.Errorf("config from the flags:\n %+v\nfrom the spec directly:\n %+v", withoutLogger(fromFlags), withoutLogger(direct))
 		}
 	}
 
 	// What the spec leaves open comes from the queue section.
-	wcfg := workerConfig(&cfg, least, log)
+	wcfg := process.WorkerConfig(&cfg, least, log)
 	if wcfg.Tries != 9 || !reflect.DeepEqual(wcfg.Backoff, []int{2, 4}) || wcfg.DefaultTimeout != 600*time.Second {
 		t.Errorf("the job defaults of a spec that sets none: tries %d, backoff %v, timeout %s; want the queue section's",
 			wcfg.Tries, wcfg.Backoff, wcfg.DefaultTimeout)
 	}
 	// A worker run by hand without --queue works the configured queues.
-	if wcfg := workerConfig(&cfg, spawner.Spec{}, log); !reflect.DeepEqual(wcfg.Queues, []string{"configured"}) || wcfg.Concurrency != cfg.Queue.Workers {
+	if wcfg := process.WorkerConfig(&cfg, spawner.Spec{}, log); !reflect.DeepEqual(wcfg.Queues, []string{"configured"}) || wcfg.Concurrency != cfg.Queue.Workers {
 		t.Errorf("queues %v, concurrency %d without flags; want the queue section's", wcfg.Queues, wcfg.Concurrency)
 	}
 }
@@ -118,14 +119,5 @@ func TestWorkArgsRoundMaxTimeUp(t *testing.T) {
 	spec.MaxTime = time.Millisecond
 	if _, got := parseWorkArgs(t, spawner.WorkArgs(spec)); got.MaxTime != time.Second {
 		t.Errorf("max time %s through the flags, want 1s", got.MaxTime)
-	}
-}
-
-func TestWorkerGCUnlessGOGCIsSet(t *testing.T) {
-	if pct, ok := workerGC([]string{"HOME=/x"}); !ok || pct != workerGCPercent {
-		t.Errorf("without GOGC: %d, %v; want %d, true", pct, ok, workerGCPercent)
-	}
-	if pct, ok := workerGC([]string{"GOGC=50"}); ok {
-		t.Errorf("with GOGC=50 the worker sets %d; want GOGC left to the runtime", pct)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"maps"
 	"net/http"
 	"net/url"
+	pathpkg "path"
 	"slices"
 	"strconv"
 	"strings"
@@ -28,21 +29,21 @@ const maxPage = 100_000
 // apiTimeout bounds the database work of one API request.
 const apiTimeout = 30 * time.Second
 
-// route is one API route: a method, a path of literal segments and
-// {name} holes, the ability it needs ("" for any caller the authenticator
-// accepts), the query parameters it takes, and what it does.
+// route is one API route: its http.ServeMux pattern (a method and a path
+// below api/, with {name} wildcards), the ability it needs ("" for any
+// caller the authenticator accepts), the query parameters it takes, and
+// what it does.
 type route struct {
-	method  string
-	path    []string
+	pattern string
 	ability fleet.Ability
 	params  []string
 	serve   func(ctx context.Context, c *call) (int, any, error)
 }
 
-// call is one API request being served.
+// call is one API request being served; r carries the route's wildcards
+// (r.PathValue).
 type call struct {
 	r         *http.Request
-	vars      map[string]string
 	query     url.Values
 	abilities []fleet.Ability
 }
@@ -66,71 +67,45 @@ func notFound(format string, args ...any) error {
 }
 
 func (h *Handler) apiRoutes() []route {
-	seg := func(p string) []string { return strings.Split(p, "/") }
 	view, operate := fleet.AbilityView, fleet.AbilityOperate
 	return []route{
-		{method: "GET", path: seg("me"), serve: h.me},
-		{method: "GET", path: seg("overview"), ability: view, serve: h.overview},
-		{method: "GET", path: seg("workload"), ability: view, serve: h.workload},
-		{method: "GET", path: seg("masters"), ability: view, serve: h.masters},
-		{method: "GET", path: seg("jobs"), ability: view, params: []string{"status", "queue", "tag", "state", "page"}, serve: h.jobs},
-		{method: "GET", path: seg("jobs/{id}"), ability: view, serve: h.job},
-		{method: "POST", path: seg("jobs/{id}/cancel"), ability: operate, serve: h.cancel},
-		{method: "GET", path: seg("failed"), ability: view, params: []string{"search", "queue", "tag", "page"}, serve: h.failedList},
-		{method: "POST", path: seg("failed/retry"), ability: operate, params: []string{"search", "queue", "tag"}, serve: h.retryAll},
-		{method: "GET", path: seg("failed/{id}"), ability: view, serve: h.failedJob},
-		{method: "DELETE", path: seg("failed/{id}"), ability: operate, serve: h.forget},
-		{method: "POST", path: seg("failed/{id}/retry"), ability: operate, serve: h.retry},
-		{method: "GET", path: seg("metrics"), ability: view, params: []string{"period", "queue", "job"}, serve: h.metrics},
-		{method: "GET", path: seg("periodic"), ability: view, params: []string{"recent"}, serve: h.periodic},
-		{method: "POST", path: seg("pause"), ability: operate, serve: h.pause},
-		{method: "POST", path: seg("continue"), ability: operate, serve: h.resume},
-		{method: "POST", path: seg("queues/{queue}/clear"), ability: operate, serve: h.clearQueue},
+		{pattern: "GET /me", serve: h.me},
+		{pattern: "GET /overview", ability: view, serve: h.overview},
+		{pattern: "GET /workload", ability: view, serve: h.workload},
+		{pattern: "GET /masters", ability: view, serve: h.masters},
+		{pattern: "GET /jobs", ability: view, params: []string{"status", "queue", "tag", "state", "page"}, serve: h.jobs},
+		{pattern: "GET /jobs/{id}", ability: view, serve: h.job},
+		{pattern: "POST /jobs/{id}/cancel", ability: operate, serve: h.cancel},
+		{pattern: "GET /failed", ability: view, params: []string{"search", "queue", "tag", "page"}, serve: h.failedList},
+		{pattern: "POST /failed/retry", ability: operate, params: []string{"search", "queue", "tag"}, serve: h.retryAll},
+		{pattern: "GET /failed/{id}", ability: view, serve: h.failedJob},
+		{pattern: "DELETE /failed/{id}", ability: operate, serve: h.forget},
+		{pattern: "POST /failed/{id}/retry", ability: operate, serve: h.retry},
+		{pattern: "GET /metrics", ability: view, params: []string{"period", "queue", "job"}, serve: h.metrics},
+		{pattern: "GET /periodic", ability: view, params: []string{"recent"}, serve: h.periodic},
+		{pattern: "POST /pause", ability: operate, serve: h.pause},
+		{pattern: "POST /continue", ability: operate, serve: h.resume},
+		{pattern: "POST /queues/{queue}/clear", ability: operate, serve: h.clearQueue},
 	}
 }
 
-// match finds the route for method and path: the route, the path's holes,
-// and when only the method is wrong the methods that would fit.
-func (h *Handler) match(method, path string) (*route, map[string]string, []string) {
-	parts := strings.Split(path, "/")
-	var allowed []string
-	for i := range h.routes {
-		rt := &h.routes[i]
-		vars, ok := matchPath(rt.path, parts)
-		if !ok {
-			continue
-		}
-		if rt.method == method || (method == http.MethodHead && rt.method == http.MethodGet) {
-			return rt, vars, nil
-		}
-		if !slices.Contains(allowed, rt.method) {
-			allowed = append(allowed, rt.method)
-		}
+// apiMux routes the API's paths (below api/, from "/") to its routes. A
+// GET route takes HEAD too.
+func (h *Handler) apiMux() *http.ServeMux {
+	mux := http.NewServeMux()
+	for _, rt := range h.apiRoutes() {
+		mux.Handle(rt.pattern, h.routeHandler(rt))
 	}
-	return nil, nil, allowed
+	return mux
 }
 
-func matchPath(pattern, parts []string) (map[string]string, bool) {
-	if len(pattern) != len(parts) {
-		return nil, false
-	}
-	vars := map[string]string{}
-	for i, p := range pattern {
-		if name, ok := strings.CutPrefix(p, "{"); ok {
-			v, err := url.PathUnescape(parts[i])
-			if err != nil {
-				return nil, false
-			}
-			vars[strings.TrimSuffix(name, "}")] = v
-		} else if p != parts[i] {
-			return nil, false
-		}
-	}
-	return vars, true
-}
+// abilitiesKey carries the abilities the authenticator granted from
+// serveAPI to the route's handler.
+type abilitiesKey struct{}
 
-// serveAPI authenticates, routes, checks the ability and the parameters,
-// and answers JSON, never cached.
+// serveAPI authenticates and routes through the API's mux; a request no
+// route takes is answered 405 naming the methods its path allows, or 404,
+// in JSON, never cached. The route's handler does the rest (routeHandler).
 func (h *Handler) serveAPI(w http.ResponseWriter, r *http.Request, path string) {
 	w.Header().Set("Cache-Control", "no-store")
 	abilities, err := h.auth(r)
@@ -144,48 +119,97 @@ func (h *Handler) serveAPI(w http.ResponseWriter, r *http.Request, path string) 
 		h.writeJSON(w, http.StatusInternalServerError, errorBody("the request could not be authenticated (see the server's log)", ""))
 		return
 	}
-	rt, vars, allowed := h.match(r.Method, h.rawAPIPath(r, path))
-	if rt == nil {
-		if len(allowed) > 0 {
-			w.Header().Set("Allow", strings.Join(allowed, ", "))
-			h.writeJSON(w, http.StatusMethodNotAllowed, errorBody(fmt.Sprintf("%s is not allowed here (allowed: %s)", r.Method, strings.Join(allowed, ", ")), ""))
-			return
-		}
+	// The mux sees the API path from "/", its segments still escaped, so
+	// that a wildcard such as {queue} may hold a "/" (as %2F); it
+	// unescapes each wildcard. A path the mux would redirect to its clean
+	// form (an empty segment, a trailing slash, dot segments) names no
+	// route.
+	raw := "/" + h.rawAPIPath(r, path)
+	if pathpkg.Clean(raw) != raw {
 		h.writeJSON(w, http.StatusNotFound, errorBody(fmt.Sprintf("no API route %s /%s", r.Method, path), ""))
 		return
 	}
-	if !slices.Contains(abilities, fleet.AbilityView) || (rt.ability != "" && !slices.Contains(abilities, rt.ability)) {
-		need := rt.ability
-		if need == "" || !slices.Contains(abilities, fleet.AbilityView) {
-			need = fleet.AbilityView
+	u := *r.URL
+	u.Path, u.RawPath = "/"+path, ""
+	if raw != u.Path {
+		u.RawPath = raw
+	}
+	ar := r.WithContext(context.WithValue(r.Context(), abilitiesKey{}, abilities))
+	ar.URL = &u
+	miss, pattern := h.api.Handler(ar)
+	if pattern != "" {
+		h.api.ServeHTTP(w, ar)
+		return
+	}
+	// No route: the mux's own answer says whether the path has routes for
+	// other methods (405 and Allow), and this one says it in JSON.
+	rec := &missRecorder{header: http.Header{}}
+	miss.ServeHTTP(rec, ar)
+	if allow := rec.header.Get("Allow"); rec.code == http.StatusMethodNotAllowed && allow != "" {
+		w.Header().Set("Allow", allow)
+		h.writeJSON(w, http.StatusMethodNotAllowed, errorBody(fmt.Sprintf("%s is not allowed here (allowed: %s)", r.Method, allow), ""))
+		return
+	}
+	h.writeJSON(w, http.StatusNotFound, errorBody(fmt.Sprintf("no API route %s /%s", r.Method, path), ""))
+}
+
+// missRecorder keeps the status and headers of the mux's answer to a
+// request no route takes, and drops its plain-text body.
+type missRecorder struct {
+	header http.Header
+	code   int
+}
+
+func (m *missRecorder) Header() http.Header { return m.header }
+
+func (m *missRecorder) Write(b []byte) (int, error) {
+	m.WriteHeader(http.StatusOK)
+	return len(b), nil
+}
+
+func (m *missRecorder) WriteHeader(code int) {
+	if m.code == 0 {
+		m.code = code
+	}
+}
+
+// routeHandler checks the caller's ability and the query parameters for
+// rt, serves it within apiTimeout and answers JSON.
+func (h *Handler) routeHandler(rt route) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		abilities, _ := r.Context().Value(abilitiesKey{}).([]fleet.Ability)
+		if !slices.Contains(abilities, fleet.AbilityView) || (rt.ability != "" && !slices.Contains(abilities, rt.ability)) {
+			need := rt.ability
+			if need == "" || !slices.Contains(abilities, fleet.AbilityView) {
+				need = fleet.AbilityView
+			}
+			h.writeJSON(w, http.StatusForbidden, errorBody(fmt.Sprintf("this needs the %s ability, which the token lacks", need), ""))
+			return
 		}
-		h.writeJSON(w, http.StatusForbidden, errorBody(fmt.Sprintf("this needs the %s ability, which the token lacks", need), ""))
-		return
-	}
-	query, err := url.ParseQuery(r.URL.RawQuery)
-	if err == nil {
-		err = checkParams(query, rt.params)
-	} else {
-		err = badParam("query", "%v", err)
-	}
-	if err != nil {
-		h.answerError(w, r, err)
-		return
-	}
-	ctx, cancel := context.WithTimeout(r.Context(), apiTimeout)
-	defer cancel()
-	code, body, err := rt.serve(ctx, &call{r: r, vars: vars, query: query, abilities: abilities})
-	if err != nil {
-		h.answerError(w, r, err)
-		return
-	}
-	h.writeJSON(w, code, body)
+		query, err := url.ParseQuery(r.URL.RawQuery)
+		if err == nil {
+			err = checkParams(query, rt.params)
+		} else {
+			err = badParam("query", "%v", err)
+		}
+		if err != nil {
+			h.answerError(w, r, err)
+			return
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), apiTimeout)
+		defer cancel()
+		code, body, err := rt.serve(ctx, &call{r: r, query: query, abilities: abilities})
+		if err != nil {
+			h.answerError(w, r, err)
+			return
+		}
+		h.writeJSON(w, code, body)
+	})
 }
 
 // rawAPIPath is path (the API path, decoded) as the request spelled it,
-// its segments still escaped, so that a hole such as {queue} may hold a
-// "/" (as %2F) without splitting; match unescapes each hole. It is path
-// itself when the two do not line up.
+// its segments still escaped. It is path itself when the two do not line
+// up.
 func (h *Handler) rawAPIPath(r *http.Request, path string) string {
 	rest, ok := strings.CutPrefix(r.URL.EscapedPath(), (&url.URL{Path: h.path}).EscapedPath()+"/api")
 	if !ok {
@@ -304,7 +328,7 @@ func (c *call) state() (string, error) {
 
 // id reads the path's {id}: a positive whole number.
 func (c *call) id(what string) (int64, error) {
-	s := c.vars["id"]
+	s := c.r.PathValue("id")
 	n, err := strconv.ParseInt(s, 10, 64)
 	if err != nil || n < 1 {
 		return 0, badParam("id", "%s id must be a positive whole number, got %q", what, s)
@@ -554,7 +578,7 @@ func (h *Handler) forget(ctx context.Context, c *call) (int, any, error) {
 // (see fleet.Service.Clear) and answers how many. It runs within the API's
 // timeout; a queue too large for it is cleared with fleet:clear.
 func (h *Handler) clearQueue(ctx context.Context, c *call) (int, any, error) {
-	q := c.vars["queue"]
+	q := c.r.PathValue("queue")
 	if err := queue.CheckQueue("queue", q); err != nil {
 		return 0, nil, badParam("queue", "%v", strings.TrimPrefix(err.Error(), "queue "))
 	}

@@ -60,7 +60,7 @@ type Handler struct {
 	log     *slog.Logger
 	page    []byte
 	assets  map[string]asset // by file name under Path/assets/
-	routes  []route
+	api     *http.ServeMux   // the API's routes, below Path/api
 	refresh time.Duration
 }
 
@@ -108,7 +108,7 @@ func New(svc *fleet.Service, opts Options) *Handler {
 		panic(fmt.Sprintf("dashboard: render the page: %v", err)) // a fixed template and plain strings
 	}
 	h.page = page.Bytes()
-	h.routes = h.apiRoutes()
+	h.api = h.apiMux()
 	return h
 }
 

@@ -29,7 +29,10 @@
 // or a snoozed job becomes available by the database's clock (now()), not
 // the test process's. MakeDue is the test's hand on that clock: it makes
 // every such job of some queues available now, so a test never sleeps for
-// a delay.
+// a delay. What fleet reports and decides by the time (long waits, the
+// workload, the metrics, the masters' once-a-minute duties) reads a clock
+// a test may set instead: Clock, given to fleet.Options.Now, shows the
+// fleet as it would be at the clock's time, without waiting for it.
 package fleettest
 
 import (

@@ -5,7 +5,7 @@ import (
 	svclife "github.com/fleet-go/fleet/internal/lifecycle"
 	"log/slog"
 
-	"github.com/fleet-go/fleet"
+	"github.com/fleet-go/fleet/model"
 )
 
 // alertQueue is how many long-wait alerts may wait for a slow listener;
@@ -19,26 +19,26 @@ const alertQueue = 64
 // delivers what is still queued, and a listener's context ends with the
 // stop budget. Without a listener it runs nothing.
 type alerts struct {
-	listener func(context.Context, fleet.LongWaitDetected)
+	listener func(context.Context, model.LongWaitDetected)
 	log      *slog.Logger
 	budget   *stopBudget
-	in       chan fleet.LongWaitDetected
+	in       chan model.LongWaitDetected
 
 	lc  svclife.Lifecycle
 	sig struct {
-		delivered svclife.Signal[fleet.LongWaitDetected] // the listener returned
+		delivered svclife.Signal[model.LongWaitDetected] // the listener returned
 	}
 }
 
-func newAlerts(listener func(context.Context, fleet.LongWaitDetected), log *slog.Logger, budget *stopBudget) *alerts {
-	return &alerts{listener: listener, log: log, budget: budget, in: make(chan fleet.LongWaitDetected, alertQueue)}
+func newAlerts(listener func(context.Context, model.LongWaitDetected), log *slog.Logger, budget *stopBudget) *alerts {
+	return &alerts{listener: listener, log: log, budget: budget, in: make(chan model.LongWaitDetected, alertQueue)}
 }
 
 func (a *alerts) Name() string { return "alerts" }
 
 // offer queues e for the listener without waiting, and reports false when
 // the queue is full (or there is no listener): the alert is dropped.
-func (a *alerts) offer(e fleet.LongWaitDetected) bool {
+func (a *alerts) offer(e model.LongWaitDetected) bool {
 	if a.listener == nil {
 		return false
 	}
@@ -88,7 +88,7 @@ func (a *alerts) Start(ctx context.Context) error {
 	return nil
 }
 
-func (a *alerts) deliver(ctx context.Context, e fleet.LongWaitDetected) {
+func (a *alerts) deliver(ctx context.Context, e model.LongWaitDetected) {
 	if ctx.Err() != nil {
 		a.log.Warn("long-wait alert not delivered: the master stopped", "queue", e.Queue)
 		return

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fleet-go/fleet"
+	"github.com/fleet-go/fleet/model"
 )
 
 // Alerts reach the listener in order, from the service's goroutine; a
@@ -21,7 +21,7 @@ func TestAlertsDeliversInOrderAndRefusesWhenFull(t *testing.T) {
 	gate := make(chan struct{})
 	var mu sync.Mutex
 	var got []string
-	a := newAlerts(func(_ context.Context, ev fleet.LongWaitDetected) {
+	a := newAlerts(func(_ context.Context, ev model.LongWaitDetected) {
 		<-gate
 		mu.Lock()
 		got = append(got, ev.Queue)
@@ -37,7 +37,7 @@ func TestAlertsDeliversInOrderAndRefusesWhenFull(t *testing.T) {
 	var want []string
 	offer := func(i int) bool {
 		q := "q" + strconv.Itoa(i)
-		ok := a.offer(fleet.LongWaitDetected{Queue: q})
+		ok := a.offer(model.LongWaitDetected{Queue: q})
 		if ok {
 			want = append(want, q)
 		}
@@ -74,7 +74,7 @@ func TestAlertsStopDeliversTheQueued(t *testing.T) {
 	gate := make(chan struct{})
 	var mu sync.Mutex
 	n := 0
-	a := newAlerts(func(context.Context, fleet.LongWaitDetected) {
+	a := newAlerts(func(context.Context, model.LongWaitDetected) {
 		<-gate
 		mu.Lock()
 		n++
@@ -84,7 +84,7 @@ func TestAlertsStopDeliversTheQueued(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range 3 {
-		if !a.offer(fleet.LongWaitDetected{Queue: "q"}) {
+		if !a.offer(model.LongWaitDetected{Queue: "q"}) {
 			t.Fatal("offer refused")
 		}
 	}
@@ -111,7 +111,7 @@ func TestAlertsWithoutListener(t *testing.T) {
 	if err := a.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if a.offer(fleet.LongWaitDetected{Queue: "q"}) {
+	if a.offer(model.LongWaitDetected{Queue: "q"}) {
 		t.Error("an offer without a listener was taken")
 	}
 	stopWithin(t, a, 100*time.Millisecond)

@@ -6,9 +6,12 @@ import (
 	"fmt"
 	svclife "github.com/fleet-go/fleet/internal/lifecycle"
 	"log/slog"
+	"maps"
+	"slices"
 	"time"
 
-	"github.com/fleet-go/fleet"
+	"github.com/fleet-go/fleet/decide"
+	"github.com/fleet-go/fleet/model"
 	"github.com/fleet-go/fleet/store"
 )
 
@@ -18,8 +21,9 @@ import (
 // period, under a lease. A master that dies mid-duty leaves it undone and
 // another takes it over once the lease has passed; a duty that failed is
 // retried after a backoff (store.DutyRetryStep); masters catch up the
-// recent periods nobody did (snapshotBack). Periods come from the database
-// clock, never from this process's.
+// recent periods nobody did (snapshotBack). Periods come from the store's
+// clock (the database's, unless a test gave the store one: see
+// store.Store.WithClock), never from this process's.
 const (
 	// snapshotDuty names the metrics snapshot duty; its periods are
 	// minutes.
@@ -81,7 +85,7 @@ type duties struct {
 	trim             store.TrimParams
 	longWait         map[string]int
 	longWaitCooldown time.Duration
-	alert            func(fleet.LongWaitDetected) bool // to the alerts service; false: dropped
+	alert            func(model.LongWaitDetected) bool // to the alerts service; false: dropped
 
 	// Its own state, used only by its goroutine.
 	since time.Time // startedAt, read at Start
@@ -98,7 +102,7 @@ type duties struct {
 
 // newDuties returns the duties service of a master with settings set.
 func newDuties(st *store.Store, set Settings, log *slog.Logger, holder func() string, startedAt func() time.Time,
-	budget *stopBudget, alert func(fleet.LongWaitDetected) bool) *duties {
+	budget *stopBudget, alert func(model.LongWaitDetected) bool) *duties {
 	d := &duties{
 		st: st, log: log, holder: holder, startedAt: startedAt, now: set.Now, budget: budget, tick: set.Tick,
 		trim: set.Trim, longWaitCooldown: set.LongWaitCooldown, alert: alert,
@@ -311,13 +315,13 @@ func (d *duties) longWaits(ctx context.Context) {
 		return
 	}
 	lctx, cancel := context.WithTimeout(ctx, longWaitTimeout)
-	late, err := fleet.CheckLongWaits(lctx, d.st, d.longWait)
+	waits, err := d.st.QueueOldestWait(lctx, slices.Sorted(maps.Keys(d.longWait)))
 	cancel()
 	if err != nil {
 		d.log.Warn("read queue waits failed", "err", err)
 		return
 	}
-	for _, e := range late {
+	for _, e := range decide.LongWaits(waits, d.longWait) {
 		cctx, cancel := context.WithTimeout(ctx, longWaitTimeout)
 		won, err := d.st.DutyClaim(cctx, "longwait:"+e.Queue, d.longWaitCooldown)
 		cancel()

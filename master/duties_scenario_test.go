@@ -13,18 +13,10 @@ func TestMastersSnapshotEachMinuteOnce(t *testing.T) {
 	pool := pgtest.Pool(t)
 	ctx := t.Context()
 	// The masters snapshot the five minutes before the current one (less
-	// its settle time). Should that window move on while they work, M-5
-	// would never be taken: start early enough in a minute for the
-	// masters to finish within it, under load too.
-	var m0 time.Time
-	master.PollFor(t, "the database clock within the first half of a minute", 30*time.Second, func() bool {
-		var into float64
-		if err := pool.QueryRow(ctx, `SELECT date_trunc('minute', now() - interval '3 seconds'),
-			EXTRACT(EPOCH FROM now() - interval '3 seconds' - date_trunc('minute', now() - interval '3 seconds'))`).Scan(&m0, &into); err != nil {
-			t.Fatal(err)
-		}
-		return into < 30
-	})
+	// its settle time) on their store's clock, which stands 10 s into m0
+	// until the test moves it: the window cannot move on while they work.
+	m0 := lastMinute(t, pool)
+	st, clock := onClock(pool, m0)
 	tablesCreated(t, pool, m0.Add(-time.Hour))
 	// Minute M-k has 10*k attempts, k = 1..5.
 	if _, err := pool.Exec(ctx, `
@@ -36,11 +28,22 @@ func TestMastersSnapshotEachMinuteOnce(t *testing.T) {
 	}
 	// A master died mid-snapshot of M-3: its lease runs 2 more seconds.
 	if _, err := pool.Exec(ctx, `INSERT INTO fleet_duties (duty, period, holder, lease_until)
-		VALUES ('metrics', $1::timestamptz - interval '3 minutes', 'dead', now() + interval '2 seconds')`, m0); err != nil {
+		VALUES ('metrics', $1::timestamptz - interval '3 minutes', 'dead', $2)`, m0, clock.Now().Add(2*time.Second)); err != nil {
 		t.Fatal(err)
 	}
-	b := start(t, pool, resolve(t, nil), nil, func(s *master.Settings) { s.Name = "one" })
-	other := start(t, pool, resolve(t, nil), nil, func(s *master.Settings) { s.Name = "two" })
+	b := startOn(t, st, resolve(t, nil), nil, func(s *master.Settings) { s.Name = "one" })
+	other := startOn(t, st, resolve(t, nil), nil, func(s *master.Settings) { s.Name = "two" })
+	poll(t, "the four snapshots of the minutes nobody holds", func() bool {
+		return b.count(t, `SELECT count(*) FROM fleet_metrics WHERE kind = 'queue' AND subject = 'mail'
+			AND taken_at >= $1::timestamptz - interval '5 minutes' AND taken_at < $1 AND jobs = round(EXTRACT(EPOCH FROM $1 - taken_at) / 6)`, m0) == 4
+	})
+	// Within its lease the dead holder keeps M-3; once it has passed, a
+	// master takes the minute over.
+	b.sig.DutiesRound.WaitFresh(t, 5)
+	if n := b.count(t, `SELECT count(*) FROM fleet_metrics WHERE taken_at = $1::timestamptz - interval '3 minutes'`, m0); n != 0 {
+		t.Fatalf("M-3 written within the dead holder's lease (%d rows)", n)
+	}
+	clock.Advance(3 * time.Second)
 	poll(t, "the five snapshots", func() bool {
 		return b.count(t, `SELECT count(*) FROM fleet_metrics WHERE kind = 'queue' AND subject = 'mail'
 			AND taken_at >= $1::timestamptz - interval '5 minutes' AND taken_at < $1 AND jobs = round(EXTRACT(EPOCH FROM $1 - taken_at) / 6)`, m0) == 5

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fleet-go/fleet"
+	"github.com/fleet-go/fleet/model"
 	"github.com/fleet-go/fleet/queue"
 )
 
@@ -22,7 +22,7 @@ func TestDutiesStayQuietUntilAPeriodCanBeDue(t *testing.T) {
 	clock := newTestClock(time.Now())
 	set := e.set
 	set.Now = clock.Now
-	d := newDuties(e.st, set, e.log, func() string { return "me" }, time.Now, e.budget, func(fleet.LongWaitDetected) bool { return true })
+	d := newDuties(e.st, set, e.log, func() string { return "me" }, time.Now, e.budget, func(model.LongWaitDetected) bool { return true })
 	d.sig.read.Init()
 	ctx := context.Background()
 	d.round(ctx)
@@ -69,11 +69,11 @@ func TestDutiesRaiseALongWaitOncePerCooldown(t *testing.T) {
 	set := e.set
 	set.LongWait = map[string]int{"default": 1, "other": 1}
 	set.LongWaitCooldown = time.Hour
-	set.OnLongWait = func(context.Context, fleet.LongWaitDetected) {}
+	set.OnLongWait = func(context.Context, model.LongWaitDetected) {}
 	var mu sync.Mutex
-	var raised []fleet.LongWaitDetected
-	offer := func(refuse bool) func(fleet.LongWaitDetected) bool {
-		return func(ev fleet.LongWaitDetected) bool {
+	var raised []model.LongWaitDetected
+	offer := func(refuse bool) func(model.LongWaitDetected) bool {
+		return func(ev model.LongWaitDetected) bool {
 			mu.Lock()
 			defer mu.Unlock()
 			raised = append(raised, ev)
@@ -116,19 +116,25 @@ func TestDutiesStopWritesTheMinuteInProgress(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, time.Second)
 	e.exec(t, `UPDATE fleet_state SET updated_at = now() - interval '1 hour' WHERE key = 'tables:created'`)
+	// The store's clock stands 10 s into a minute, in which 7 attempts
+	// finished.
+	var minute time.Time
+	if err := e.pool.QueryRow(context.Background(), `SELECT date_trunc('minute', now())`).Scan(&minute); err != nil {
+		t.Fatal(err)
+	}
+	clock := newTestClock(minute.Add(10 * time.Second))
 	e.exec(t, `INSERT INTO fleet_jobs (job_id, queue, name, attempt, status, started_at, finished_at, runtime_ms)
-		SELECT g, 'mail', 'send', 1, 'completed', now(), now(), 20 FROM generate_series(1, 7) g`)
+		SELECT g, 'mail', 'send', 1, 'completed', $1, $1, 20 FROM generate_series(1, 7) g`, minute.Add(time.Second))
 	set := e.set
 	set.Tick = time.Hour // no round: the last one alone
-	since := time.Now().Add(-time.Minute)
-	d := newDuties(e.st, set, e.log, func() string { return "me" }, func() time.Time { return since }, e.budget, nil)
+	since := minute.Add(-time.Minute)
+	d := newDuties(e.st.WithClock(clock.Now), set, e.log, func() string { return "me" }, func() time.Time { return since }, e.budget, nil)
 	if err := d.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	d.Stop()
-	// Had the minute turned meanwhile, the last round did it whole, as a
-	// minute due.
-	if n := e.count(t, `SELECT count(*) FROM fleet_metrics WHERE kind = 'queue' AND subject = 'mail' AND jobs = 7`); n != 1 {
-		t.Fatalf("%d snapshots of the minute with its 7 attempts, want 1", n)
+	if n := e.count(t, `SELECT count(*) FROM fleet_metrics WHERE taken_at = $1 AND kind = 'queue' AND subject = 'mail'
+		AND jobs = 7 AND covered_until = $2`, minute, clock.Now()); n != 1 {
+		t.Fatalf("%d partial snapshots of the minute with its 7 attempts, want 1", n)
 	}
 }

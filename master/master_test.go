@@ -10,9 +10,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/fleet-go/fleet"
 	"github.com/fleet-go/fleet/internal/syncbuf"
 	"github.com/fleet-go/fleet/master"
+	"github.com/fleet-go/fleet/model"
 	"github.com/fleet-go/fleet/pgtest"
 	"github.com/fleet-go/fleet/queue"
 	"github.com/fleet-go/fleet/spawner"
@@ -69,7 +69,13 @@ func start(t *testing.T, pool *pgxpool.Pool, sups []supervisor.Supervisor, sp sp
 	if pool == nil {
 		pool = pgtest.Pool(t)
 	}
-	b := &bundle{pool: pool, st: store.New(pool), logs: &syncBuffer{}, summary: make(chan master.Summary, 1)}
+	return startOn(t, store.New(pool), sups, sp, tweak...)
+}
+
+// startOn is start on st: a store with a clock of the test's, say.
+func startOn(t *testing.T, st *store.Store, sups []supervisor.Supervisor, sp spawner.Spawner, tweak ...func(*master.Settings)) *bundle {
+	t.Helper()
+	b := &bundle{pool: st.Pool(), st: st, logs: &syncBuffer{}, summary: make(chan master.Summary, 1)}
 	if sp == nil {
 		b.fake = spawnertest.NewFakeSpawner()
 		sp = b.fake
@@ -525,11 +531,11 @@ func TestLongWaitAlertOncePerCooldownAcrossMasters(t *testing.T) {
 		t.Fatal(err)
 	}
 	var mu sync.Mutex
-	var alerts []fleet.LongWaitDetected
+	var alerts []model.LongWaitDetected
 	listen := func(s *master.Settings) {
 		s.LongWait = map[string]int{"default": 1, "other": 1}
 		s.LongWaitCooldown = time.Hour
-		s.OnLongWait = func(_ context.Context, e fleet.LongWaitDetected) {
+		s.OnLongWait = func(_ context.Context, e model.LongWaitDetected) {
 			mu.Lock()
 			alerts = append(alerts, e)
 			mu.Unlock()

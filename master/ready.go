@@ -5,6 +5,8 @@ import (
 	"maps"
 	"slices"
 	"time"
+
+	"github.com/fleet-go/fleet/model"
 )
 
 // Readiness is what a readiness probe asks of a master: is its row fresh
@@ -34,7 +36,7 @@ type Readiness struct {
 // process (auto: min_processes >= 1 per queue; simple: max_processes >=
 // queues; off: one group); under a budget the supervisor needs as many
 // processes as its claimed share allows, up to one per group.
-func short(s supRow) string {
+func short(s model.ReportedSupervisor) string {
 	if s.Claim != nil {
 		total := 0
 		for _, n := range s.Processes {

@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fleet-go/fleet"
 	"github.com/fleet-go/fleet/balancer"
 	"github.com/fleet-go/fleet/membership"
+	"github.com/fleet-go/fleet/model"
 	"github.com/fleet-go/fleet/periodic"
 	"github.com/fleet-go/fleet/spawner/spawnertest"
 	"github.com/fleet-go/fleet/supervisor"
@@ -148,12 +148,12 @@ func makers(t *testing.T, e *svcEnv) map[string]func(*stopBudget) service {
 			return newWorkload(e.st, e.set.BalanceCooldown, e.log, newLatest[map[string]balancer.QueueWorkload]())
 		},
 		"alerts": func(b *stopBudget) service {
-			a := newAlerts(func(context.Context, fleet.LongWaitDetected) {}, e.log, b)
-			a.offer(fleet.LongWaitDetected{Queue: "q"})
+			a := newAlerts(func(context.Context, model.LongWaitDetected) {}, e.log, b)
+			a.offer(model.LongWaitDetected{Queue: "q"})
 			return a
 		},
 		"duties": func(b *stopBudget) service {
-			return newDuties(e.st, e.set, e.log, peers.Instance, time.Now, b, func(fleet.LongWaitDetected) bool { return true })
+			return newDuties(e.st, e.set, e.log, peers.Instance, time.Now, b, func(model.LongWaitDetected) bool { return true })
 		},
 		"periodic": func(*stopBudget) service {
 			set := e.set

@@ -6,8 +6,8 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/fleet-go/fleet"
 	"github.com/fleet-go/fleet/internal/defaults"
+	"github.com/fleet-go/fleet/model"
 	"github.com/fleet-go/fleet/periodic"
 	"github.com/fleet-go/fleet/store"
 	"github.com/fleet-go/fleet/supervisor"
@@ -78,7 +78,9 @@ type Settings struct {
 	// backoff, the balance cooldown, the start timeout, the jobs-per-minute
 	// rate, the waits between the duties' and the periodic service's
 	// reads, and the minute sweep. Liveness never uses it: it is measured
-	// on the database clock.
+	// on the database clock. The duties' periods and the snapshots'
+	// minutes are the store's clock (the database's, unless a test gave
+	// the store one: see store.Store.WithClock).
 	Now func() time.Time
 	// LongWait maps a queue to the wait, in seconds, that raises
 	// OnLongWait (0 or absent: off).
@@ -88,7 +90,7 @@ type Settings struct {
 	LongWaitCooldown time.Duration
 	// OnLongWait receives long-wait alerts, one at a time, from a goroutine
 	// of the master's.
-	OnLongWait func(context.Context, fleet.LongWaitDetected)
+	OnLongWait func(context.Context, model.LongWaitDetected)
 	// Trim says how long history is kept (defaults 24 h completed, 7 days
 	// failed, 30 days metrics). The ticks recorded for periodic schedules
 	// are kept as long as completed attempts.

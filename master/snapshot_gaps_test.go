@@ -8,22 +8,26 @@ import (
 
 	"github.com/fleet-go/fleet/master"
 	"github.com/fleet-go/fleet/pgtest"
+	"github.com/fleet-go/fleet/store"
 )
 
-// earlyInMinute waits until the database clock is in the first half of a
-// minute (so that a test's minutes cannot move on under it) and returns
-// that minute.
-func earlyInMinute(t *testing.T, pool *pgxpool.Pool) time.Time {
+// onClock returns a store on pool whose clock stands 10 s into minute m0
+// (see store.Store.WithClock), and that clock: the snapshots and duties of
+// a master on it see that minute in progress, however long the test takes,
+// until the test moves the clock.
+func onClock(pool *pgxpool.Pool, m0 time.Time) (*store.Store, *master.TestClock) {
+	clock := master.NewTestClock(m0.Add(10 * time.Second))
+	return store.New(pool).WithClock(clock.Now), clock
+}
+
+// lastMinute is the minute before the one the database's clock is in: a
+// test's minutes that a master started now did not watch.
+func lastMinute(t *testing.T, pool *pgxpool.Pool) time.Time {
 	t.Helper()
 	var m time.Time
-	master.PollFor(t, "the database clock within the first half of a minute", 40*time.Second, func() bool {
-		var into float64
-		if err := pool.QueryRow(t.Context(), `SELECT date_trunc('minute', now()),
-			EXTRACT(EPOCH FROM now() - date_trunc('minute', now()))`).Scan(&m, &into); err != nil {
-			t.Fatal(err)
-		}
-		return into < 30
-	})
+	if err := pool.QueryRow(t.Context(), `SELECT date_trunc('minute', now()) - interval '1 minute'`).Scan(&m); err != nil {
+		t.Fatal(err)
+	}
 	return m
 }
 
@@ -42,14 +46,16 @@ func TestStoppingMastersWriteTheirMinute(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t)
 	ctx := t.Context()
-	m0 := earlyInMinute(t, pool)
+	m0 := lastMinute(t, pool)
+	st, _ := onClock(pool, m0)
 	tablesCreated(t, pool, m0.Add(-time.Hour))
-	one := start(t, pool, resolve(t, nil), nil, func(s *master.Settings) { s.Name = "one" })
-	two := start(t, pool, resolve(t, nil), nil, func(s *master.Settings) { s.Name = "two" })
+	one := startOn(t, st, resolve(t, nil), nil, func(s *master.Settings) { s.Name = "one" })
+	two := startOn(t, st, resolve(t, nil), nil, func(s *master.Settings) { s.Name = "two" })
 	// 700 attempts finished during the masters' run, in this minute.
 	if _, err := pool.Exec(ctx, `
 		INSERT INTO fleet_jobs (job_id, queue, name, attempt, status, started_at, finished_at, runtime_ms)
-		SELECT g, 'mail', 'send', 1, 'completed', now(), now(), 20 FROM generate_series(1, 700) g`); err != nil {
+		SELECT g, 'mail', 'send', 1, 'completed', ts, ts, 20
+		FROM generate_series(1, 700) g, LATERAL (SELECT $1::timestamptz + g * interval '1 millisecond' AS ts) x`, m0); err != nil {
 		t.Fatal(err)
 	}
 	one.stop(t)
@@ -68,7 +74,9 @@ func TestCatchUpWritesNoGhosts(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t)
 	ctx := t.Context()
-	m0 := earlyInMinute(t, pool)
+	// The master starts after the minutes on its clock: it watched none.
+	m0 := lastMinute(t, pool)
+	st, _ := onClock(pool, m0)
 	// The tables came 30 s into minute M-4: M-5 is before them.
 	tablesCreated(t, pool, m0.Add(-4*time.Minute+30*time.Second))
 	// Attempts in M-5 (before the tables) and M-3; a backlog now.
@@ -80,10 +88,10 @@ func TestCatchUpWritesNoGhosts(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := pool.Exec(ctx, `INSERT INTO queue_jobs (queue, name, available_at)
-		SELECT 'mail', 'send', now() FROM generate_series(1, 50)`); err != nil {
+		SELECT 'mail', 'send', $1 FROM generate_series(1, 50)`, m0); err != nil {
 		t.Fatal(err)
 	}
-	b := start(t, pool, resolve(t, nil), nil)
+	b := startOn(t, st, resolve(t, nil), nil)
 	poll(t, "the five minutes before the master caught up", func() bool {
 		return b.count(t, `SELECT count(*) FROM fleet_duties WHERE duty = 'metrics' AND done_at IS NOT NULL
 			AND period >= $1::timestamptz - interval '5 minutes' AND period < $1`, m0) == 5

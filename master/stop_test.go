@@ -5,9 +5,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fleet-go/fleet"
 	"github.com/fleet-go/fleet/balancer"
 	"github.com/fleet-go/fleet/membership"
+	"github.com/fleet-go/fleet/model"
 	"github.com/fleet-go/fleet/periodic"
 )
 
@@ -74,7 +74,7 @@ func TestStopCancelsStatementsInFlight(t *testing.T) {
 			return w, 0
 		}},
 		{"duties", []string{"fleet_duties"}, func(t *testing.T, e *svcEnv) (service, time.Duration) {
-			d := newDuties(e.st, e.set, e.log, func() string { return "holder" }, time.Now, e.budget, func(fleet.LongWaitDetected) bool { return true })
+			d := newDuties(e.st, e.set, e.log, func() string { return "holder" }, time.Now, e.budget, func(model.LongWaitDetected) bool { return true })
 			if err := d.Start(context.Background()); err != nil {
 				t.Fatal(err)
 			}
@@ -112,14 +112,14 @@ func TestAlertsListenerEndsWithTheStopBudget(t *testing.T) {
 	e := &svcEnv{budget: newStopBudget(testBudget)}
 	defer e.budget.release()
 	entered := make(chan struct{})
-	a := newAlerts(func(ctx context.Context, _ fleet.LongWaitDetected) {
+	a := newAlerts(func(ctx context.Context, _ model.LongWaitDetected) {
 		close(entered)
 		<-ctx.Done()
 	}, discardLog(), e.budget)
 	if err := a.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	a.offer(fleet.LongWaitDetected{Queue: "q"})
+	a.offer(model.LongWaitDetected{Queue: "q"})
 	<-entered
 	if took := stopWithin(t, a, testBudget+stopSlack); took < testBudget/2 {
 		t.Errorf("Stop took %s: the listener's context ended before the budget", took)

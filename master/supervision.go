@@ -10,8 +10,8 @@ import (
 	"slices"
 	"time"
 
-	"github.com/fleet-go/fleet"
 	"github.com/fleet-go/fleet/balancer"
+	"github.com/fleet-go/fleet/model"
 	"github.com/fleet-go/fleet/spawner"
 	"github.com/fleet-go/fleet/store"
 	"github.com/fleet-go/fleet/supervisor"
@@ -573,15 +573,15 @@ func (s *supervision) stateNow() string {
 // publish hands the beat the current state and report, and beats at once
 // when the state changed.
 func (s *supervision) publish() {
-	r := &masterReport{Supervisors: make([]supRow, 0, len(s.sups))}
+	r := &model.MasterReport{Supervisors: make([]model.ReportedSupervisor, 0, len(s.sups))}
 	if s.set.Connections.Total > 0 {
 		b := s.set.Connections
 		r.Connections = &b
 	}
 	for _, ss := range s.sups {
-		row := supRow{ReportedSupervisor: fleet.ReportedSupervisor{
+		row := model.ReportedSupervisor{
 			Name: ss.sup.Name, Queues: ss.sup.Queues, Balance: string(ss.sup.Balance), Paused: ss.paused, Processes: map[string]int{},
-		}}
+		}
 		for _, g := range ss.groups {
 			row.Processes[g.Key] = s.alive(ss, g.Key)
 		}

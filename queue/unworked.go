@@ -2,11 +2,11 @@ package queue
 
 import (
 	"context"
-	"encoding/json"
 	"slices"
 	"sync"
 	"time"
 
+	"github.com/fleet-go/fleet/model"
 	"github.com/fleet-go/fleet/store"
 )
 
@@ -88,12 +88,7 @@ func (u *unworkedCheck) view(ctx context.Context, st *store.Store) (live bool, w
 			continue
 		}
 		u.live = true
-		var r struct {
-			Supervisors []struct {
-				Queues []string `json:"queues"`
-			} `json:"supervisors"`
-		}
-		_ = json.Unmarshal(m.Report, &r) // a report this version cannot read names none
+		r, _ := model.DecodeReport(m.Report) // what a report this version cannot read holds names none
 		for _, s := range r.Supervisors {
 			for _, q := range s.Queues {
 				u.worked[q] = true

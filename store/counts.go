@@ -24,8 +24,10 @@ type QueueCount struct {
 // queue_counts (a few rows per queue, whatever the backlog), delayed and
 // limited (parked: available_at 'infinity') jobs counted by index range
 // scans (cheap unless millions are delayed or parked), and the oldest ready
-// job found by one index lookup per queue.
-var queueCountsCTE = `
+// job found by one index lookup per queue. Ready and delayed are told apart
+// at now, the statement's clock (see clockSQL).
+func queueCountsCTE(now string) string {
+	return `
 	qc AS (
 		SELECT queue, sum(unreserved) AS unreserved, sum(reserved) AS reserved
 		FROM queue_counts GROUP BY queue
@@ -39,21 +41,23 @@ var queueCountsCTE = `
 		         FROM lv, LATERAL (
 		             SELECT (SELECT count(*) FROM queue_jobs j
 		                     WHERE j.queue = qc.queue AND j.priority = lv.p AND j.reserved_by IS NULL
-		                       AND j.available_at > now() AND j.available_at < 'infinity') AS delayed,
+		                       AND j.available_at > ` + now + ` AND j.available_at < 'infinity') AS delayed,
 		                    (SELECT count(*) FROM queue_jobs j
 		                     WHERE j.queue = qc.queue AND j.priority = lv.p AND j.reserved_by IS NULL
 		                       AND j.available_at = 'infinity') AS limited,
 		                    (SELECT available_at FROM queue_jobs j
 		                     WHERE j.queue = qc.queue AND j.priority = lv.p AND j.reserved_by IS NULL
-		                       AND j.available_at <= now()
+		                       AND j.available_at <= ` + now + `
 		                     ORDER BY available_at LIMIT 1) AS oldest) y
 		        ) dpo
 	)`
+}
 
-// QueueCounts counts the jobs of every queue that has any, in one statement.
+// QueueCounts counts the jobs of every queue that has any, in one
+// statement, on the store's clock.
 func (s *Store) QueueCounts(ctx context.Context) ([]QueueCount, error) {
-	rows, err := s.pool.Query(ctx, `WITH `+queueCountsCTE+`
-		SELECT queue, pending, delayed, reserved, limited FROM qcounts ORDER BY queue`)
+	rows, err := s.pool.Query(ctx, `WITH `+queueCountsCTE(clockSQL(1))+`
+		SELECT queue, pending, delayed, reserved, limited FROM qcounts ORDER BY queue`, s.at())
 	if err != nil {
 		return nil, fmt.Errorf("count jobs per queue: %w", err)
 	}
@@ -89,20 +93,19 @@ func (s *Store) JobCountBetween(ctx context.Context, fromID, toID int64) (int64,
 }
 
 // QueueOldestWait returns, for each of queues that has a ready job, how
-// long its oldest ready job has been available, in seconds. One index
-// lookup per queue, whatever the backlog.
+// long its oldest ready job has been available, in seconds, by the store's
+// clock. One index lookup per queue, whatever the backlog.
 func (s *Store) QueueOldestWait(ctx context.Context, queues []string) (map[string]float64, error) {
 	rows, err := s.pool.Query(ctx, `
-		SELECT q.name, EXTRACT(EPOCH FROM now() - x.available_at)::float8
+		SELECT q.name, EXTRACT(EPOCH FROM `+clockSQL(2)+` - x.available_at)::float8
 		FROM unnest($1::text[]) AS q(name), LATERAL (
 			WITH `+priorityLevels("q.name")+`
 			SELECT min(y.available_at) AS available_at FROM lv, LATERAL (
 				SELECT available_at FROM queue_jobs
-				WHERE queue = q.name AND priority = lv.p AND reserved_by IS NULL AND available_at <= now()
+				WHERE queue = q.name AND priority = lv.p AND reserved_by IS NULL AND available_at <= `+clockSQL(2)+`
 				ORDER BY available_at LIMIT 1) y
-			
 		) x
-		WHERE x.available_at IS NOT NULL`, queues)
+		WHERE x.available_at IS NOT NULL`, queues, s.at())
 	if err != nil {
 		return nil, fmt.Errorf("read oldest waits: %w", err)
 	}
@@ -129,7 +132,8 @@ type OverviewCounts struct {
 	JobsPastHour int64
 	// FailedPastWeek counts the failed jobs that failed in the last 7 days.
 	FailedPastWeek int64
-	// At is the database's now().
+	// At is the store's clock at the read: the database's now() unless the
+	// store has a clock (see WithClock).
 	At time.Time
 }
 
@@ -139,9 +143,9 @@ type OverviewCounts struct {
 func (s *Store) OverviewCountsGet(ctx context.Context) (OverviewCounts, error) {
 	var c OverviewCounts
 	err := s.pool.QueryRow(ctx, `
-		SELECT COALESCE((SELECT sum(jobs) FROM fleet_metrics WHERE taken_at >= now() - interval '1 hour' AND kind = 'queue'), 0)::bigint,
-		       (SELECT count(*) FROM queue_failed_jobs WHERE failed_at >= now() - interval '7 days'),
-		       now()`).Scan(&c.JobsPastHour, &c.FailedPastWeek, &c.At)
+		SELECT COALESCE((SELECT sum(jobs) FROM fleet_metrics WHERE taken_at >= `+clockSQL(1)+` - interval '1 hour' AND kind = 'queue'), 0)::bigint,
+		       (SELECT count(*) FROM queue_failed_jobs WHERE failed_at >= `+clockSQL(1)+` - interval '7 days'),
+		       `+clockSQL(1), s.at()).Scan(&c.JobsPastHour, &c.FailedPastWeek, &c.At)
 	if err != nil {
 		return OverviewCounts{}, fmt.Errorf("read overview counts: %w", err)
 	}

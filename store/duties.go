@@ -14,7 +14,8 @@ import (
 // row (duty, period) says who holds or did it. A claim lasts a lease; a
 // holder that dies mid-duty leaves the row undone, and once the lease has
 // passed the next claimer takes it over. A duty that failed is claimable
-// again after a retry backoff. Every time is the database clock's.
+// again after a retry backoff. Every time is the store's clock's: the
+// database's, unless the store has a clock (see WithClock).
 
 // ErrDutyNotHeld is returned, wrapped, by DutyDone and DutyFailed when the
 // caller no longer holds the period: another holder took it over after the
@@ -46,11 +47,11 @@ func (s *Store) DutyClaimPeriod(ctx context.Context, duty string, period time.Ti
 	var tries int
 	err := s.pool.QueryRow(ctx, `
 		INSERT INTO fleet_duties AS d (duty, period, holder, lease_until)
-		VALUES ($1, $2, $3, now() + $4::bigint * interval '1 microsecond')
+		VALUES ($1, $2, $3, `+clockSQL(5)+` + $4::bigint * interval '1 microsecond')
 		ON CONFLICT (duty, period) DO UPDATE
-		SET holder = EXCLUDED.holder, claimed_at = now(), lease_until = EXCLUDED.lease_until, tries = d.tries + 1
-		WHERE d.done_at IS NULL AND d.lease_until <= now()
-		RETURNING d.tries`, duty, period, holder, lease.Microseconds()).Scan(&tries)
+		SET holder = EXCLUDED.holder, claimed_at = `+clockSQL(5)+`, lease_until = EXCLUDED.lease_until, tries = d.tries + 1
+		WHERE d.done_at IS NULL AND d.lease_until <= `+clockSQL(5)+`
+		RETURNING d.tries`, duty, period, holder, lease.Microseconds(), s.at()).Scan(&tries)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return false, nil
 	}
@@ -65,8 +66,8 @@ func (s *Store) DutyClaimPeriod(ctx context.Context, duty string, period time.Ti
 // as nobody took it over). Otherwise it returns ErrDutyNotHeld, wrapped.
 func (s *Store) DutyDone(ctx context.Context, duty string, period time.Time, holder string) error {
 	tag, err := s.pool.Exec(ctx, `
-		UPDATE fleet_duties SET done_at = now()
-		WHERE duty = $1 AND period = $2 AND holder = $3 AND done_at IS NULL`, duty, period, holder)
+		UPDATE fleet_duties SET done_at = `+clockSQL(4)+`
+		WHERE duty = $1 AND period = $2 AND holder = $3 AND done_at IS NULL`, duty, period, holder, s.at())
 	if err != nil {
 		return fmt.Errorf("mark duty %s of %s done: %w", duty, period.UTC().Format(time.RFC3339), err)
 	}
@@ -85,9 +86,9 @@ func (s *Store) DutyFailed(ctx context.Context, duty string, period time.Time, h
 	tag, err := s.pool.Exec(ctx, `
 		UPDATE fleet_duties
 		SET last_error = left($4, $5),
-		    lease_until = now() + least(tries * $6::bigint, $7::bigint) * interval '1 microsecond'
+		    lease_until = `+clockSQL(8)+` + least(tries * $6::bigint, $7::bigint) * interval '1 microsecond'
 		WHERE duty = $1 AND period = $2 AND holder = $3 AND done_at IS NULL`,
-		duty, period, holder, errMsg, dutyErrorMax, DutyRetryStep.Microseconds(), DutyRetryMax.Microseconds())
+		duty, period, holder, errMsg, dutyErrorMax, DutyRetryStep.Microseconds(), DutyRetryMax.Microseconds(), s.at())
 	if err != nil {
 		return fmt.Errorf("record failure of duty %s of %s: %w", duty, period.UTC().Format(time.RFC3339), err)
 	}
@@ -109,8 +110,8 @@ func (s *Store) DutyDue(ctx context.Context, duty string, periods []time.Time) (
 		SELECT DISTINCT p.period FROM unnest($2::timestamptz[]) AS p (period)
 		WHERE NOT EXISTS (
 			SELECT 1 FROM fleet_duties d
-			WHERE d.duty = $1 AND d.period = p.period AND (d.done_at IS NOT NULL OR d.lease_until > now()))
-		ORDER BY p.period`, duty, periods)
+			WHERE d.duty = $1 AND d.period = p.period AND (d.done_at IS NOT NULL OR d.lease_until > `+clockSQL(3)+`))
+		ORDER BY p.period`, duty, periods, s.at())
 	if err != nil {
 		return nil, fmt.Errorf("read due periods of duty %s: %w", duty, err)
 	}
@@ -146,11 +147,11 @@ type DutyPeriod struct {
 }
 
 // DutyWindow is the state of a duty's latest complete periods, read at one
-// instant of the database clock.
+// instant of the store's clock.
 type DutyWindow struct {
-	// Now is the database clock at the read.
+	// Now is the store's clock at the read.
 	Now time.Time
-	// Next is when, by the database clock, the period in progress counts
+	// Next is when, by the store's clock, the period in progress counts
 	// as complete (its end plus the settle time).
 	Next time.Time
 	// Periods are the Back latest complete periods, oldest first.
@@ -169,7 +170,7 @@ func (w DutyWindow) Due() []time.Time {
 	return due
 }
 
-// Wake returns the earliest instant, by the database clock, at which a
+// Wake returns the earliest instant, by the store's clock, at which a
 // period that was not due at w.Now may become due by itself: when the
 // period in progress completes (Next), or when a live lease of an undone
 // period ends. Up to then, only a claim, done or failure can change which
@@ -184,7 +185,7 @@ func (w DutyWindow) Wake() time.Time {
 	return wake
 }
 
-// DutyRecent reads, in one statement, the database clock and the state of
+// DutyRecent reads, in one statement, the store's clock and the state of
 // the latest p.Back complete periods of p.Duty: those of length p.Every,
 // aligned to the Unix epoch, that ended at least p.Settle ago. A master
 // claims the due ones (DutyWindow.Due), catching up any it missed.
@@ -194,7 +195,7 @@ func (s *Store) DutyRecent(ctx context.Context, p DutyRecentParams) (DutyWindow,
 	}
 	rows, err := s.pool.Query(ctx, `
 		WITH c AS (
-			SELECT now() AS now, $2::bigint * interval '1 microsecond' AS every,
+			SELECT `+clockSQL(5)+` AS now, $2::bigint * interval '1 microsecond' AS every,
 			       $4::bigint * interval '1 microsecond' AS settle
 		), b AS (
 			SELECT c.now, c.every, c.settle,
@@ -207,7 +208,7 @@ func (s *Store) DutyRecent(ctx context.Context, p DutyRecentParams) (DutyWindow,
 		       d.lease_until, COALESCE(d.tries, 0)
 		FROM b CROSS JOIN p
 		LEFT JOIN fleet_duties d ON d.duty = $1 AND d.period = p.period
-		ORDER BY p.period`, p.Duty, p.Every.Microseconds(), p.Back, p.Settle.Microseconds())
+		ORDER BY p.period`, p.Duty, p.Every.Microseconds(), p.Back, p.Settle.Microseconds(), s.at())
 	if err != nil {
 		return DutyWindow{}, fmt.Errorf("read recent periods of duty %s: %w", p.Duty, err)
 	}
@@ -238,8 +239,8 @@ func (s *Store) DutyTrim(ctx context.Context, olderThan time.Duration) (int64, e
 	if olderThan <= 0 {
 		return 0, errors.New("trim duties: the age must be positive")
 	}
-	tag, err := s.pool.Exec(ctx, `DELETE FROM fleet_duties WHERE period < now() - $1::bigint * interval '1 microsecond'`,
-		olderThan.Microseconds())
+	tag, err := s.pool.Exec(ctx, `DELETE FROM fleet_duties WHERE period < `+clockSQL(2)+` - $1::bigint * interval '1 microsecond'`,
+		olderThan.Microseconds(), s.at())
 	if err != nil {
 		return 0, fmt.Errorf("trim duties: %w", err)
 	}

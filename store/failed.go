@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -10,46 +9,21 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/fleet-go/fleet/model"
 )
 
 // ErrFailedJobNotFound is returned for a failed job id that does not exist
 // (any more).
-var ErrFailedJobNotFound = errors.New("failed job not found")
+var ErrFailedJobNotFound = model.ErrFailedJobNotFound
 
 // FailedJob is a row of queue_failed_jobs.
-type FailedJob struct {
-	ID       int64           `json:"id"`
-	JobID    int64           `json:"job_id"`
-	Queue    string          `json:"queue"`
-	Name     string          `json:"name"`
-	Payload  json.RawMessage `json:"payload"`
-	Attempts int             `json:"attempts"`
-	MaxTries int             `json:"max_tries"`
-	Error    string          `json:"error"`
-	Created  time.Time       `json:"created_at"`
-	FailedAt time.Time       `json:"failed_at"`
-	RetryOf  *int64          `json:"retry_of,omitempty"`
-	// LimitKey and Limit are the concurrency limit the job ran under
-	// (nil: none); a retry of it runs under the same.
-	LimitKey *string `json:"limit_key,omitempty"`
-	Limit    *int    `json:"limit_n,omitempty"`
-	// Priority and Tags are the job's; a retry of it keeps them.
-	Priority int      `json:"priority"`
-	Tags     []string `json:"tags,omitempty"`
-}
+type FailedJob = model.FailedJob
 
-// FailedFilter selects failed jobs: Search matches name, queue, payload or
-// error (case-insensitive substring, taken literally: % and _ are not
-// wildcards); Queue matches exactly. The store matches the raw payload and
+// FailedFilter selects failed jobs. The store matches the raw payload and
 // error, secrets included: fleet.Service, which shows failed jobs to
 // people, matches their redacted rendering instead.
-type FailedFilter struct {
-	Search string
-	Queue  string
-	Tag    string // only jobs carrying this tag; empty: any
-	Limit  int    // 0: no limit
-	Offset int
-}
+type FailedFilter = model.FailedFilter
 
 const failedColumns = `id, job_id, queue, name, payload, attempts, max_tries, error, created_at, failed_at, retry_of, limit_key, limit_n, priority, tags`
 

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/fleet-go/fleet/model"
 )
 
 // counterUpsert and counterConflict wrap a SELECT of (queue, shard,
@@ -231,16 +233,16 @@ func (s *Store) HistoryTrim(ctx context.Context, p TrimParams, dryRun bool) ([]T
 }
 
 // DutyClaim decides which master does a periodic duty: it sets the
-// fleet_state row "duty:"+name to now only if it is older than every, and
-// reports whether this caller did. Of concurrent callers exactly one wins
-// per period.
+// fleet_state row "duty:"+name to now (the store's clock) only if it is
+// older than every, and reports whether this caller did. Of concurrent
+// callers exactly one wins per period.
 func (s *Store) DutyClaim(ctx context.Context, name string, every time.Duration) (bool, error) {
 	var key string
 	err := s.pool.QueryRow(ctx, `
-		INSERT INTO fleet_state AS s (key, updated_at) VALUES ($1, now())
-		ON CONFLICT (key) DO UPDATE SET updated_at = now()
-		WHERE s.updated_at <= now() - $2 * interval '1 millisecond'
-		RETURNING key`, "duty:"+name, every.Milliseconds()).Scan(&key)
+		INSERT INTO fleet_state AS s (key, updated_at) VALUES ($1, `+clockSQL(3)+`)
+		ON CONFLICT (key) DO UPDATE SET updated_at = `+clockSQL(3)+`
+		WHERE s.updated_at <= `+clockSQL(3)+` - $2 * interval '1 millisecond'
+		RETURNING key`, "duty:"+name, every.Milliseconds(), s.at()).Scan(&key)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return false, nil
 	}
@@ -292,7 +294,9 @@ const snapshotLockKey = 0x666d6574
 // jobs, the age of the oldest, and the seconds to clear them at that
 // minute's rate (NULL when nothing finished, 0 with no backlog); a queue
 // with a backlog and no history gets a row too. The backlog is measured
-// when the snapshot is taken, not at the minute's end.
+// when the snapshot is taken, not at the minute's end. Now, for whether the
+// minute is over, how far a partial snapshot goes and the backlog, is the
+// store's clock (see WithClock).
 //
 // A minute is written once: when it has rows of a whole snapshot, writing
 // it again writes nothing and changes nothing; rows of a partial one are
@@ -305,6 +309,7 @@ func (s *Store) MetricsSnapshot(ctx context.Context, p SnapshotParams) (int, err
 		return 0, fmt.Errorf("write metrics snapshot of %s: not a whole minute", minute.UTC().Format(time.RFC3339Nano))
 	}
 	label := minute.UTC().Format(time.RFC3339)
+	at := s.at() // both statements' now: the transaction's, or the clock's
 	var n int
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1::int, $2::int)`,
@@ -318,7 +323,7 @@ func (s *Store) MetricsSnapshot(ctx context.Context, p SnapshotParams) (int, err
 		var cut time.Time
 		err := tx.QueryRow(ctx, `
 			WITH w AS (
-				SELECT $1::timestamptz AS lo, $1::timestamptz + interval '1 minute' AS hi, now() AS now
+				SELECT $1::timestamptz AS lo, $1::timestamptz + interval '1 minute' AS hi, `+clockSQL(5)+` AS now
 			), old AS (
 				SELECT count(*) AS n, count(*) FILTER (WHERE covered_until IS NULL) AS whole, max(covered_until) AS until
 				FROM fleet_metrics, w WHERE taken_at = w.lo
@@ -333,7 +338,7 @@ func (s *Store) MetricsSnapshot(ctx context.Context, p SnapshotParams) (int, err
 			SELECT c.started, c.over, c.partial, c.cut, c.seen,
 			       (c.over OR c.partial) AND c.existed AND (old.n = 0 OR (old.whole = 0 AND old.until < c.cut)),
 			       old.n > 0
-			FROM c, old`, minute, p.Partial, p.Watched, BacklogFresh.Microseconds()).Scan(
+			FROM c, old`, minute, p.Partial, p.Watched, BacklogFresh.Microseconds(), at).Scan(
 			&started, &over, &partial, &cut, &seen, &write, &replace)
 		if err != nil {
 			return err
@@ -378,8 +383,8 @@ func (s *Store) MetricsSnapshot(ctx context.Context, p SnapshotParams) (int, err
 			       percentile_cont(0.99) WITHIN GROUP (ORDER BY runtime_ms) FILTER (WHERE timed),
 			       avg(runtime_ms) FILTER (WHERE timed)
 			FROM h GROUP BY name
-		), `+queueCountsCTE+`, backlog AS (
-			SELECT queue, pending, COALESCE(EXTRACT(EPOCH FROM now() - oldest)::float8, 0) AS wait FROM qcounts
+		), `+queueCountsCTE(clockSQL(5))+`, backlog AS (
+			SELECT queue, pending, COALESCE(EXTRACT(EPOCH FROM `+clockSQL(5)+` - oldest)::float8, 0) AS wait FROM qcounts
 			WHERE $3::bool
 		), rows AS (
 			SELECT p.kind, p.subject, p.jobs, p.failed, p.p50, p.p95, p.p99, p.mean,
@@ -401,7 +406,7 @@ func (s *Store) MetricsSnapshot(ctx context.Context, p SnapshotParams) (int, err
 			ON CONFLICT (taken_at, kind, subject) DO NOTHING
 			RETURNING 1
 		)
-		SELECT count(*) FROM ins`, minute, cut, seen, covered).Scan(&n)
+		SELECT count(*) FROM ins`, minute, cut, seen, covered, at).Scan(&n)
 	})
 	if err != nil {
 		return 0, fmt.Errorf("write metrics snapshot of %s: %w", label, err)
@@ -410,26 +415,7 @@ func (s *Store) MetricsSnapshot(ctx context.Context, p SnapshotParams) (int, err
 }
 
 // MetricsRow is a row of fleet_metrics.
-type MetricsRow struct {
-	TakenAt       time.Time `json:"taken_at"`
-	Kind          string    `json:"kind"`
-	Subject       string    `json:"subject"`
-	Jobs          int64     `json:"jobs"`
-	Failed        int64     `json:"failed"`
-	JobsPerMinute float64   `json:"jobs_per_minute"`
-	RuntimeP50Ms  float64   `json:"runtime_p50_ms"`
-	RuntimeP95Ms  float64   `json:"runtime_p95_ms"`
-	RuntimeP99Ms  float64   `json:"runtime_p99_ms"`
-	RuntimeMeanMs float64   `json:"runtime_mean_ms"`
-	WaitSecs      float64   `json:"wait_secs"`
-	ClearSecs     *float64  `json:"clear_secs"`
-	Pending       int64     `json:"pending"`
-	// BacklogSeen says some minute of the bucket recorded its own backlog;
-	// false: Pending, WaitSecs and ClearSecs say nothing of the bucket
-	// (its snapshots were written late, or by a master that did not see
-	// the minute end).
-	BacklogSeen bool `json:"backlog_seen"`
-}
+type MetricsRow = model.MetricsRow
 
 // MetricsList returns the snapshots taken since since, oldest first,
 // merged into buckets of bucket (one minute or more): attempts and failures

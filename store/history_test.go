@@ -14,10 +14,29 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/fleet-go/fleet/internal/testwait"
 	"github.com/fleet-go/fleet/migrations"
 	"github.com/fleet-go/fleet/pgtest"
 	"github.com/fleet-go/fleet/store"
 )
+
+// onClock returns a store on pool whose clocked statements read a clock
+// standing at at (see store.Store.WithClock), and that clock, which the test
+// moves.
+func onClock(st *store.Store, at time.Time) (*store.Store, *testwait.Clock) {
+	c := testwait.NewClock(at)
+	return st.WithClock(c.Now), c
+}
+
+// clockMinute is the minute after the one the database's clock is in: a
+// test sets its store's clock within it, ahead of the database's now()
+// that the rows it inserts get by default (a job inserted is then ready by
+// the store's clock), and near enough for them to be in today's
+// partitions.
+func clockMinute(t testing.TB, q querier) time.Time {
+	t.Helper()
+	return scalar[time.Time](t, q, `SELECT date_trunc('minute', now()) + interval '1 minute'`)
+}
 
 // querier is a pool or a transaction.
 type querier interface {
@@ -536,17 +555,20 @@ func TestDutyClaimHasOneWinnerPerPeriod(t *testing.T) {
 func TestMetricsSnapshot(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t)
-	st := store.New(pool)
+	// Now is 30 s into a minute, by the store's clock.
+	minute := clockMinute(t, pool)
+	now := minute.Add(30 * time.Second)
+	st, _ := onClock(store.New(pool), now)
 	ctx := context.Background()
 	tablesCreatedLongAgo(t, pool)
 	// mail has two ready jobs (one 5 s old) and a delayed one; slow has a
 	// job ready for 90 s and no history.
 	exec(t, pool, `INSERT INTO queue_jobs (queue, name, available_at) VALUES
-		('mail', 'send', now()), ('mail', 'send', now() - interval '5 seconds'), ('mail', 'send', now() + interval '1 hour'),
-		('slow', 'x', now() - interval '90 seconds')`)
+		('mail', 'send', $1), ('mail', 'send', $1::timestamptz - interval '5 seconds'), ('mail', 'send', $1::timestamptz + interval '1 hour'),
+		('slow', 'x', $1::timestamptz - interval '90 seconds')`, now)
 	// The minute before now: over by the clock, and recent enough for the
 	// backlog measured now to count as its own.
-	lo := scalar[time.Time](t, pool, `SELECT date_trunc('minute', now()) - interval '1 minute'`)
+	lo := minute.Add(-time.Minute)
 	// Ten attempts finished during that minute, runtimes 10..100, the last
 	// one failed, plus a lost one; two attempts just outside it.
 	exec(t, pool, `
@@ -565,7 +587,7 @@ func TestMetricsSnapshot(t *testing.T) {
 	}
 	// Written again, even with a new queue's backlog since, the minute
 	// stays as it was.
-	exec(t, pool, `INSERT INTO queue_jobs (queue, name, available_at) VALUES ('late', 'x', now())`)
+	exec(t, pool, `INSERT INTO queue_jobs (queue, name, available_at) VALUES ('late', 'x', $1)`, now)
 	second, err := st.MetricsSnapshot(ctx, store.SnapshotParams{Minute: lo, Watched: true})
 	if err != nil {
 		t.Fatal(err)
@@ -618,18 +640,21 @@ func TestMetricsSnapshot(t *testing.T) {
 func TestMetricsSnapshotTakesWholeMinutesThatAreOver(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t)
-	st := store.New(pool)
+	// Now is 30 s into a minute, by the store's clock.
+	minute := clockMinute(t, pool)
+	now := minute.Add(30 * time.Second)
+	st, _ := onClock(store.New(pool), now)
 	ctx := context.Background()
 	tablesCreatedLongAgo(t, pool)
-	exec(t, pool, `INSERT INTO queue_jobs (queue, name, available_at) VALUES ('mail', 'send', now())`)
-	ahead := scalar[time.Time](t, pool, `SELECT date_trunc('minute', now()) + interval '10 minutes'`)
+	exec(t, pool, `INSERT INTO queue_jobs (queue, name, available_at) VALUES ('mail', 'send', $1)`, now)
+	ahead := minute.Add(10 * time.Minute)
 	if n, err := st.MetricsSnapshot(ctx, store.SnapshotParams{Minute: ahead, Watched: true}); err == nil {
 		t.Fatalf("a snapshot of a minute not over wrote %d rows", n)
 	}
 	if n, err := st.MetricsSnapshot(ctx, store.SnapshotParams{Minute: ahead, Partial: true, Watched: true}); err == nil {
 		t.Fatalf("a partial snapshot of a minute not begun wrote %d rows", n)
 	}
-	past := scalar[time.Time](t, pool, `SELECT date_trunc('minute', now()) - interval '2 minutes'`)
+	past := minute.Add(-2 * time.Minute)
 	if n, err := st.MetricsSnapshot(ctx, store.SnapshotParams{Minute: past.Add(time.Second), Watched: true}); err == nil {
 		t.Fatalf("a snapshot of a part minute wrote %d rows", n)
 	}
@@ -725,17 +750,17 @@ func TestMetricsSnapshotNoGhosts(t *testing.T) {
 func TestMetricsSnapshotPartial(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t)
-	st := store.New(pool)
+	// The store's clock stands 10 s into a minute, and moves a second with
+	// each attempt finished: the minute does not end between the two
+	// partial snapshots.
+	minute := clockMinute(t, pool)
+	st, clock := onClock(store.New(pool), minute.Add(10*time.Second))
 	ctx := context.Background()
 	tablesCreatedLongAgo(t, pool)
-	// Keep the minute from ending between the two partial snapshots.
-	if s := scalar[float64](t, pool, `SELECT EXTRACT(SECOND FROM now())`); s > 50 {
-		time.Sleep(time.Duration((61 - s) * float64(time.Second)))
-	}
-	minute := scalar[time.Time](t, pool, `SELECT date_trunc('minute', now())`)
 	finish := func(id int) {
 		exec(t, pool, `INSERT INTO fleet_jobs (job_id, queue, name, attempt, status, started_at, finished_at, runtime_ms)
-			VALUES ($1, 'mail', 'send', 1, 'completed', clock_timestamp(), clock_timestamp(), 10)`, id)
+			VALUES ($1, 'mail', 'send', 1, 'completed', $2, $2, 10)`, id, clock.Now())
+		clock.Advance(time.Second)
 	}
 	finish(1)
 	partial := store.SnapshotParams{Minute: minute, Partial: true, Watched: true}

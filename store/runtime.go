@@ -17,8 +17,9 @@ import (
 
 // recentCTE defines the CTE "recent" (queue, jobs, avg_ms, last_minute),
 // one row per queue that finished attempts in the snapshots of the last 5
-// complete minutes, [date_trunc('minute', now()) - 5 minutes,
-// date_trunc('minute', now())), database clock:
+// complete minutes, [date_trunc('minute', now) - 5 minutes,
+// date_trunc('minute', now)), now being the statement's clock (see
+// clockSQL):
 //
 //   - jobs adds up their attempts, of every status (lost ones included);
 //   - avg_ms is the mean runtime over them, each minute's mean weighted by
@@ -31,15 +32,16 @@ import (
 //     the snapshot is on its way. A minute in which no queue had history or
 //     backlog leaves no rows, so the minute before stands in for it until
 //     the next snapshot.
-const recentCTE = `
+func recentCTE(now string) string {
+	return `
 	rsnap AS (
 		SELECT subject AS queue, taken_at, jobs, runtime_mean_ms
 		FROM fleet_metrics
-		WHERE taken_at >= date_trunc('minute', now()) - interval '5 minutes'
-		  AND taken_at < date_trunc('minute', now()) AND kind = 'queue'
+		WHERE taken_at >= date_trunc('minute', ` + now + `) - interval '5 minutes'
+		  AND taken_at < date_trunc('minute', ` + now + `) AND kind = 'queue'
 	), rlast AS (
 		SELECT max(taken_at) AS taken_at FROM rsnap
-		WHERE taken_at >= date_trunc('minute', now()) - interval '2 minutes'
+		WHERE taken_at >= date_trunc('minute', ` + now + `) - interval '2 minutes'
 	), recent AS (
 		SELECT s.queue, sum(s.jobs) AS jobs,
 		       sum(s.runtime_mean_ms * s.jobs) FILTER (WHERE s.runtime_mean_ms > 0)
@@ -49,6 +51,7 @@ const recentCTE = `
 		WHERE s.jobs > 0
 		GROUP BY s.queue
 	)`
+}
 
 // QueueRuntime is a queue's recent history, from the minute snapshots.
 type QueueRuntime struct {
@@ -62,13 +65,13 @@ type QueueRuntime struct {
 }
 
 // QueueRuntimes returns per queue, sorted, the attempts and mean runtime of
-// the last 5 complete minutes as the per-minute snapshots recorded them (see
-// recentCTE), for the queues that finished any. Its cost is bounded by the
+// the last 5 complete minutes, by the store's clock, as the per-minute
+// snapshots recorded them (see recentCTE), for the queues that finished any. Its cost is bounded by the
 // snapshot rows of 5 minutes (queues and job names), not by history or
 // backlog; without snapshots (no master wrote any yet) it returns nothing.
 func (s *Store) QueueRuntimes(ctx context.Context) ([]QueueRuntime, error) {
-	rows, err := s.pool.Query(ctx, `WITH `+recentCTE+`
-		SELECT queue, jobs::bigint, COALESCE(avg_ms, 0)::float8 FROM recent ORDER BY queue`)
+	rows, err := s.pool.Query(ctx, `WITH `+recentCTE(clockSQL(1))+`
+		SELECT queue, jobs::bigint, COALESCE(avg_ms, 0)::float8 FROM recent ORDER BY queue`, s.at())
 	if err != nil {
 		return nil, fmt.Errorf("read recent runtimes: %w", err)
 	}

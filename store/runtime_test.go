@@ -28,39 +28,29 @@ func TestRecentRuntimesReadSnapshotsNotHistory(t *testing.T) {
 	exec(t, db.pool, `ANALYZE fleet_jobs`)
 	exec(t, db.pool, `ANALYZE queue_jobs`)
 
-	var minute time.Time
-	var runtimes []store.QueueRuntime
-	var loads []store.QueueLoad
-	for try := 0; ; try++ {
-		// M is the current minute. mail: 10 attempts of 100 ms at M-5, 30 of
-		// 200 ms at M-4, 5 lost ones (mean 0) at M-3, 20 of 50 ms at M-1, and
-		// 1 000 of 9 999 ms at M-6, outside the window. bulk: 7 of 10 ms at
-		// M-2 and a backlog row (no attempts) at M-1. idle: a backlog row
-		// only. A job row must not count as a queue.
-		minute = scalar[time.Time](t, db.pool, `SELECT date_trunc('minute', now())`)
-		exec(t, db.pool, `TRUNCATE fleet_metrics`)
-		exec(t, db.pool, `
-			INSERT INTO fleet_metrics (taken_at, kind, subject, jobs, failed, jobs_per_minute, runtime_mean_ms, pending)
-			SELECT $1::timestamptz - ago * interval '1 minute', kind, subject, jobs, failed, jobs, mean, pending
-			FROM (VALUES (5, 'queue', 'mail', 10, 0, 100.0, 0), (4, 'queue', 'mail', 30, 1, 200, 0),
-			             (3, 'queue', 'mail', 5, 5, 0, 0), (1, 'queue', 'mail', 20, 0, 50, 0),
-			             (6, 'queue', 'mail', 1000, 0, 9999, 0),
-			             (2, 'queue', 'bulk', 7, 0, 10, 0), (1, 'queue', 'bulk', 0, 0, 0, 50000),
-			             (2, 'queue', 'idle', 0, 0, 0, 3), (1, 'job', 'send', 500, 0, 7777, 0))
-			     AS v (ago, kind, subject, jobs, failed, mean, pending)`, minute)
-		var err error
-		if runtimes, err = db.st.QueueRuntimes(ctx); err != nil {
-			t.Fatal(err)
-		}
-		if loads, err = db.st.Workload(ctx); err != nil {
-			t.Fatal(err)
-		}
-		if scalar[bool](t, db.pool, `SELECT date_trunc('minute', now()) = $1`, minute) {
-			break
-		}
-		if try == 2 {
-			t.Fatal("the minute turned during every try")
-		}
+	// M is the current minute by the store's clock. mail: 10 attempts of
+	// 100 ms at M-5, 30 of 200 ms at M-4, 5 lost ones (mean 0) at M-3, 20
+	// of 50 ms at M-1, and 1 000 of 9 999 ms at M-6, outside the window.
+	// bulk: 7 of 10 ms at M-2 and a backlog row (no attempts) at M-1. idle:
+	// a backlog row only. A job row must not count as a queue.
+	minute := clockMinute(t, db.pool)
+	st, _ := onClock(db.st, minute.Add(30*time.Second))
+	exec(t, db.pool, `
+		INSERT INTO fleet_metrics (taken_at, kind, subject, jobs, failed, jobs_per_minute, runtime_mean_ms, pending)
+		SELECT $1::timestamptz - ago * interval '1 minute', kind, subject, jobs, failed, jobs, mean, pending
+		FROM (VALUES (5, 'queue', 'mail', 10, 0, 100.0, 0), (4, 'queue', 'mail', 30, 1, 200, 0),
+		             (3, 'queue', 'mail', 5, 5, 0, 0), (1, 'queue', 'mail', 20, 0, 50, 0),
+		             (6, 'queue', 'mail', 1000, 0, 9999, 0),
+		             (2, 'queue', 'bulk', 7, 0, 10, 0), (1, 'queue', 'bulk', 0, 0, 0, 50000),
+		             (2, 'queue', 'idle', 0, 0, 0, 3), (1, 'job', 'send', 500, 0, 7777, 0))
+		     AS v (ago, kind, subject, jobs, failed, mean, pending)`, minute)
+	runtimes, err := st.QueueRuntimes(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	loads, err := st.Workload(ctx)
+	if err != nil {
+		t.Fatal(err)
 	}
 	near := func(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
 	mailAvg := (10*100.0 + 30*200 + 20*50) / 60
@@ -80,14 +70,14 @@ func TestRecentRuntimesReadSnapshotsNotHistory(t *testing.T) {
 
 	// The plans: no fleet_jobs at all, a few snapshot rows, and queue_jobs
 	// only through one index lookup per queue.
-	if _, err := db.st.QueueRuntimes(ctx); err != nil {
+	if _, err := st.QueueRuntimes(ctx); err != nil {
 		t.Fatal(err)
 	}
 	read, plan := explainGeneric(t, db, db.rec.last(t))
 	if read.of("fleet_jobs") != 0 || read.of("queue_jobs") != 0 || read.of("fleet_metrics") > 20 {
 		t.Fatalf("QueueRuntimes read %s; want only the snapshots of 5 minutes\n%s", read, plan)
 	}
-	if _, err := db.st.Workload(ctx); err != nil {
+	if _, err := st.Workload(ctx); err != nil {
 		t.Fatal(err)
 	}
 	read, plan = explainGeneric(t, db, db.rec.last(t))
@@ -104,28 +94,19 @@ func TestJobsLastMinuteUntilTheSnapshotIsWritten(t *testing.T) {
 	t.Parallel()
 	db := newGenericDB(t)
 	ctx := t.Context()
-	for try := 0; ; try++ {
-		minute := scalar[time.Time](t, db.pool, `SELECT date_trunc('minute', now())`)
-		exec(t, db.pool, `TRUNCATE fleet_metrics`)
-		// Snapshots of M-3 and M-2 only: M-1's is not written yet.
-		exec(t, db.pool, `
-			INSERT INTO fleet_metrics (taken_at, kind, subject, jobs, runtime_mean_ms)
-			VALUES ($1::timestamptz - interval '3 minutes', 'queue', 'mail', 4, 10),
-			       ($1::timestamptz - interval '2 minutes', 'queue', 'mail', 6, 20)`, minute)
-		loads, err := db.st.Workload(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !scalar[bool](t, db.pool, `SELECT date_trunc('minute', now()) = $1`, minute) {
-			if try == 2 {
-				t.Fatal("the minute turned during every try")
-			}
-			continue
-		}
-		want := []store.QueueLoad{{Queue: "mail", AvgRuntimeMs: 16, JobsLastMinute: 6}}
-		if !slices.Equal(loads, want) {
-			t.Fatalf("workload = %+v, want %+v", loads, want)
-		}
-		return
+	minute := clockMinute(t, db.pool)
+	st, _ := onClock(db.st, minute.Add(30*time.Second))
+	// Snapshots of M-3 and M-2 only: M-1's is not written yet.
+	exec(t, db.pool, `
+		INSERT INTO fleet_metrics (taken_at, kind, subject, jobs, runtime_mean_ms)
+		VALUES ($1::timestamptz - interval '3 minutes', 'queue', 'mail', 4, 10),
+		       ($1::timestamptz - interval '2 minutes', 'queue', 'mail', 6, 20)`, minute)
+	loads, err := st.Workload(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []store.QueueLoad{{Queue: "mail", AvgRuntimeMs: 16, JobsLastMinute: 6}}
+	if !slices.Equal(loads, want) {
+		t.Fatalf("workload = %+v, want %+v", loads, want)
 	}
 }

@@ -119,7 +119,8 @@ type ScrapeRuntime struct {
 // scrapeSQL builds the whole scrape as one json document.
 //
 // Job counts come from queueCountsCTE: the trigger-maintained
-// queue_counts, not a scan of queue_jobs; runtimes come from
+// queue_counts, not a scan of queue_jobs, ready and delayed told apart and
+// the oldest wait measured on the store's clock ($9, see clockSQL); runtimes come from
 // fleet_runtime_counters, never from the history in fleet_jobs. A malformed supervisors document (not an
 // array, processes not an object, a count not a number) is skipped rather
 // than failing the scrape.
@@ -132,7 +133,7 @@ var scrapeSQL = `
 		RETURNING true AS held
 	), flag AS (
 		SELECT $5::text = '' OR EXISTS (SELECT 1 FROM ex) AS exporting
-	), ` + queueCountsCTE + `, ready AS (
+	), ` + queueCountsCTE(clockSQL(9)) + `, ready AS (
 		SELECT queue, pending, delayed, limited, oldest FROM qcounts
 	), reserved AS (
 		SELECT queue, reserved FROM qcounts
@@ -161,7 +162,7 @@ var scrapeSQL = `
 				'delayed', COALESCE(r.delayed, 0),
 				'reserved', COALESCE(x.reserved, 0),
 				'limited', COALESCE(r.limited, 0),
-				'oldest_wait_secs', COALESCE(EXTRACT(EPOCH FROM now() - r.oldest)::float8, 0)
+				'oldest_wait_secs', COALESCE(EXTRACT(EPOCH FROM ` + clockSQL(9) + ` - r.oldest)::float8, 0)
 			) ORDER BY n.queue), '[]')
 			FROM (SELECT queue FROM ready UNION SELECT queue FROM reserved
 			      UNION SELECT queue FROM counters) n
@@ -223,7 +224,8 @@ var scrapeSQL = `
 	)`
 
 // ScrapeRead reads everything the fleet_* gauges show in one statement (one
-// round trip), taking every age from the database clock.
+// round trip), taking the oldest waits from the store's clock (see
+// WithClock) and every other age from the database clock.
 func (s *Store) ScrapeRead(ctx context.Context) (Scrape, error) {
 	return s.scrapeRead(ctx, ScrapeAs{})
 }
@@ -258,7 +260,7 @@ func (s *Store) scrapeRead(ctx context.Context, as ScrapeAs) (Scrape, error) {
 	var doc []byte
 	// It expands every master's report: JIT off (see queryNoJIT).
 	err := s.queryRowNoJIT(ctx, []any{&doc}, scrapeSQL, StatePauseAll, StatePauseSupervisorPrefix, StatePauseQueuePrefix,
-		ScrapeRuntimeNames, as.Instance, StateExporter, as.Lease.Milliseconds(), ScrapeRuntimeOther)
+		ScrapeRuntimeNames, as.Instance, StateExporter, as.Lease.Milliseconds(), ScrapeRuntimeOther, s.at())
 	if err != nil {
 		return Scrape{}, fmt.Errorf("read scrape: %w", err)
 	}

@@ -7,6 +7,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -36,6 +37,9 @@ type Store struct {
 	listen *pgx.ConnConfig
 	// noListen: Listen has no connection to listen on (see WithoutListen).
 	noListen bool
+	// now is the clock of the clocked statements: nil for the database's
+	// now() (see WithClock).
+	now func() time.Time
 }
 
 // Faults injects faults into a Store's statements, for the fault suite.

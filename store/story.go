@@ -3,14 +3,15 @@ package store
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"time"
+
+	"github.com/fleet-go/fleet/model"
 )
 
 // ErrJobNotFound is returned by JobStoryGet for a job id that no table
 // knows: not queued, not failed, no recorded attempt.
-var ErrJobNotFound = errors.New("job not found")
+var ErrJobNotFound = model.ErrJobNotFound
 
 // StoryQueued is a job's row of queue_jobs, with the name of the master
 // whose member row its reserved_master (an instance id) names, when that

@@ -7,11 +7,13 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/fleet-go/fleet/model"
 )
 
 // ErrTokenNotFound is returned for a token id or name that no row has (or,
 // for TokenRevoke, none that is not revoked already).
-var ErrTokenNotFound = errors.New("token not found")
+var ErrTokenNotFound = model.ErrTokenNotFound
 
 // ErrTokenNameTaken is returned by TokenInsert when a token that is neither
 // revoked nor expired has the name.

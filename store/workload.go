@@ -2,11 +2,11 @@ package store
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/fleet-go/fleet/model"
 )
 
 // QueueLoad is what one queue holds and how fast it moves.
@@ -20,7 +20,7 @@ type QueueLoad struct {
 	// delayed).
 	Limited int64
 	// OldestWaitSecs is the age of the oldest ready job (since it became
-	// available), 0 with none.
+	// available) by the store's clock, 0 with none.
 	OldestWaitSecs float64
 	// AvgRuntimeMs is the average runtime over the last 5 complete minutes
 	// of the attempts a worker timed (lost ones left out), from the
@@ -29,7 +29,7 @@ type QueueLoad struct {
 	AvgRuntimeMs float64
 	// JobsLastMinute counts the attempts finished in the last complete
 	// minute, from its snapshot: the minute before the current one (by the
-	// database clock) once its snapshot is written, until then the one
+	// store's clock) once its snapshot is written, until then the one
 	// before it (see recentCTE).
 	JobsLastMinute int64
 	// Processes counts live worker processes working the queue, over every
@@ -41,7 +41,9 @@ type QueueLoad struct {
 // the last 5 complete minutes or processes, in one statement. It reads no
 // job history: counts come from queue_counts and two index lookups per
 // queue (see queueCountsCTE), runtimes and throughput from the minute
-// snapshots (see recentCTE), processes from the masters' rows.
+// snapshots (see recentCTE), processes from the masters' rows. Counts,
+// waits and runtimes are on the store's clock; which masters are live is
+// the database clock's.
 func (s *Store) Workload(ctx context.Context) ([]QueueLoad, error) {
 	var out []QueueLoad
 	// It expands every master's report: JIT off (see queryNoJIT).
@@ -49,7 +51,7 @@ func (s *Store) Workload(ctx context.Context) ([]QueueLoad, error) {
 		var err error
 		out, err = pgx.CollectRows(rows, pgx.RowToStructByPos[QueueLoad])
 		return err
-	}, workloadSQL)
+	}, workloadSQL, s.at())
 	if err != nil {
 		return nil, fmt.Errorf("read workload: %w", err)
 	}
@@ -58,9 +60,9 @@ func (s *Store) Workload(ctx context.Context) ([]QueueLoad, error) {
 
 // workloadSQL is Workload's statement.
 var workloadSQL = `
-		WITH ` + queueCountsCTE + `, counts AS (
+		WITH ` + queueCountsCTE(clockSQL(1)) + `, counts AS (
 			SELECT * FROM qcounts
-		), ` + recentCTE + `, hist AS (
+		), ` + recentCTE(clockSQL(1)) + `, hist AS (
 			SELECT queue, avg_ms, last_minute FROM recent
 		), procs AS (
 			SELECT q.queue, sum(p.value::int) AS n
@@ -75,7 +77,7 @@ var workloadSQL = `
 		)
 		SELECT n.queue,
 		       COALESCE(c.pending, 0), COALESCE(c.delayed, 0), COALESCE(c.reserved, 0), COALESCE(c.limited, 0),
-		       COALESCE(EXTRACT(EPOCH FROM now() - c.oldest)::float8, 0),
+		       COALESCE(EXTRACT(EPOCH FROM ` + clockSQL(1) + ` - c.oldest)::float8, 0),
 		       COALESCE(h.avg_ms, 0)::float8, COALESCE(h.last_minute, 0), COALESCE(p.n, 0)::bigint
 		FROM names n
 		LEFT JOIN counts c ON c.queue = n.queue
@@ -83,24 +85,8 @@ var workloadSQL = `
 		LEFT JOIN procs p ON p.queue = n.queue
 		ORDER BY n.queue`
 
-// QueuedJob is a job still in queue_jobs: pending, delayed, limited
-// (parked until a slot of its concurrency limit is free) or reserved.
-type QueuedJob struct {
-	ID       int64           `json:"id"`
-	Queue    string          `json:"queue"`
-	Name     string          `json:"name"`
-	Payload  json.RawMessage `json:"payload"`
-	State    string          `json:"state"`
-	Attempts int             `json:"attempts"`
-	// AvailableAt is when the job is (or was) available; for a limited
-	// job, when it may run once a slot is free.
-	AvailableAt time.Time `json:"available_at"`
-	CreatedAt   time.Time `json:"created_at"`
-	ReservedBy  *string   `json:"reserved_by,omitempty"`
-	LastError   *string   `json:"last_error,omitempty"`
-	Priority    int       `json:"priority"`
-	Tags        []string  `json:"tags,omitempty"`
-}
+// QueuedJob is a job still in queue_jobs.
+type QueuedJob = model.QueuedJob
 
 // JobListParams pages through jobs of one queue (empty: every queue).
 type JobListParams struct {
@@ -194,19 +180,7 @@ func (s *Store) JobList(ctx context.Context, p JobListParams) ([]QueuedJob, erro
 }
 
 // FinishedJob is a row of the job history (fleet_jobs).
-type FinishedJob struct {
-	JobID      int64     `json:"job_id"`
-	Queue      string    `json:"queue"`
-	Name       string    `json:"name"`
-	Attempt    int       `json:"attempt"`
-	Status     string    `json:"status"`
-	StartedAt  time.Time `json:"started_at"`
-	FinishedAt time.Time `json:"finished_at"`
-	RuntimeMs  float64   `json:"runtime_ms"`
-	Error      *string   `json:"error,omitempty"`
-	Master     *string   `json:"master,omitempty"`
-	Worker     *string   `json:"worker,omitempty"`
-}
+type FinishedJob = model.FinishedJob
 
 // JobHistoryList returns finished attempts with the given status (empty:
 // any), newest first. Each combination of status and queue is a statement

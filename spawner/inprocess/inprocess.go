@@ -8,7 +8,6 @@ import (
 	"context"
 	"errors"
 	"sync"
-	"sync/atomic"
 
 	"github.com/fleet-go/fleet/queue"
 	"github.com/fleet-go/fleet/spawner"
@@ -43,13 +42,10 @@ func (s *Spawner) Wait() { s.wg.Wait() }
 func (s *Spawner) Spawn(ctx context.Context, spec spawner.Spec, events chan<- spawner.Event) (spawner.Process, error) {
 	cfg := worker.SpecConfig(spec, s.defaults)
 	p := &inProcess{spec: spec}
-	var unsaved atomic.Int64 // of the exiting report
-	cfg.Reports = func(r spawner.Report) {
-		if r.Type == spawner.ReportExiting {
-			unsaved.Store(int64(r.Unsaved))
-		}
+	var exit worker.Exit // fleet:work's exit policy
+	cfg.Reports = exit.Reports(func(r spawner.Report) {
 		events <- spawner.Event{Process: p, Report: &r}
-	}
+	})
 	w, err := worker.New(s.st, s.jobs, cfg)
 	if err != nil {
 		return nil, err
@@ -60,16 +56,7 @@ func (s *Spawner) Spawn(ctx context.Context, spec spawner.Spec, events chan<- sp
 	s.wg.Go(func() {
 		defer cancel()
 		res, err := w.Run(runCtx)
-		code := 0 // as fleet:work exits (see cmd's work command)
-		switch {
-		case err == nil:
-		case errors.Is(err, worker.ErrJobTimedOut):
-			code = spawner.ExitCodeJobTimedOut
-		case unsaved.Load() > 0:
-			code = spawner.ExitCodeUnsaved
-		default:
-			code = 1
-		}
+		code := exit.Code(err) // as fleet:work exits
 		events <- spawner.Event{Process: p, Exit: &spawner.Exit{
 			Reason: spawner.ExitFor(res.Reason, code), Reported: res.Reason, Code: code, Err: err,
 		}}

@@ -1,4 +1,4 @@
-package cmd
+package process
 
 import (
 	"context"
@@ -28,8 +28,8 @@ func TestChildEnvCarriesTheDatabase(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := database{url: "postgres://app:pw1@bouncer:6432/app", directURL: "postgres://app:pw2@primary:5432/app", pooler: "transaction"}
-	d.childEnv(sp)
+	d := Database{URL: "postgres://app:pw1@bouncer:6432/app", DirectURL: "postgres://app:pw2@primary:5432/app", Pooler: "transaction"}
+	d.ChildEnv(sp)
 	events := make(chan spawner.Event, 16)
 	if _, err := sp.Spawn(context.Background(), spawner.Spec{Supervisor: "s", Queues: []string{"q"}, Worker: "w", Concurrency: 1}, events); err != nil {
 		t.Fatal(err)
