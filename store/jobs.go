@@ -245,10 +245,9 @@ type JobClaimParams struct {
 // the batch is sorted once read, which costs no statement. Every
 // job it takes gets the same fresh lease token (one sequence value per
 // claim). Its plan is the same under a generic plan: the ready index
-// (queue, available_at, id) answers the pick, and the picked ids, as an
-// array, are updated through the primary key. (Joining the pick as a CTE
-// instead lets a generic plan, which guesses LIMIT $2 at a tenth of the
-// table, hash-join it against a scan of the whole table.)
+// (queue, priority, available_at, id) answers the pick, and the picked
+// ids, as an array, are updated through the primary key (see
+// sql/claim.sql).
 //
 // With a Master, the claim is fenced: it takes nothing unless that member's
 // row is live at the statement's now() (an uncorrelated EXISTS, evaluated
@@ -331,7 +330,7 @@ func (s *Store) JobClaim(ctx context.Context, p JobClaimParams) ([]ClaimedJob, e
 }
 
 // ClaimOrder orders the jobs of one queue as a claim picks them (see
-// readyPick): lowest priority first, then the earliest available, then
+// sql/ready_pick.sql): lowest priority first, then the earliest available, then
 // the lowest id. It is a comparison for slices.SortFunc.
 func ClaimOrder(a, b ClaimedJob) int {
 	if c := cmp.Compare(a.Priority, b.Priority); c != 0 {
