@@ -47,6 +47,7 @@ const (
 )
 
 func TestMultiMaster(t *testing.T) {
+	faultScenario(t)
 	t.Parallel()
 	srv := newMMServer(t)
 	scenarios := []struct {

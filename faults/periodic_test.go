@@ -18,6 +18,7 @@ import (
 )
 
 func TestPeriodicMultiMaster(t *testing.T) {
+	faultScenario(t)
 	t.Parallel()
 	srv := newMMServer(t)
 	scenarios := []struct {

@@ -47,6 +47,7 @@ type poolerCase struct {
 }
 
 func TestPooler(t *testing.T) {
+	faultScenario(t)
 	t.Parallel()
 	srv := newMMServer(t)
 	cases := []poolerCase{
