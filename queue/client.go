@@ -50,7 +50,9 @@ const DefaultMaxPayloadBytes = 1 << 20
 const DefaultQueue = "default"
 
 // Client dispatches jobs. It is safe for concurrent use; share one per
-// pool, so that its wake-up notifications coalesce.
+// pool, so that concurrent dispatches share inserts and their wake-up
+// notifications. It starts no goroutine: all its work is done within the
+// dispatching calls, so it needs no Close.
 type Client struct {
 	store    *store.Store
 	defaults Defaults
@@ -67,7 +69,7 @@ type Client struct {
 func NewClient(pool *pgxpool.Pool, d Defaults) *Client {
 	d.Queue = cmp.Or(d.Queue, DefaultQueue)
 	st := store.New(pool)
-	return &Client{store: st, defaults: d, limits: nameLimits(d.Limits), inserter: newInserter(st, newNotifier(st))}
+	return &Client{store: st, defaults: d, limits: nameLimits(d.Limits), inserter: newInserter(st)}
 }
 
 // DispatchResult is what a dispatch did with one job.
@@ -81,9 +83,9 @@ type DispatchResult struct {
 }
 
 // Dispatch inserts job and says what became of it. Idle workers of its
-// queue wake within milliseconds: the insert notifies them as it commits,
-// or, while another notification for the queue is in flight, one more is
-// sent right after it (see notifier; DispatchTx is the transactional form).
+// queue wake within milliseconds: the inserting statement notifies them
+// as it commits, in the same round trip (DispatchTx is the transactional
+// form).
 func (c *Client) Dispatch(ctx context.Context, job *JobSpec) (DispatchResult, error) {
 	res, err := c.DispatchMany(ctx, []*JobSpec{job})
 	if err != nil {

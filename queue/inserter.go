@@ -26,8 +26,7 @@ const (
 // insert fails, its dispatches are inserted again one by one, so that one
 // bad job fails only its own call.
 type inserter struct {
-	st       *store.Store
-	notifier *notifier
+	st *store.Store
 
 	mu      sync.Mutex
 	busy    bool // an insert is in flight
@@ -49,7 +48,7 @@ type insertCall struct {
 // errLead tells a waiting call to run the next shared insert itself.
 var errLead = errors.New("lead the next insert")
 
-func newInserter(st *store.Store, n *notifier) *inserter { return &inserter{st: st, notifier: n} }
+func newInserter(st *store.Store) *inserter { return &inserter{st: st} }
 
 // insert inserts params and returns their ids in order.
 func (in *inserter) insert(ctx context.Context, params []store.JobInsertParams) ([]int64, error) {
@@ -125,7 +124,11 @@ func (in *inserter) lead(first *insertCall) {
 }
 
 // run inserts the round's jobs in one statement, or each call's on its own
-// if that fails, wakes the workers of their queues and answers every call.
+// if that fails, and answers every call. Each insert wakes the idle workers
+// of its ready queues in the same round trip and transaction (see
+// store.JobInsertManyNotify): the inserter runs one at a time, so a
+// client's inserts never queue behind each other's notifications, and no
+// notification outlives the call that sent it.
 func (in *inserter) run(round []*insertCall, n int) {
 	all := round[0].params
 	ctx := round[0].ctx
@@ -140,16 +143,10 @@ func (in *inserter) run(round []*insertCall, n int) {
 		ctx, cancel = context.WithTimeout(context.Background(), insertTimeout)
 		defer cancel()
 	}
-	queues := readyQueues(all)
-	own := in.notifier.begin(queues)
-	ids, err := in.st.JobInsertManyNotify(ctx, all, own)
-	in.notifier.end(own)
+	ids, err := in.st.JobInsertManyNotify(ctx, all, readyQueues(all))
 	if err != nil && len(round) > 1 {
 		for _, c := range round {
-			c.ids, err = in.st.JobInsertMany(c.ctx, in.st.Pool(), c.params)
-			if err == nil {
-				in.notifier.wake(readyQueues(c.params))
-			}
+			c.ids, err = in.st.JobInsertManyNotify(c.ctx, c.params, readyQueues(c.params))
 			c.done <- err
 		}
 		return
@@ -158,19 +155,18 @@ func (in *inserter) run(round []*insertCall, n int) {
 		round[0].done <- err
 		return
 	}
-	in.notifier.wake(without(queues, own))
 	for _, c := range round {
 		c.ids, ids = ids[:len(c.params):len(c.params)], ids[len(c.params):]
 		c.done <- nil
 	}
 }
 
-// without returns the queues not in drop.
-func without(queues, drop []string) []string {
+// readyQueues lists, once each, the queues of jobs available at once.
+func readyQueues(params []store.JobInsertParams) []string {
 	var out []string
-	for _, q := range queues {
-		if !slices.Contains(drop, q) {
-			out = append(out, q)
+	for _, p := range params {
+		if p.Delay <= 0 && !slices.Contains(out, p.Queue) {
+			out = append(out, p.Queue)
 		}
 	}
 	return out

@@ -70,39 +70,15 @@ type JobCancelResult struct {
 	State JobCancelState
 }
 
-// jobCancelLockSQL locks the queued jobs of $1 in id order, so that two
-// cancels, or a cancel and a claim (which skips locked rows), never
-// deadlock or interleave.
-const jobCancelLockSQL = `SELECT id FROM queue_jobs WHERE id = ANY ($1::bigint[]) ORDER BY id FOR UPDATE`
-
-// jobCancelSQL runs after jobCancelLockSQL in its transaction: it deletes
-// the unreserved jobs of $1 with a 'cancelled' history row each (attempt:
-// the attempts they had; no runtime), frees the slots of those that held
-// one (unparked limited jobs) and hands them over, and asks for the
-// cancel of the reserved ones (who: $2; a first request stays), notifying
-// their workers at commit. It reads the jobs by primary key: its cost
-// grows with $1 alone. No counter counts a job cancelled before it ran.
-var jobCancelSQL = `
-	WITH gone AS (
-		DELETE FROM queue_jobs j
-		WHERE j.id = ANY ($1::bigint[]) AND j.reserved_by IS NULL
-		RETURNING j.id, j.queue, j.name, j.attempts, j.limit_key, j.available_at, j.tags
-	), requested AS (
-		UPDATE queue_jobs j
-		SET cancel_requested_at = COALESCE(j.cancel_requested_at, now()), cancelled_by = COALESCE(j.cancelled_by, $2)
-		WHERE j.id = ANY ($1::bigint[]) AND j.reserved_by IS NOT NULL
-		RETURNING j.id, j.lease, j.cancelled_by
-	), ` + historyInsert("history", `
-		SELECT id, queue, name, attempts, 'cancelled', NULL::timestamptz, now(), now(), 0, 'cancelled by ' || $2, NULL, NULL, tags
-		FROM gone`) + `, freed AS (
-		SELECT limit_key AS key, count(*)::integer AS n FROM gone
-		WHERE limit_key IS NOT NULL AND available_at <> 'infinity' GROUP BY limit_key
-	), ` + limitHandoffCTEs + `, notified AS (
-		SELECT pg_notify('` + CancelChannel + `', json_build_object('id', id, 'lease', lease, 'by', cancelled_by)::text)
-		FROM requested
-	)
-	SELECT ARRAY(SELECT id FROM gone), ARRAY(SELECT id FROM requested), (SELECT count(*) FROM notified),
-	       ` + limitHandedQueues
+// A cancel runs two statements in one transaction: sql/cancel_lock.sql
+// locks the queued jobs in id order, then sql/cancel.sql deletes the
+// unreserved ones (with their history, slots handed over) and asks for
+// the cancel of the reserved ones, notifying their workers on
+// CancelChannel at commit.
+var (
+	jobCancelLock = mustStatement("cancel_lock.sql", "job_ids")
+	jobCancel     = mustStatement("cancel.sql", "job_ids", "who")
+)
 
 // JobCancel cancels the jobs with ids, by who (an operator, a token: it
 // is recorded), in one transaction, and says per id, in the order given
@@ -124,11 +100,11 @@ func (s *Store) JobCancel(ctx context.Context, ids []int64, who string) ([]JobCa
 	var gone, requested []int64
 	var handed []string
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, jobCancelLockSQL, uniq); err != nil {
+		if _, err := tx.Exec(ctx, jobCancelLock.sql, uniq); err != nil {
 			return err
 		}
 		var notified int64
-		return tx.QueryRow(ctx, jobCancelSQL, uniq, who).Scan(&gone, &requested, &notified, &handed)
+		return tx.QueryRow(ctx, jobCancel.sql, uniq, who).Scan(&gone, &requested, &notified, &handed)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("cancel %d jobs: %w", len(uniq), err)

@@ -181,13 +181,14 @@ func TestCancelQueueCancelsPendingAndRequestsRunning(t *testing.T) {
 }
 
 // find returns the last recorded statement whose text starts as prefix
-// does (after its leading space).
+// does, white space aside (a run of it counts as one space).
 func (r *recorder) find(t testing.TB, prefix string) statement {
 	t.Helper()
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	words := func(s string) string { return strings.Join(strings.Fields(s), " ") }
 	for i := len(r.sent) - 1; i >= 0; i-- {
-		if strings.HasPrefix(strings.TrimSpace(r.sent[i].sql), prefix) {
+		if strings.HasPrefix(words(r.sent[i].sql), words(prefix)) {
 			return r.sent[i]
 		}
 	}

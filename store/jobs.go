@@ -259,9 +259,9 @@ func (s *Store) JobClaim(ctx context.Context, p JobClaimParams) ([]ClaimedJob, e
 	if err := s.inject(ctx, "JobClaim"); err != nil {
 		return nil, fmt.Errorf("claim jobs on %q: %w", p.Queue, err)
 	}
-	sql, args := jobClaimSQL, []any{p.Queue, p.Limit, p.Worker, p.Master}
+	sql, args := jobClaim.sql, []any{p.Queue, p.Limit, p.Worker, p.Master}
 	if p.Master == "" {
-		sql, args = jobClaimUnfencedSQL, args[:3]
+		sql, args = jobClaimUnfenced.sql, args[:3]
 	}
 	sent := time.Now()
 	rows, err := s.pool.Query(ctx, sql, args...)
@@ -343,27 +343,13 @@ func ClaimOrder(a, b ClaimedJob) int {
 	return cmp.Compare(a.ID, b.ID)
 }
 
-// jobClaimSQL is the fenced claim: it takes nothing unless the holder's
-// master ($4) is live.
-var jobClaimSQL = jobClaimStatement(`$4`,
-	`WHERE EXISTS (SELECT 1 FROM fleet_masters m WHERE m.instance = $4 AND m.expires_at >= now())`)
-
-// jobClaimUnfencedSQL claims for a holder with no member row (the bench's
-// reference loop and tests of the claim itself).
-var jobClaimUnfencedSQL = jobClaimStatement(`NULL`, ``)
-
-// jobClaimStatement is the claim with its holder's master (a parameter or
-// NULL) and the fence on the pick (a WHERE clause, or none).
-func jobClaimStatement(master, fence string) string {
-	return `
-	UPDATE queue_jobs j
-	SET reserved_by = $3, reserved_master = ` + master + `, lease = (SELECT nextval('queue_jobs_lease_seq')),
-	    reserved_at = clock_timestamp(), attempts = j.attempts + 1
-	WHERE j.id = ANY (ARRAY(` + readyPick("$1", "$2", fence) + `))
-	RETURNING j.id, j.lease, j.queue, j.name, j.payload, j.attempts, j.max_tries,
-	          j.backoff_secs, j.timeout_ms, j.created_at, j.reserved_at, j.available_at, j.priority, j.tags, j.metadata,
-	          COALESCE(j.snoozes, 0)`
-}
+// The claim, fenced on the holder's master (sql/claim.sql) or, for a
+// holder with none, not (sql/claim_unfenced.sql); the unfenced claim takes
+// the first three parameters of the fenced one.
+var (
+	jobClaim         = mustStatement("claim.sql", "queue", "limit", "worker", "master")
+	jobClaimUnfenced = mustStatement("claim_unfenced.sql", "queue", "limit", "worker")
+)
 
 // Lease identifies one claim of one job: a worker holds the job while the
 // row's token is still Token.
@@ -430,146 +416,49 @@ type JobFinishResult struct {
 	Lost    []Lease
 }
 
-// jobFinishSQL writes a batch of outcomes in one statement: completed jobs
-// are deleted, retried ones released until their delay has passed, failed
-// ones moved to queue_failed_jobs; snoozed ones are released like retried
-// ones with their attempt taken back and their snooze counted, cancelled
-// ones deleted like completed ones (see cancel.go); a job an operator asked
-// to cancel while it ran is deleted and recorded as cancelled rather than
-// retried or snoozed, so it never runs again. History rows and
-// counters are made from the rows the statement actually changed, so an
-// attempt whose lease was lost is recorded nowhere. Every job is found by its primary key and its
-// token checked on the row, so the statement reads rows in proportion to
-// its batch under a custom and a generic plan alike.
+// The finish statement writes a batch of outcomes in one statement:
+// completed jobs are deleted, retried ones released until their delay has
+// passed, failed ones moved to queue_failed_jobs; snoozed ones are
+// released like retried ones with their attempt taken back and their
+// snooze counted, cancelled ones deleted like completed ones (see
+// cancel.go); a job an operator asked to cancel while it ran is deleted
+// and recorded as cancelled rather than retried or snoozed, so it never
+// runs again. History rows and counters are made from the rows the
+// statement actually changed, so an attempt whose lease was lost is
+// recorded nowhere. A limited job's slot is freed by each outcome and
+// handed over in the same statement.
 //
-// A limited job's slot is freed by each of the three outcomes (a retried
-// one is parked again until its delay has passed, holding no slot
-// meanwhile) and handed over in the same statement (limitHandoffCTEs); for
-// a batch without limited jobs those CTEs find no key and touch nothing.
-//
-// Both texts are built once, here; TestFinishStatements checks them.
+// sql/finish.sql handles every kind; sql/finish_ends.sql only the kinds
+// that end a job (completed, cancelled, failed), without the CTEs that
+// release a retried or snoozed job and look for a cancel request under its
+// row lock first, which a batch of ends would run for nothing (they cost
+// about 4 % of a drain's throughput). Both take the same parameters, in
+// the order finishOn passes them; TestFinishStatements checks them.
 var (
-	jobFinishSQL     = jobFinishStatement(true)
-	jobFinishEndsSQL = jobFinishStatement(false)
+	jobFinish     = mustStatement("finish.sql", finishParams...)
+	jobFinishEnds = mustStatement("finish_ends.sql", finishParams...)
 )
 
-// Shard offsets of a finish statement ($17): the outcome writers count on
-// shards 0 to 15, and a job completed in a handler's transaction on 16 to
-// 31, since that transaction holds its counter row until it commits and
-// must not make the outcome writers of other workers wait for that.
+// finishParams are the parameters of both finish statements: an array per
+// attempt field, then the writer's master and worker, then its shard base
+// (the counters and the runtime histogram are bumped on the shard
+// @shard_base plus the backend's pick of 16).
+var finishParams = []string{"job_ids", "leases", "kinds", "statuses", "delays_ms", "errors", "tries",
+	"queues", "names", "attempts", "reserved", "started", "finished", "runtimes_ms",
+	"master", "worker", "shard_base"}
+
+// Shard bases of a finish statement (@shard_base): the outcome writers
+// count on shards 0 to 15, and a job completed in a handler's transaction
+// on 16 to 31, since that transaction holds its counter row until it
+// commits and must not make the outcome writers of other workers wait for
+// that.
 const (
 	writerShards   = 0
 	completeShards = 16
 )
 
-// jobFinishStatement returns the finish statement (see jobFinishSQL). With
-// releases, it handles every outcome kind; without, only the kinds that
-// end a job (completed, cancelled, failed): it leaves out the CTEs that
-// release a retried or snoozed job and look for a cancel request under
-// its row lock first, which a batch of ends would run for nothing (they
-// cost about 4 % of a drain's throughput). The counter shard it bumps is
-// its $17 (the offset of a range of 16 shards) plus the backend's pick.
-func jobFinishStatement(releases bool) string {
-	const shard = `($17::integer + ` + counterShard + `)`
-	completed, retried, retriedUnion := finishEndsCompleted, ``, ``
-	if releases {
-		completed, retried = finishCancelLocked+finishCompleted, finishRetried
-		retriedUnion = `		UNION ALL SELECT id, lease, limit_key, tags, status, err FROM retried
-`
-	}
-	return `
-	WITH d AS MATERIALIZED (
-		SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::text[], $5::bigint[], $6::text[],
-		                     $7::integer[], $8::text[], $9::text[], $10::integer[], $11::timestamptz[],
-		                     $12::timestamptz[], $13::timestamptz[], $14::float8[])
-		     AS d(id, lease, kind, status, delay_ms, err, tries, queue, name, attempt, reserved, started, finished, runtime)
-` + completed + retried + `	), failed AS (
-		DELETE FROM queue_jobs j USING d
-		WHERE d.kind = 'failed' AND j.id = d.id AND j.lease = d.lease
-		RETURNING j.id, d.lease, j.queue, j.name, j.payload, j.attempts, COALESCE(j.max_tries, d.tries) AS max_tries,
-		          j.backoff_secs, j.timeout_ms, d.err, j.created_at, j.retry_of, j.limit_key, j.limit_n,
-		          j.priority, j.tags, j.metadata
-	), moved AS (
-		INSERT INTO queue_failed_jobs (job_id, queue, name, payload, attempts, max_tries,
-		                               backoff_secs, timeout_ms, error, created_at, retry_of, limit_key, limit_n,
-		                               priority, tags, metadata)
-		SELECT id, queue, name, payload, attempts, max_tries, backoff_secs, timeout_ms, err, created_at, retry_of,
-		       limit_key, limit_n, priority, tags, metadata
-		FROM failed
-	), changed AS (
-		SELECT id, lease, limit_key, tags, status, err FROM completed
-` + retriedUnion + `		UNION ALL SELECT id, lease, limit_key, tags, NULL, NULL FROM failed
-	), freed AS (
-		SELECT limit_key AS key, count(*)::integer AS n FROM changed
-		WHERE limit_key IS NOT NULL GROUP BY limit_key
-	), ` + limitHandoffCTEs + `, written AS (
-		SELECT d.id, d.queue, d.name, d.attempt, d.kind, COALESCE(c.status, d.status) AS status, d.reserved, d.started,
-		       d.finished, d.runtime, COALESCE(c.err, d.err) AS err, c.tags
-		FROM d JOIN changed c ON c.id = d.id AND c.lease = d.lease
-	), ` + historyInsert("history", `
-		SELECT id, queue, name, attempt, status, reserved, started, finished, runtime,
-		       NULLIF(err, ''), NULLIF($15, ''), NULLIF($16, ''), tags
-		FROM written`) + `, counted AS (
-		` + counterUpsert + `
-		SELECT queue, ` + shard + `, ` + counterIncrements + `
-		FROM written GROUP BY queue ORDER BY queue` + counterConflict + `
-	), timed AS (
-		` + runtimeCounted("written", shard) + `
-	)
-	SELECT id, lease, ` + limitHandedQueues + ` FROM changed`
-}
-
-// The CTEs of jobFinishStatement that differ with its releases argument.
-const (
-	// finishEndsCompleted deletes the completed and cancelled jobs of a
-	// batch that releases none.
-	finishEndsCompleted = `	), completed AS (
-		DELETE FROM queue_jobs j USING d
-		WHERE j.id = d.id AND j.lease = d.lease AND d.kind IN ('completed', 'cancelled')
-		RETURNING j.id, d.lease, j.limit_key, j.tags, NULL::text AS status, NULL::text AS err
-`
-	// finishCancelLocked reads the jobs to retry or snooze under their row
-	// lock, so that a cancel request committed while the statement runs is
-	// seen too; stopped are those an operator asked to cancel.
-	finishCancelLocked = `	), locked AS (
-		SELECT j.id, j.cancel_requested_at IS NOT NULL AS cancel
-		FROM queue_jobs j JOIN d ON j.id = d.id AND j.lease = d.lease
-		WHERE d.kind IN ('retried', 'snoozed')
-		FOR UPDATE OF j
-	), stopped AS (
-		SELECT id FROM locked WHERE cancel
-`
-	// finishCompleted deletes the completed and cancelled jobs, and those
-	// to release that were asked to stop, recorded as cancelled.
-	finishCompleted = `	), completed AS (
-		DELETE FROM queue_jobs j USING d
-		WHERE j.id = d.id AND j.lease = d.lease
-		  AND (d.kind IN ('completed', 'cancelled') OR d.id IN (SELECT id FROM stopped))
-		RETURNING j.id, d.lease, j.limit_key, j.tags,
-		          CASE WHEN d.kind IN ('retried', 'snoozed') THEN 'cancelled' END AS status,
-		          CASE WHEN d.kind IN ('retried', 'snoozed')
-		               THEN 'cancelled by ' || COALESCE(j.cancelled_by, 'an operator') || ': ' || d.err END AS err
-`
-	// finishRetried releases the retried and snoozed jobs not asked to
-	// stop.
-	finishRetried = `	), retried AS (
-		UPDATE queue_jobs j
-		SET reserved_by = NULL, reserved_master = NULL, reserved_at = NULL, lease = NULL,
-		    available_at = CASE WHEN j.limit_key IS NULL THEN now() + d.delay_ms * interval '1 millisecond'
-		                        ELSE 'infinity' END,
-		    limit_due = CASE WHEN j.limit_key IS NOT NULL THEN now() + d.delay_ms * interval '1 millisecond' END,
-		    last_error = CASE WHEN d.kind = 'snoozed' THEN j.last_error ELSE d.err END,
-		    attempts = j.attempts - (d.kind = 'snoozed')::integer,
-		    snoozes = CASE WHEN d.kind = 'snoozed' THEN COALESCE(j.snoozes, 0) + 1 ELSE j.snoozes END
-		FROM d
-		WHERE d.kind IN ('retried', 'snoozed') AND j.id = d.id AND j.lease = d.lease
-		  AND d.id NOT IN (SELECT id FROM stopped)
-		RETURNING j.id, d.lease, j.limit_key, j.tags, NULL::text AS status, NULL::text AS err
-`
-)
-
 // JobFinishMany writes a batch of finished attempts in one round trip (see
-// jobFinishSQL). Only attempts whose lease the worker still holds count.
+// jobFinish). Only attempts whose lease the worker still holds count.
 func (s *Store) JobFinishMany(ctx context.Context, p JobFinishParams) (JobFinishResult, error) {
 	if len(p.Outcomes) == 0 {
 		return JobFinishResult{}, nil
@@ -577,14 +466,14 @@ func (s *Store) JobFinishMany(ctx context.Context, p JobFinishParams) (JobFinish
 	if err := s.inject(ctx, "JobFinishMany"); err != nil {
 		return JobFinishResult{}, fmt.Errorf("write %d finished jobs: %w", len(p.Outcomes), err)
 	}
-	sql := jobFinishEndsSQL
+	st := jobFinishEnds
 	for _, o := range p.Outcomes {
 		if o.Kind == OutcomeRetried || o.Kind == OutcomeSnoozed {
-			sql = jobFinishSQL
+			st = jobFinish
 			break
 		}
 	}
-	res, handed, err := finishOn(ctx, s.pool, sql, writerShards, p)
+	res, handed, err := finishOn(ctx, s.pool, st, writerShards, p)
 	if err != nil {
 		return res, err
 	}
@@ -603,7 +492,7 @@ func (s *Store) JobFinishMany(ctx context.Context, p JobFinishParams) (JobFinish
 // caller's writes cannot commit either, and returns ErrLeaseLost.
 func (s *Store) JobCompleteTx(ctx context.Context, tx pgx.Tx, worker, master string, o JobOutcome) error {
 	o.Kind, o.Status, o.Error = OutcomeCompleted, "completed", ""
-	res, handed, err := finishOn(ctx, tx, jobFinishEndsSQL, completeShards, JobFinishParams{Worker: worker, Master: master, Outcomes: []JobOutcome{o}})
+	res, handed, err := finishOn(ctx, tx, jobFinishEnds, completeShards, JobFinishParams{Worker: worker, Master: master, Outcomes: []JobOutcome{o}})
 	if err != nil {
 		return err
 	}
@@ -621,11 +510,11 @@ func (s *Store) JobCompleteTx(ctx context.Context, tx pgx.Tx, worker, master str
 // released (its holder was presumed gone) and may run elsewhere.
 var ErrLeaseLost = errors.New("the lease of the job was lost: it was released and may run elsewhere")
 
-// finishOn runs a finish statement (jobFinishSQL or jobFinishEndsSQL) on
-// db, counting on the 16 shards from shards. It also returns the queues of
+// finishOn runs a finish statement (jobFinish or jobFinishEnds) on db,
+// counting on the 16 shards from shards. It also returns the queues of
 // parked jobs the statement handed a concurrency slot to (see
 // limitHandoff), for the caller to wake.
-func finishOn(ctx context.Context, db DBTX, sql string, shards int, p JobFinishParams) (JobFinishResult, []string, error) {
+func finishOn(ctx context.Context, db DBTX, st statement, shards int, p JobFinishParams) (JobFinishResult, []string, error) {
 	var res JobFinishResult
 	n := len(p.Outcomes)
 	ids, leases, attempts, tries := make([]int64, n), make([]int64, n), make([]int32, n), make([]int32, n)
@@ -643,7 +532,8 @@ func finishOn(ctx context.Context, db DBTX, sql string, shards int, p JobFinishP
 		}
 		started[i], finished[i] = o.StartedAt, o.FinishedAt
 	}
-	rows, err := db.Query(ctx, sql, ids, leases, kinds, statuses, delays, errs, tries,
+	// In the order of finishParams.
+	rows, err := db.Query(ctx, st.sql, ids, leases, kinds, statuses, delays, errs, tries,
 		queues, names, attempts, reserved, started, finished, runtimes, p.Master, p.Worker, shards)
 	if err != nil {
 		return res, nil, fmt.Errorf("write %d finished jobs: %w", n, err)
@@ -711,7 +601,7 @@ type JobReleaseParams struct {
 
 // JobRelease makes held jobs available again at once. Jobs whose lease is
 // no longer the caller's are left alone. A job with a cancel request is not
-// given back but ends as cancelled (see jobReleaseSQL). It returns how many
+// given back but ends as cancelled (see sql/release.sql). It returns how many
 // jobs left the caller's hands.
 func (s *Store) JobRelease(ctx context.Context, p JobReleaseParams) (int, error) {
 	if len(p.Leases) == 0 {
@@ -723,7 +613,7 @@ func (s *Store) JobRelease(ctx context.Context, p JobReleaseParams) (int, error)
 	ids, tokens := leaseArrays(p.Leases)
 	var released, cancelled int
 	var handed []string
-	err := s.pool.QueryRow(ctx, jobReleaseSQL, ids, tokens, p.Uncount, StorableText(p.Error)).Scan(&released, &cancelled, &handed)
+	err := s.pool.QueryRow(ctx, jobRelease.sql, ids, tokens, p.Uncount, StorableText(p.Error)).Scan(&released, &cancelled, &handed)
 	if err != nil {
 		return 0, fmt.Errorf("release %d jobs: %w", len(p.Leases), err)
 	}
@@ -734,39 +624,8 @@ func (s *Store) JobRelease(ctx context.Context, p JobReleaseParams) (int, error)
 	return released + cancelled, nil
 }
 
-// jobReleaseSQL releases held jobs ($1 ids, $2 tokens; $3: take the
-// attempt back; $4: the error to keep, empty for the last one). A job an
-// operator asked to cancel while it was held (cancel_requested_at set) is
-// deleted instead, with a 'cancelled' history row, and its concurrency
-// slot handed over: it must not run again. Rows are found by primary key,
-// so the statement's cost grows with its batch.
-var jobReleaseSQL = `
-	WITH d AS MATERIALIZED (
-		SELECT * FROM unnest($1::bigint[], $2::bigint[]) AS d(id, lease)
-	), cancelled AS (
-		DELETE FROM queue_jobs j USING d
-		WHERE j.id = d.id AND j.lease = d.lease AND j.cancel_requested_at IS NOT NULL
-		RETURNING j.id, j.queue, j.name, j.attempts, j.reserved_at, j.reserved_by, j.reserved_master,
-		          j.limit_key, j.tags, j.cancelled_by
-	), released AS (
-		UPDATE queue_jobs j
-		SET reserved_by = NULL, reserved_master = NULL, reserved_at = NULL, lease = NULL, available_at = now(),
-		    attempts = CASE WHEN $3 THEN j.attempts - 1 ELSE j.attempts END,
-		    last_error = COALESCE(NULLIF($4, ''), j.last_error)
-		FROM d
-		WHERE j.id = d.id AND j.lease = d.lease AND j.cancel_requested_at IS NULL
-		RETURNING j.id
-	), ` + historyInsert("history", `
-		SELECT id, queue, name, CASE WHEN $3 THEN greatest(attempts - 1, 0) ELSE attempts END, 'cancelled',
-		       reserved_at, COALESCE(reserved_at, now()), now(),
-		       EXTRACT(EPOCH FROM now() - COALESCE(reserved_at, now())) * 1000,
-		       'cancelled by ' || COALESCE(cancelled_by, 'an operator') || ' (its worker gave it back unfinished)',
-		       reserved_master, reserved_by, tags
-		FROM cancelled`) + `, freed AS (
-		SELECT limit_key AS key, count(*)::integer AS n FROM cancelled
-		WHERE limit_key IS NOT NULL GROUP BY limit_key
-	), ` + limitHandoffCTEs + `
-	SELECT (SELECT count(*) FROM released)::integer, (SELECT count(*) FROM cancelled)::integer, ` + limitHandedQueues
+// jobRelease releases held jobs (sql/release.sql).
+var jobRelease = mustStatement("release.sql", "job_ids", "leases", "uncount", "error")
 
 func leaseArrays(leases []Lease) ([]int64, []int64) {
 	ids, tokens := make([]int64, len(leases)), make([]int64, len(leases))
@@ -776,21 +635,13 @@ func leaseArrays(leases []Lease) ([]int64, []int64) {
 	return ids, tokens
 }
 
-// JobReadyExists reports whether any of queues has a job ready to run now.
+// JobReadyExists reports whether any of queues has a job ready to run now
+// (sql/ready_exists.sql).
+var jobReadyExists = mustStatement("ready_exists.sql", "queues")
+
 func (s *Store) JobReadyExists(ctx context.Context, queues []string) (bool, error) {
 	var ok bool
-	err := s.pool.QueryRow(ctx, `
-		SELECT EXISTS (
-			SELECT 1 FROM unnest($1::text[]) AS q(name), LATERAL (
-				WITH `+priorityLevels("q.name")+`
-				SELECT 1 FROM lv, LATERAL (
-					SELECT 1 FROM queue_jobs
-					WHERE queue = q.name AND priority = lv.p AND reserved_by IS NULL AND available_at <= now()
-					ORDER BY available_at LIMIT 1) y
-				
-				LIMIT 1
-			) x
-		)`, queues).Scan(&ok)
+	err := s.pool.QueryRow(ctx, jobReadyExists.sql, queues).Scan(&ok)
 	if err != nil {
 		return false, fmt.Errorf("look for ready jobs: %w", err)
 	}
@@ -813,25 +664,23 @@ type NextJob struct {
 // is available and whether master's member row is live. Parked jobs
 // (waiting on a concurrency limit) are not counted: a handoff or the sweep
 // makes them available, and notifies.
+// The look for work of a worker with a master (sql/next.sql) and of one
+// without (sql/next_unfenced.sql).
+var (
+	jobNext         = mustStatement("next.sql", "queues", "master")
+	jobNextUnfenced = mustStatement("next_unfenced.sql", "queues")
+)
+
 func (s *Store) JobNext(ctx context.Context, queues []string, master string) (NextJob, error) {
 	var ms *float64
 	var out NextJob
 	// A worker without a master (tests) is always live: its statement has
-	// no liveness condition rather than a catch-all one (see filter).
-	live, args := `true`, []any{queues}
+	// no liveness condition rather than a catch-all one.
+	sql, args := jobNextUnfenced.sql, []any{queues}
 	if master != "" {
-		live, args = `EXISTS (SELECT 1 FROM fleet_masters m WHERE m.instance = $2 AND m.expires_at >= now())`, append(args, master)
+		sql, args = jobNext.sql, append(args, master)
 	}
-	err := s.pool.QueryRow(ctx, `
-		SELECT (SELECT EXTRACT(EPOCH FROM (min(x.available_at) - now()))::float8 * 1000
-		        FROM unnest($1::text[]) AS q(name), LATERAL (
-		            WITH `+priorityLevels("q.name")+`
-		            SELECT y.available_at FROM lv, LATERAL (
-		                SELECT available_at FROM queue_jobs
-		                WHERE queue = q.name AND priority = lv.p AND reserved_by IS NULL AND available_at < 'infinity'
-		                ORDER BY available_at LIMIT 1) y
-		            
-		        ) x), `+live, args...).Scan(&ms, &out.Live)
+	err := s.pool.QueryRow(ctx, sql, args...).Scan(&ms, &out.Live)
 	if err != nil {
 		return out, fmt.Errorf("find next available job: %w", err)
 	}

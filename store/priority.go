@@ -23,25 +23,11 @@ func priorityLevels(queue string) string {
 	)`
 }
 
-// ReadyPick is the statement a claim picks its jobs with, $1 the queue and
-// $2 the limit: the ids of up to $2 ready jobs of the queue, locked (SKIP
-// LOCKED), in the order a claim takes them. The bench's reference loop
-// runs it, so that its bound picks rows as a claim does.
-func ReadyPick() string { return readyPick("$1", "$2", "") }
+// ReadyPick is the statement a claim picks its jobs with
+// (sql/ready_pick.sql), $1 the queue and $2 the limit: the ids of up to $2
+// ready jobs of the queue, locked (SKIP LOCKED), in the order a claim
+// takes them. The bench's reference loop runs it, so that its bound picks
+// rows as a claim does.
+func ReadyPick() string { return readyPick.sql }
 
-// readyPick selects, locking them (SKIP LOCKED), the ids of up to limit
-// ready jobs of the queue as a claim takes them: the queue's priorities
-// lowest first, and within each the oldest first along the ready index.
-// where is a clause on the pick as a whole (the claim's fence), or "".
-func readyPick(queue, limit, where string) string {
-	return `
-		WITH ` + priorityLevels(queue) + `
-		SELECT x.id FROM lv, LATERAL (
-			SELECT id FROM queue_jobs
-			WHERE queue = ` + queue + ` AND priority = lv.p AND reserved_by IS NULL AND available_at <= now()
-			ORDER BY available_at, id
-			LIMIT ` + limit + `
-			FOR UPDATE SKIP LOCKED) x
-		` + where + `
-		LIMIT ` + limit
-}
+var readyPick = mustStatement("ready_pick.sql", "queue", "limit")

@@ -6,18 +6,18 @@ import (
 	"testing"
 )
 
-// The finish statements are built once from one template: the variant
+// The finish statements are compiled once from their files: the variant
 // that releases carries the CTEs of retries and snoozes and the other does
-// not, both count on the shard range their $17 names, and nothing is left
-// of a text substitution.
+// not, both count on the shard range their $17 names, and every parameter
+// was compiled to its position.
 func TestFinishStatements(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		sql      string
 		releases bool
 	}{
-		{"jobFinishSQL", jobFinishSQL, true},
-		{"jobFinishEndsSQL", jobFinishEndsSQL, false},
+		{"finish.sql", jobFinish.sql, true},
+		{"finish_ends.sql", jobFinishEnds.sql, false},
 	} {
 		for _, cte := range []string{"retried AS (", "locked AS (", "stopped AS ("} {
 			if strings.Contains(tc.sql, cte) != tc.releases {

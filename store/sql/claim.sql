@@ -1,0 +1,32 @@
+-- The fenced claim (JobClaim with a master): reserves up to @limit ready
+-- jobs of @queue for @worker, lowest priority first and then oldest first,
+-- skipping rows other claims hold, and counts the attempt. Every job it
+-- takes gets the same fresh lease token. It takes nothing unless the
+-- member row of the holder's @master is live at the statement's now(): an
+-- uncorrelated EXISTS, evaluated once, through the primary key.
+--
+-- The pick is ready_pick.sql with the fence: the queue's priorities with
+-- unreserved jobs, from queue_counts, lowest first; within each a range
+-- scan of the ready index (queue, priority, available_at, id). The picked
+-- ids, as an array, are updated through the primary key: joining the pick
+-- as a CTE instead lets a generic plan, which guesses LIMIT @limit at a
+-- tenth of the table, hash-join it against a scan of the whole table.
+UPDATE queue_jobs j
+SET reserved_by = @worker, reserved_master = @master, lease = (SELECT nextval('queue_jobs_lease_seq')),
+    reserved_at = clock_timestamp(), attempts = j.attempts + 1
+WHERE j.id = ANY (ARRAY(
+    WITH lv(p) AS (
+        SELECT priority FROM queue_counts WHERE queue = @queue
+        GROUP BY priority HAVING sum(unreserved) > 0 ORDER BY priority
+    )
+    SELECT x.id FROM lv, LATERAL (
+        SELECT id FROM queue_jobs
+        WHERE queue = @queue AND priority = lv.p AND reserved_by IS NULL AND available_at <= now()
+        ORDER BY available_at, id
+        LIMIT @limit
+        FOR UPDATE SKIP LOCKED) x
+    WHERE EXISTS (SELECT 1 FROM fleet_masters m WHERE m.instance = @master AND m.expires_at >= now())
+    LIMIT @limit))
+RETURNING j.id, j.lease, j.queue, j.name, j.payload, j.attempts, j.max_tries,
+          j.backoff_secs, j.timeout_ms, j.created_at, j.reserved_at, j.available_at, j.priority, j.tags, j.metadata,
+          COALESCE(j.snoozes, 0)
