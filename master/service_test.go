@@ -136,11 +136,12 @@ func makers(t *testing.T, e *svcEnv) map[string]func(*stopBudget) service {
 	sups := oneSupervisor(t)
 	return map[string]func(*stopBudget) service{
 		"membership": func(b *stopBudget) service {
-			ms, err := membership.New(e.st, membership.Config{Name: "stress", TTL: e.set.TTL, Interval: e.set.Tick, Logger: e.log})
+			ms, err := membership.New(e.st, membership.Config{Name: "stress", TTL: e.set.TTL, Interval: e.set.Tick, Logger: e.log,
+				LeaveContext: leaveOnBudget(b)})
 			if err != nil {
 				t.Fatal(err)
 			}
-			return newMembershipSvc(ms, 0, b, e.log)
+			return ms
 		},
 		"housekeeping": func(b *stopBudget) service {
 			return newHousekeeping(e.st, e.set, e.log, peers, b, &fifo[*releaseReq]{}, newLatest[[]string]())
