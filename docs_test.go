@@ -620,6 +620,9 @@ func tomlValue(v reflect.Value) string {
 // dependency, which may need the network: it runs when FLEET_DOCS_TIDY=1,
 // and always under FLEET_TEST_REQUIRE=all (.ci/run).
 func TestEmbeddingGuide(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the guide's application, tens of seconds: runs without -short")
+	}
 	t.Parallel()
 	root, err := os.Getwd()
 	if err != nil {

@@ -23,6 +23,9 @@ import (
 // (so that the bench's master starts real fleet:work children of it).
 func runProcess(t *testing.T, env []string, args ...string) result {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("end to end: runs the application as a process of its own; runs without -short")
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	c := exec.CommandContext(ctx, os.Args[0], args...)

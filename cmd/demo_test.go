@@ -56,6 +56,9 @@ var demoURL = regexp.MustCompile(`private PostgreSQL ready: APP_DATABASE__URL='(
 // reserved, no row left, the commands to explore printed; then demo --stop
 // stops the kept server.
 func TestDemoInterruptStopsTheMasterBeforeThePrivateServer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end to end: the demo on a private PostgreSQL server it starts; runs without -short")
+	}
 	if _, err := pgcluster.FindBinaries(); err != nil {
 		t.Skipf("no PostgreSQL binaries for a private server: %v", err)
 	}
@@ -173,6 +176,9 @@ func TestDemoInterruptStopsTheMasterBeforeThePrivateServer(t *testing.T) {
 // `fleet` must exit 0, and the configuration file it names must hold the
 // demo's database and supervisors, so that `fleet` works the demo's queues.
 func TestDemoPrintsCommandsThatRunAsPrinted(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end to end: the demo's master and its workers; runs without -short")
+	}
 	t.Parallel()
 	url := pgtest.URL(t)
 	dir := t.TempDir()

@@ -59,6 +59,9 @@ func required(what string) bool {
 // without a browser.
 func chromePath(t *testing.T) string {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("drives a headless browser, seconds per page: runs without -short")
+	}
 	if p := os.Getenv(EnvChrome); p != "" {
 		if _, err := os.Stat(p); err != nil {
 			t.Fatalf("%s=%s: %v", EnvChrome, p, err)

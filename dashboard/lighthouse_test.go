@@ -30,6 +30,9 @@ const minAccessibility = 0.98
 // CI=true), in which case it fails.
 func lighthousePath(t *testing.T) string {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("Lighthouse audits in a browser, tens of seconds: runs without -short")
+	}
 	if p := os.Getenv(EnvLighthouse); p != "" {
 		if _, err := os.Stat(p); err != nil {
 			t.Fatalf("%s=%s: %v", EnvLighthouse, p, err)

@@ -18,6 +18,7 @@ import (
 // exactly one history row, 'cancelled', never completed, retried or
 // failed.
 func TestCancelAcrossTwoMasters(t *testing.T) {
+	faultScenario(t)
 	t.Parallel()
 	srv := newMMServer(t)
 	url := srv.url(t)

@@ -36,6 +36,7 @@ import (
 )
 
 func TestFailover(t *testing.T) {
+	faultScenario(t)
 	t.Parallel()
 	if _, err := pgcluster.FindBinaries(); err != nil {
 		t.Fatalf("the failover scenarios run a primary and a standby of their own, which needs PostgreSQL's server binaries (apt-get install postgresql): %v", err)
@@ -259,8 +260,10 @@ func testFailover(t *testing.T, sync bool) {
 		t.Fatalf("no job claimed after the promotion: %v", err)
 	}
 	resume = first.Sub(promotedAt)
-	if resume > 5*time.Second {
-		t.Errorf("the first job claimed on the new primary %s after the promotion, more than 5 s", resume)
+	// How soon is logged below; only a new primary that nobody claims
+	// from fails (apptest.Slack times an idle machine's 10 s).
+	if resume > apptest.Slack*10*time.Second {
+		t.Errorf("the first job claimed on the new primary %s after the promotion, more than %s", resume, apptest.Slack*10*time.Second)
 	}
 	if out := a.Output() + b.Output(); strings.Contains(out, "killing it") {
 		t.Errorf("a master killed a worker:\n%s", tail(out, 4000))

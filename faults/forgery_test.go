@@ -32,6 +32,7 @@ import (
 )
 
 func TestForgery(t *testing.T) {
+	faultScenario(t)
 	t.Parallel()
 	srv := newMMServer(t)
 	scenarios := []struct {

@@ -105,6 +105,7 @@ func count(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) int {
 // database answers: every job has exactly one 'completed' history row,
 // ran once, and nothing is failed or left behind.
 func TestCompletionWritesFailingTwiceBeforeTheirCommitWriteEachOutcomeOnce(t *testing.T) {
+	faultScenario(t)
 	t.Parallel()
 	f := newInjector()
 	f.before["JobFinishMany"] = 2
@@ -116,6 +117,7 @@ func TestCompletionWritesFailingTwiceBeforeTheirCommitWriteEachOutcomeOnce(t *te
 // the lease check makes the second write change nothing, so no attempt is
 // recorded twice.
 func TestCompletionWritesWhoseReplyIsLostTwiceWriteEachOutcomeOnce(t *testing.T) {
+	faultScenario(t)
 	t.Parallel()
 	f := newInjector()
 	f.after["JobFinishMany"] = 2
@@ -191,6 +193,7 @@ func testFailingCompletionWrites(t *testing.T, f *injector) {
 // recorded as lost; a released one is never recorded as completed or
 // failed; and every attempt has exactly one history row.
 func TestReleaseRacingCompletionNeverOverwritesATerminalState(t *testing.T) {
+	faultScenario(t)
 	t.Parallel()
 	const (
 		rounds   = 150

@@ -27,6 +27,7 @@ import (
 // the job as soon as the worker exits, and the job, still holding its
 // slot, runs again elsewhere); and every job ends completed once.
 func TestLimitHoldsAcrossTwoMasters(t *testing.T) {
+	faultScenario(t)
 	t.Parallel()
 	srv := newMMServer(t)
 	url := srv.url(t)

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleet-go/fleet/internal/testwait"
 	"github.com/fleet-go/fleet/model"
 	"github.com/fleet-go/fleet/queue"
 )
@@ -114,7 +115,9 @@ func TestDutiesWithoutListenerCheckNoWaits(t *testing.T) {
 // far as it went, on its last round.
 func TestDutiesStopWritesTheMinuteInProgress(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, time.Second)
+	// The last round has the stop budget: one that only catches a hang,
+	// so that a busy machine's last round still writes.
+	e := newEnv(t, testwait.Hang)
 	e.exec(t, `UPDATE fleet_state SET updated_at = now() - interval '1 hour' WHERE key = 'tables:created'`)
 	// The store's clock stands 10 s into a minute, in which 7 attempts
 	// finished.

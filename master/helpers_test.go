@@ -165,17 +165,27 @@ func (e *svcEnv) waitBlocked(t *testing.T) {
 	})
 }
 
-// stopWithin stops s and fails the test when that takes longer than
-// within.
+// stopWithin stops s, logs how long that took, and fails the test when it
+// took longer than within. A Stop that ends at once is bounded by
+// testwait.Hang, which only catches a hang (stopPromptly); a bound of the
+// stop budget's is the budget and what it leaves for the rest.
 func stopWithin(t *testing.T, s service, within time.Duration) time.Duration {
 	t.Helper()
 	start := time.Now()
 	s.Stop()
 	took := time.Since(start)
+	t.Logf("%s: Stop took %s", s.Name(), took.Round(time.Millisecond))
 	if took > within {
 		t.Errorf("%s: Stop took %s, want at most %s", s.Name(), took.Round(time.Millisecond), within)
 	}
 	return took
+}
+
+// stopPromptly stops a service with nothing left to wait for: how long it
+// took is logged, and only a hang fails.
+func stopPromptly(t *testing.T, s service) {
+	t.Helper()
+	stopWithin(t, s, testwait.Hang)
 }
 
 // discardLog is a logger that writes nowhere.

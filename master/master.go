@@ -138,35 +138,36 @@ func New(st *store.Store, supervisors []supervisor.Supervisor, opts ...Option) (
 	}
 	m.log = m.set.Logger.With("logger", "fleet", "master", m.set.Name)
 	m.status = &status{}
+	m.budget = newStopBudget(StopBudget)
+	linger := time.Duration(0)
+	if m.set.OnStop == OnStopLinger {
+		linger = m.set.Linger
+	}
 	member, err := membership.New(st, membership.Config{
 		Kind: store.KindMaster, Name: m.set.Name, Version: m.set.Version,
 		TTL: m.set.TTL, Interval: m.set.BeatInterval, Logger: m.log,
-		Report: func() (string, any) { return m.status.load() },
+		Report:       func() (string, any) { return m.status.load() },
+		Linger:       linger,
+		LeaveContext: leaveOnBudget(m.budget),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("master %q: %w", m.set.Name, err)
 	}
 	m.member = member
-	m.budget = newStopBudget(StopBudget)
 	m.state = newLatest[stateSnap]()
 	m.workload = newLatest[map[string]balancer.QueueWorkload]()
 	m.kills = newLatest[[]string]()
 	m.releases = &fifo[*releaseReq]{}
 
-	linger := time.Duration(0)
-	if m.set.OnStop == OnStopLinger {
-		linger = m.set.Linger
-	}
-	members := newMembershipSvc(member, linger, m.budget, m.log)
 	alerts := newAlerts(m.set.OnLongWait, m.log, m.budget)
 	m.supervision = newSupervision(m.spawner, supervisors, m.set, m.log, member, m.status, m.state, m.workload, m.kills, m.releases)
 	m.services = []service{
-		members,
+		member,
 		newHousekeeping(st, m.set, m.log, member, m.budget, m.releases, m.kills),
-		newSharedState(st, m.set.Tick, m.log, members.StartedAt, m.state),
+		newSharedState(st, m.set.Tick, m.log, member.StartedAt, m.state),
 		newWorkload(st, m.set.BalanceCooldown, m.log, m.workload),
 		alerts,
-		newDuties(st, m.set, m.log, member.Instance, members.StartedAt, m.budget, alerts.offer),
+		newDuties(st, m.set, m.log, member.Instance, member.StartedAt, m.budget, alerts.offer),
 		newPeriodicSvc(st, m.set, m.log, member.Instance),
 		m.supervision,
 	}

@@ -11,9 +11,12 @@ import (
 	"github.com/fleet-go/fleet/membership"
 )
 
-func newMember(t *testing.T, e *svcEnv, report func() (string, any)) *membership.Service {
+// newMember is the membership service as a master builds it: leaving (or
+// lingering) on the stop budget.
+func newMember(t *testing.T, e *svcEnv, linger time.Duration, report func() (string, any)) *membership.Service {
 	t.Helper()
-	ms, err := membership.New(e.st, membership.Config{Name: "m", TTL: e.set.TTL, Interval: e.set.Tick, Logger: e.log, Report: report})
+	ms, err := membership.New(e.st, membership.Config{Name: "m", TTL: e.set.TTL, Interval: e.set.Tick, Logger: e.log, Report: report,
+		Linger: linger, LeaveContext: leaveOnBudget(e.budget)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -25,8 +28,7 @@ func newMember(t *testing.T, e *svcEnv, report func() (string, any)) *membership
 func TestMembershipServiceBeatsFromStartAndLeavesOnStop(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, time.Second)
-	ms := newMember(t, e, nil)
-	s := newMembershipSvc(ms, 0, e.budget, e.log)
+	s := newMember(t, e, 0, nil)
 	if !s.StartedAt().IsZero() {
 		t.Fatal("a start time before Start")
 	}
@@ -34,7 +36,7 @@ func TestMembershipServiceBeatsFromStartAndLeavesOnStop(t *testing.T) {
 		t.Fatal(err)
 	}
 	var startedAt time.Time
-	if err := e.pool.QueryRow(context.Background(), `SELECT started_at FROM fleet_masters WHERE instance = $1`, ms.Instance()).Scan(&startedAt); err != nil {
+	if err := e.pool.QueryRow(context.Background(), `SELECT started_at FROM fleet_masters WHERE instance = $1`, s.Instance()).Scan(&startedAt); err != nil {
 		t.Fatalf("no row after Start: %v", err)
 	}
 	if !s.StartedAt().Equal(startedAt) {
@@ -54,14 +56,13 @@ func TestMembershipServiceBeatsFromStartAndLeavesOnStop(t *testing.T) {
 func TestMembershipServiceLingers(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, time.Second)
-	ms := newMember(t, e, nil)
-	s := newMembershipSvc(ms, time.Minute, e.budget, e.log)
+	s := newMember(t, e, time.Minute, nil)
 	if err := s.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	s.Stop()
 	if n := e.count(t, `SELECT count(*) FROM fleet_masters WHERE instance = $1 AND state = 'draining'
-		AND expires_at > now() + interval '50 seconds'`, ms.Instance()); n != 1 {
+		AND expires_at > now() + interval '50 seconds'`, s.Instance()); n != 1 {
 		t.Fatal("no lingering draining row")
 	}
 }
@@ -69,13 +70,13 @@ func TestMembershipServiceLingers(t *testing.T) {
 // A first beat that fails fails Start, and leaves nothing to stop.
 func TestMembershipServiceStartFailure(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, time.Second)
-	ms := newMember(t, e, func() (string, any) { return "starting", strings.Repeat("x", membership.MaxReportBytes) })
-	s := newMembershipSvc(ms, 0, e.budget, e.log)
+	// A budget of an hour: a Stop that waited it out would be a hang.
+	e := newEnv(t, time.Hour)
+	s := newMember(t, e, 0, func() (string, any) { return "starting", strings.Repeat("x", membership.MaxReportBytes) })
 	if err := s.Start(context.Background()); err == nil {
 		t.Fatal("a start whose report is over the cap succeeded")
 	}
-	stopWithin(t, s, 100*time.Millisecond)
+	stopPromptly(t, s)
 	if n := e.count(t, `SELECT count(*) FROM fleet_masters`); n != 0 {
 		t.Fatal("a row was written")
 	}

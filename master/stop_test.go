@@ -34,14 +34,15 @@ func TestStopCancelsStatementsInFlight(t *testing.T) {
 		start func(t *testing.T, e *svcEnv) (service, time.Duration)
 	}{
 		{"membership", []string{"fleet_masters"}, func(t *testing.T, e *svcEnv) (service, time.Duration) {
-			// A beat in flight is waited for (see membershipSvc.Stop): it
+			// A beat in flight is waited for (see membership's Stop): it
 			// may take (ttl - interval) / 3, 660 ms here. The leave is cut
 			// by the budget.
-			ms, err := membership.New(e.st, membership.Config{Name: "frozen", TTL: 2 * time.Second, Interval: 20 * time.Millisecond, Logger: e.log})
+			ms, err := membership.New(e.st, membership.Config{Name: "frozen", TTL: 2 * time.Second, Interval: 20 * time.Millisecond, Logger: e.log,
+				LeaveContext: leaveOnBudget(e.budget)})
 			if err != nil {
 				t.Fatal(err)
 			}
-			s := newMembershipSvc(ms, 0, e.budget, e.log)
+			s := ms
 			if err := s.Start(context.Background()); err != nil {
 				t.Fatal(err)
 			}

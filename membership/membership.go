@@ -8,10 +8,12 @@
 // limit keeps the last view; it is counted, and logged at most once a
 // minute. Masters and workers started without a master both run one.
 //
-// It holds one service, Service, the beat: Start (the first beat, then a
-// goroutine beating every interval) and Stop (the end of the beat, waiting
-// for one in flight, then the row's leave or linger). In a master it is
-// the first service started and the last stopped (see package master).
+// It holds one service, Service, the beat, a lifecycle.Service like every
+// other of a master or a worker: Start (the first beat, then a goroutine
+// the service owns beating every interval) and Stop (the end of the beat,
+// waiting for one in flight, then the row's leave or linger, under a
+// time limit). In a master it is the first service of the ordered list,
+// started first and stopped last (see package master).
 //
 // The rules of release (README, "Who releases whose jobs"):
 //   - a job is released only when the member row of its holder's master (or
@@ -44,6 +46,7 @@ import (
 	"time"
 
 	"github.com/fleet-go/fleet/internal/defaults"
+	"github.com/fleet-go/fleet/internal/lifecycle"
 	"github.com/fleet-go/fleet/store"
 )
 
@@ -67,7 +70,27 @@ type Config struct {
 	Report func() (state string, report any)
 	// Logger receives the member's logs.
 	Logger *slog.Logger
+	// Now is the local clock (default time.Now): the age of the view, the
+	// duration of a beat and the pace of the failure log read it. Liveness
+	// never does; it is measured on the database clock.
+	Now func() time.Time
+	// Linger, when positive, makes Stop rewrite the row as draining to
+	// live that long; zero: Stop deletes it (leave).
+	Linger time.Duration
+	// LeaveContext returns the context of Stop's leave (or linger)
+	// statement, such as a process's stop budget; nil: a context of its
+	// own. Either way the statement is cut after LeaveTimeout.
+	LeaveContext func() context.Context
 }
+
+// LeaveTimeout bounds the statement that deletes the row, or rewrites it
+// to linger, at Stop; a row left behind expires on its own after the ttl.
+const LeaveTimeout = 5 * time.Second
+
+// serviceName is the service's name in a process's ordered list.
+const serviceName = "membership"
+
+var _ lifecycle.Service = (*Service)(nil)
 
 // Validate checks the TTL and interval together: the interval must be
 // below half the TTL, so that one lost beat never expires the row.
@@ -96,8 +119,8 @@ func ValidName(name string) error {
 	return nil
 }
 
-// Service is one member's beat. Build it with New, Start it once, Stop it
-// once (a second Stop is a no-op).
+// Service is one member's beat. Build it with New, Start it once; Stop
+// is safe before Start, twice and from several goroutines at once.
 type Service struct {
 	st       *store.Store
 	cfg      Config
@@ -106,8 +129,7 @@ type Service struct {
 	host     string
 
 	kick chan struct{}
-	stop chan struct{}
-	done chan struct{}
+	life lifecycle.Lifecycle
 
 	mu          sync.Mutex
 	view        store.View
@@ -117,11 +139,13 @@ type Service struct {
 	failing     int       // beat failures not yet logged
 	loggedAt    time.Time
 	dupSeen     map[string]bool
+	joined      bool      // the first beat succeeded: Stop leaves
+	startedAt   time.Time // the row's started_at, database clock
+	leaveErr    error
 
 	beatErrors atomic.Uint64
 	duplicates atomic.Uint64
 	durations  *histogram
-	started    atomic.Bool
 	stopOnce   sync.Once
 }
 
@@ -142,11 +166,14 @@ func New(st *store.Store, cfg Config) (*Service, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
 	host, _ := os.Hostname()
 	return &Service{
 		st: st, cfg: cfg, instance: NewInstance(), host: cmp.Or(host, "localhost"),
-		log:  cfg.Logger,
-		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
+		log:     cfg.Logger,
+		kick:    make(chan struct{}, 1),
 		dupSeen: map[string]bool{}, durations: newHistogram(),
 	}, nil
 }
@@ -162,8 +189,19 @@ func NewInstance() string {
 // workers' leases carry as reserved_master.
 func (s *Service) Instance() string { return s.instance }
 
-// Name is the member's name.
-func (s *Service) Name() string { return s.cfg.Name }
+// Name is the service's name in a process's ordered list: "membership".
+func (s *Service) Name() string { return serviceName }
+
+// MemberName is the member's name, as its row says.
+func (s *Service) MemberName() string { return s.cfg.Name }
+
+// StartedAt is when this member's row was created, by the database clock
+// (zero before Start).
+func (s *Service) StartedAt() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.startedAt
+}
 
 // TTL is the row's ttl.
 func (s *Service) TTL() time.Duration { return s.cfg.TTL }
@@ -195,17 +233,33 @@ func (s *Service) report() (string, json.RawMessage, error) {
 	return state, b, nil
 }
 
-// Start beats once and fails if that beat fails (a boot error); then it
-// beats every interval from its own goroutine until Stop.
+// Start beats once and fails if that beat fails (a boot error), leaving
+// nothing to leave; then it beats every interval from a goroutine of its
+// own until Stop. ctx bounds nothing: the first beat has its own time
+// limit, and the beat runs until Stop.
 func (s *Service) Start(ctx context.Context) error {
-	if err := s.CheckReport(); err != nil {
+	sctx, end, err := s.life.Begin(ctx, serviceName)
+	if err != nil {
 		return err
 	}
-	if err := s.beatWithin(context.WithoutCancel(ctx), max(s.BeatTimeout(), FirstBeatTimeout)); err != nil {
+	if err := s.CheckReport(); err != nil {
+		end()
+		return err
+	}
+	if err := s.beatWithin(context.WithoutCancel(sctx), max(s.BeatTimeout(), FirstBeatTimeout)); err != nil {
+		end()
 		return fmt.Errorf("first beat of %s %s failed: %w", s.cfg.Kind, s.cfg.Name, err)
 	}
-	s.started.Store(true)
-	go s.loop()
+	s.mu.Lock()
+	s.joined = true
+	if me, ok := s.view.Find(s.instance); ok {
+		s.startedAt = me.StartedAt
+	}
+	s.mu.Unlock()
+	go func() {
+		defer end()
+		s.loop(sctx)
+	}()
 	return nil
 }
 
@@ -217,18 +271,19 @@ func (s *Service) Kick() {
 	}
 }
 
-func (s *Service) loop() {
-	defer close(s.done)
+// loop beats every interval, and at a Kick, until ctx (the service's) is
+// cancelled. A beat in flight is not cut by it: see Stop.
+func (s *Service) loop(ctx context.Context) {
 	t := time.NewTimer(s.cfg.Interval)
 	defer t.Stop()
 	for {
 		select {
-		case <-s.stop:
+		case <-ctx.Done():
 			return
 		case <-s.kick:
 		case <-t.C:
 		}
-		if err := s.beat(context.Background()); err != nil {
+		if err := s.beat(ctx); err != nil {
 			s.failed(err)
 		}
 		if !t.Stop() {
@@ -260,12 +315,12 @@ func (s *Service) beatWithin(ctx context.Context, d time.Duration) error {
 	}
 	bctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
-	start := time.Now()
+	start := s.cfg.Now()
 	v, err := s.st.MemberBeat(bctx, store.MemberBeatParams{
 		Instance: s.instance, Kind: s.cfg.Kind, Name: s.cfg.Name, Host: s.host, PID: os.Getpid(),
 		Version: s.cfg.Version, State: state, Report: report, TTL: s.cfg.TTL,
 	}, s.Trusted())
-	s.durations.observe(time.Since(start).Seconds())
+	s.durations.observe(s.cfg.Now().Sub(start).Seconds())
 	if err != nil {
 		s.beatErrors.Add(1)
 		s.mu.Lock()
@@ -284,7 +339,7 @@ func (s *Service) beatWithin(ctx context.Context, d time.Duration) error {
 		s.streakStart = v.At
 	}
 	s.lastAt = v.At
-	s.view, s.viewAt = v, time.Now()
+	s.view, s.viewAt = v, s.cfg.Now()
 	failing := s.failing
 	s.failing = 0
 	s.mu.Unlock()
@@ -305,9 +360,10 @@ func (s *Service) failed(err error) {
 	s.mu.Lock()
 	s.failing++
 	n := s.failing
-	due := s.loggedAt.IsZero() || time.Since(s.loggedAt) >= time.Minute
+	now := s.cfg.Now()
+	due := s.loggedAt.IsZero() || now.Sub(s.loggedAt) >= time.Minute
 	if due {
-		s.loggedAt = time.Now()
+		s.loggedAt = now
 	}
 	s.mu.Unlock()
 	if due {
@@ -343,14 +399,14 @@ func (s *Service) View() store.View {
 }
 
 // ViewAge is how long ago the last successful beat was, by the local
-// monotonic clock.
+// clock (Config.Now).
 func (s *Service) ViewAge() time.Duration {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.viewAt.IsZero() {
 		return 0
 	}
-	return time.Since(s.viewAt)
+	return s.cfg.Now().Sub(s.viewAt)
 }
 
 // Trusted reports whether this member's beats have succeeded, without a
@@ -374,21 +430,50 @@ func (s *Service) BeatDurations() (buckets map[float64]uint64, count uint64, sum
 	return s.durations.snapshot()
 }
 
-// Stop ends the beat loop. With linger > 0 the row is rewritten as
-// draining to live linger more; otherwise it is deleted (leave). Call it
-// only once nothing of this member holds a job. Safe to call twice.
-func (s *Service) Stop(ctx context.Context, linger time.Duration) error {
-	var err error
+// Stop ends the beat and leaves the fleet: with Config.Linger the row is
+// rewritten as draining to live that long; otherwise it is deleted. The
+// statement runs on Config.LeaveContext, within LeaveTimeout; a row it
+// could not delete expires on its own after the ttl (LeaveErr says why).
+// A beat in flight is waited for, not cancelled: it is bounded by the
+// beat's own time limit (BeatTimeout), and a beat cut on the client may
+// still be written by the server after the leave, bringing the row back
+// for a ttl. Call it only once nothing of this member holds a job. It is
+// safe before Start (no leave then, nor after a Start that failed), twice
+// and from several goroutines at once.
+func (s *Service) Stop() {
 	s.stopOnce.Do(func() {
-		close(s.stop)
-		if s.started.Load() {
-			<-s.done
+		s.life.Halt()
+		s.mu.Lock()
+		joined := s.joined
+		s.mu.Unlock()
+		if !joined {
+			return
 		}
-		if linger > 0 {
-			err = s.st.MemberLinger(ctx, s.instance, linger)
+		base := context.Background()
+		if s.cfg.LeaveContext != nil {
+			base = s.cfg.LeaveContext()
+		}
+		ctx, cancel := context.WithTimeout(base, LeaveTimeout)
+		defer cancel()
+		var err error
+		if s.cfg.Linger > 0 {
+			err = s.st.MemberLinger(ctx, s.instance, s.cfg.Linger)
 		} else {
 			err = s.st.MemberDelete(ctx, s.instance)
 		}
+		if err != nil {
+			s.log.Warn("leave the fleet failed; the row expires on its own", "err", err)
+		}
+		s.mu.Lock()
+		s.leaveErr = err
+		s.mu.Unlock()
 	})
-	return err
+}
+
+// LeaveErr is the error of Stop's leave (or linger) statement: nil before
+// Stop, after a leave that succeeded, and when there was nothing to leave.
+func (s *Service) LeaveErr() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.leaveErr
 }

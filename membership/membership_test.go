@@ -54,7 +54,10 @@ func TestReportOverTheCapIsABootError(t *testing.T) {
 	if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM fleet_masters`).Scan(&n); err != nil || n != 0 {
 		t.Fatalf("rows = %d (%v): nothing may be written", n, err)
 	}
-	_ = s.Stop(context.Background(), 0) // safe without a loop
+	s.Stop() // safe without a loop, and leaves nothing
+	if err := s.LeaveErr(); err != nil {
+		t.Fatalf("Stop after a failed Start: %v", err)
+	}
 }
 
 func TestShareSumsToTheBudgetAndRankIsStable(t *testing.T) {
@@ -86,9 +89,9 @@ func TestViewAndLeave(t *testing.T) {
 	pool := pgtest.Pool(t)
 	st := store.New(pool)
 	ctx := context.Background()
-	mk := func(name string) *membership.Service {
+	mk := func(name string, linger time.Duration) *membership.Service {
 		s, err := membership.New(st, membership.Config{Name: name, TTL: time.Second, Interval: 50 * time.Millisecond,
-			Logger: slog.New(slog.DiscardHandler)})
+			Logger: slog.New(slog.DiscardHandler), Linger: linger})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -97,7 +100,7 @@ func TestViewAndLeave(t *testing.T) {
 		}
 		return s
 	}
-	a, b := mk("a"), mk("b")
+	a, b := mk("a", time.Minute), mk("b", 0)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		v := a.View()
@@ -109,13 +112,16 @@ func TestViewAndLeave(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	if err := b.Stop(ctx, 0); err != nil {
+	b.Stop()
+	if err := b.LeaveErr(); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.Stop(ctx, 0); err != nil {
+	b.Stop()
+	if err := b.LeaveErr(); err != nil {
 		t.Fatalf("second Stop: %v", err)
 	}
-	if err := a.Stop(ctx, time.Minute); err != nil {
+	a.Stop()
+	if err := a.LeaveErr(); err != nil {
 		t.Fatal(err)
 	}
 	v, err := st.MemberView(ctx)
@@ -146,7 +152,7 @@ func TestBeatFailuresAreCountedAndLoggedOnce(t *testing.T) {
 	if err := s.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	defer s.Stop(ctx, 0)
+	defer s.Stop()
 	waitFor(t, "trust", s.Trusted)
 	tx, err := pool.Begin(ctx)
 	if err != nil {
@@ -197,7 +203,7 @@ func TestLostBeatsLoseTrust(t *testing.T) {
 	if err := s.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	defer s.Stop(ctx, 0)
+	defer s.Stop()
 	waitFor(t, "trust", s.Trusted)
 	// The row as a standby 2 s behind has it.
 	if _, err := pool.Exec(ctx, `UPDATE fleet_masters SET beat_at = beat_at - interval '2 seconds',

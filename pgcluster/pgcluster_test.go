@@ -48,6 +48,15 @@ func (w tWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// longCluster skips under -short a test that starts several clusters, or
+// kills and recovers one: seconds each on an idle machine.
+func longCluster(t *testing.T) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("recovers or promotes clusters, seconds each: runs without -short")
+	}
+}
+
 func needBinaries(t *testing.T) {
 	t.Helper()
 	if _, err := pgcluster.FindBinaries(); err != nil {
@@ -227,6 +236,7 @@ func TestSocketDir(t *testing.T) {
 // stopping it, as a killed process would; Start on the same data directory
 // must stop that server and start a fresh one.
 func TestRecoverAbandonedServer(t *testing.T) {
+	longCluster(t)
 	needBinaries(t)
 	dataDir := filepath.Join(tempDir(t), "data")
 	opts := pgcluster.Options{DataDir: dataDir, Logger: testLogger(t)}
@@ -249,6 +259,7 @@ func TestRecoverAbandonedServer(t *testing.T) {
 // TestRecoverKilledServer kills a postmaster with SIGKILL, leaving a stale
 // postmaster.pid; Start must still succeed.
 func TestRecoverKilledServer(t *testing.T) {
+	longCluster(t)
 	needBinaries(t)
 	dataDir := filepath.Join(tempDir(t), "data")
 	opts := pgcluster.Options{DataDir: dataDir, Logger: testLogger(t)}
@@ -321,6 +332,7 @@ func freePort(t *testing.T) int {
 // (the sender must die with it), promotes the standby and reaches it
 // through the same URL.
 func TestStandbyPromoteCrash(t *testing.T) {
+	longCluster(t)
 	needBinaries(t)
 	dir := tempDir(t)
 	primary := start(t, pgcluster.Options{DataDir: filepath.Join(dir, "primary"), Port: freePort(t), Logger: testLogger(t),

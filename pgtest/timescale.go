@@ -71,12 +71,22 @@ type tsHarness struct {
 
 var ts tsHarness
 
+// skipShort skips a TimescaleDB test under -short: its cluster of its own
+// takes seconds to start, and its tests run without -short.
+func skipShort(t testing.TB) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("TimescaleDB: starts a cluster of its own; runs without -short")
+	}
+}
+
 // TimescaleURL returns the URL of a fresh database on the TimescaleDB
 // cluster, with the timescaledb extension created and both migration sets
 // applied (fleet.timescale auto: the history on hypertables), used by this
 // test alone and dropped when it ends.
 func TimescaleURL(t testing.TB) string {
 	t.Helper()
+	skipShort(t)
 	return ts.database(t, timescaleTemplate)
 }
 
@@ -85,6 +95,7 @@ func TimescaleURL(t testing.TB) string {
 // tests of the migrations themselves.
 func TimescaleBareURL(t testing.TB) string {
 	t.Helper()
+	skipShort(t)
 	return ts.database(t, timescaleBare)
 }
 
@@ -92,6 +103,7 @@ func TimescaleBareURL(t testing.TB) string {
 // TimescaleDB cluster. Tests that create databases there drop them.
 func TimescaleAdminURL(t testing.TB) string {
 	t.Helper()
+	skipShort(t)
 	ts.ready(t)
 	return ts.cluster.URL("postgres")
 }

@@ -2,7 +2,6 @@ package worker
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -47,15 +46,6 @@ const cancelPollTimeout = 5 * time.Second
 // process exits as for a job ignoring its timeout and its supervisor
 // replaces it.
 var ErrJobIgnoredCancel = fmt.Errorf("a cancelled job ignored its cancellation: %w", ErrJobTimedOut)
-
-// noticeCancel hands a notified cancel request to the loop, never
-// blocking the listener.
-func (c *claimer) noticeCancel(n store.CancelNotice) {
-	select {
-	case c.cancels <- n:
-	default:
-	}
-}
 
 // askCancels hands the ids of the running jobs to the poller, unless it is
 // still busy with the previous ones.
@@ -166,54 +156,4 @@ func (c *claimer) cancelHeld(s *loopState, n store.CancelNotice) {
 			return
 		}
 	}
-}
-
-// finishStopped writes the attempts that end other than by completing or
-// failing, and reports whether f was one: an operator cancelled the job
-// while it ran (unless its handler returned nil anyway), the handler
-// returned queue.Cancel, or queue.Snooze. A snooze beyond
-// queue.MaxSnoozes is a failed attempt instead.
-func (c *claimer) finishStopped(r *running, f finished) bool {
-	if f.err == nil && (r.cancelAt.IsZero() || !f.inTx) {
-		return false // the common case, decided without the errors.As below
-	}
-	var snooze *queue.SnoozeError
-	switch {
-	case !r.cancelAt.IsZero() && (f.err != nil || f.inTx):
-		msg := "cancelled by " + r.cancelBy
-		if f.err != nil {
-			msg += ": " + f.err.Error()
-		}
-		c.addStopped(r, f, store.OutcomeCancelled, "cancelled", msg, 0)
-	case errors.Is(f.err, queue.ErrCancelled):
-		c.log.Info("job cancelled by its handler", "job_id", f.job.ID, "job", f.job.Name, "queue", f.job.Queue,
-			"attempt", f.job.Attempt, "err", c.redactor.Text(f.err.Error()))
-		c.addStopped(r, f, store.OutcomeCancelled, "cancelled", f.err.Error(), 0)
-	case errors.As(f.err, &snooze):
-		if f.job.Snoozes >= queue.MaxSnoozes {
-			msg := fmt.Sprintf("the job snoozed more than %d times (queue.MaxSnoozes)", queue.MaxSnoozes)
-			if f.inTx {
-				return false // finishInTx records the failure; its error says why
-			}
-			c.recordFailure(f.job, r.started, f.ended, "failed", msg)
-			return true
-		}
-		c.addStopped(r, f, store.OutcomeSnoozed, "snoozed", f.err.Error(), snooze.Delay)
-	default:
-		return false
-	}
-	return true
-}
-
-func (c *claimer) addStopped(r *running, f finished, kind store.OutcomeKind, status, msg string, delay time.Duration) {
-	o := outcome(f.job, r.started, f.ended, kind, status, store.StorableText(msg))
-	o.Delay, o.InTx = delay, f.inTx
-	c.writer.add(o)
-}
-
-// abandonCancelled records the attempt of a cancelled job whose handler
-// did not stop within the grace period.
-func (c *claimer) abandonCancelled(r *running) {
-	msg := fmt.Sprintf("cancelled by %s; the handler did not stop within %s", r.cancelBy, c.cfg.TimeoutGrace)
-	c.writer.add(outcome(r.job, r.started, c.now(), store.OutcomeCancelled, "cancelled", store.StorableText(msg)))
 }

@@ -13,17 +13,19 @@ import (
 
 	"github.com/fleet-go/fleet/internal/lifecycle"
 	"github.com/fleet-go/fleet/internal/ratelog"
-	"github.com/fleet-go/fleet/queue"
-	"github.com/fleet-go/fleet/redact"
 	"github.com/fleet-go/fleet/spawner"
 	"github.com/fleet-go/fleet/store"
 )
 
 // claimer is the service that runs the worker's loop, the one owner of
-// the loop state (loopState): it claims jobs from the queues in priority
-// order, starts them on the runners, finishes them as they end (their
-// outcomes go to the writer), watches their timeouts and cancels, beats,
-// reconciles (reconcile.go) and stops at the worker's limits. It starts
+// the loop state (loopState), and the first of the hot path's three
+// roles (fetching; then executing, see execute.go, and completing, see
+// complete.go): it claims jobs from the queues in priority order into
+// free slots and the prefetch buffer, holding back while the completer
+// has too much unwritten (backpressure), starts them on the runners, hands
+// each end to the executor (which decides its outcome and gives it to the
+// completer), watches their timeouts and cancels, beats, reconciles
+// (reconcile.go) and stops at the worker's limits. It starts
 // last and stops first: its stop is the worker's, and needs every other
 // service while it lasts.
 //
@@ -35,25 +37,27 @@ import (
 // the drain has DrainTimeout, so on a frozen database the stop takes at
 // most StopCut + DrainTimeout past the running jobs.
 type claimer struct {
-	cfg      Config
-	st       *store.Store
-	log      *slog.Logger
-	logs     ratelog.Log // failing claims: once per streak, then once a minute
-	redactor *redact.Redactor
-	now      func() time.Time
+	cfg  Config
+	st   *store.Store
+	log  *slog.Logger
+	logs ratelog.Log // failing claims: once per streak, then once a minute
+	now  func() time.Time
 	// order is the order held jobs start in (see startOrder).
 	order func(a, b store.ClaimedJob) int
 
-	// The services it drives: the writer takes outcomes, the runners run
-	// started jobs (tasks) and hand them back (done), the poller looks for
-	// cancel requests among the running ids.
-	writer  *writer
-	runners *runners
-	poller  *cancelPoller
-	tasks   chan<- task
-	done    <-chan finished
+	// The roles and services it drives, given when it is built (see
+	// claimerDeps): the nudges wake it, the completer takes outcomes, the
+	// executor decides them, the runners run started jobs (tasks) and hand
+	// them back (done), the poller looks for cancel requests among the
+	// running ids.
+	*nudges
+	completer completer
+	exec      *executor
+	runners   *runners
+	poller    *cancelPoller
+	tasks     chan<- task
+	done      <-chan finished
 
-	wake   chan struct{}
 	paused atomic.Bool
 	// pausedQueues is the set of queues not to claim from.
 	pausedQueues atomic.Pointer[map[string]bool]
@@ -61,12 +65,6 @@ type claimer struct {
 	stop         chan struct{}
 	// finished counts attempts finished; the vacuum reads it too.
 	finished atomic.Int64
-	// cancels carries cancel requests from the listener and the poller to
-	// the loop.
-	cancels chan store.CancelNotice
-	// resync asks for a reconcile even while nothing is held (see
-	// reconcile.go).
-	resync atomic.Bool
 	// base is the service's context without its cancellation: the parent
 	// of the jobs' contexts and of the statements of the stop (release,
 	// drain, the last reconcile), which the stop must not cut short.
@@ -92,18 +90,34 @@ type claimer struct {
 	}
 }
 
-func newClaimer(st *store.Store, cfg Config, log *slog.Logger) *claimer {
-	return &claimer{
-		cfg:      cfg,
-		st:       st,
-		log:      log,
-		redactor: redact.New(cfg.Redact),
-		now:      cfg.Now,
-		order:    startOrder(queueRanks(cfg.Queues)),
-		wake:     make(chan struct{}, 1),
-		stop:     make(chan struct{}),
-		cancels:  make(chan store.CancelNotice, cancelBacklog),
+// claimerDeps are the roles and services the claimer drives.
+type claimerDeps struct {
+	nudges    *nudges
+	completer completer
+	exec      *executor
+	runners   *runners
+	poller    *cancelPoller
+}
+
+func newClaimer(st *store.Store, cfg Config, log *slog.Logger, d claimerDeps) *claimer {
+	c := &claimer{
+		cfg:       cfg,
+		st:        st,
+		log:       log,
+		now:       cfg.Now,
+		order:     startOrder(queueRanks(cfg.Queues)),
+		nudges:    d.nudges,
+		completer: d.completer,
+		exec:      d.exec,
+		runners:   d.runners,
+		poller:    d.poller,
+		tasks:     d.runners.tasks,
+		done:      d.runners.done,
+		stop:      make(chan struct{}),
 	}
+	c.paused.Store(cfg.Paused)
+	c.pauseQueues(queueSet(cfg.PausedQueues))
+	return c
 }
 
 func (c *claimer) Name() string { return "claimer" }
@@ -115,7 +129,6 @@ func (c *claimer) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	c.tasks, c.done = c.runners.tasks, c.runners.done
 	c.base = context.WithoutCancel(sctx)
 	c.cut, c.cutCancel = context.WithCancel(c.base)
 	go func() {
@@ -152,14 +165,6 @@ func (c *claimer) pauseQueues(set map[string]bool) { c.pausedQueues.Store(&set);
 // requestStop begins the worker's stop as Run's context ending does,
 // without waiting for it (Worker.Stop); safe before Start and twice.
 func (c *claimer) requestStop() { c.stopOnce.Do(func() { close(c.stop) }) }
-
-// poke wakes the loop for a claim, never blocking.
-func (c *claimer) poke() {
-	select {
-	case c.wake <- struct{}{}:
-	default:
-	}
-}
 
 type running struct {
 	job      store.ClaimedJob
@@ -243,7 +248,7 @@ func (c *claimer) loop(ctx, jobBase context.Context) (Result, error) {
 			break
 		}
 		if needClaim && !s.stopping && !c.paused.Load() && c.roomToClaim(s) &&
-			c.writer.Unsaved() < c.cfg.MaxUnsaved {
+			c.completer.Unsaved() < c.cfg.MaxUnsaved {
 			s.freed = false
 			needClaim = c.claim(ctx, jobBase, s, poll, probe) || s.freed
 			probe = false
@@ -425,7 +430,7 @@ func (c *claimer) claim(ctx, jobBase context.Context, s *loopState, poll *time.T
 
 // await runs one statement of a claim (fn) on its own goroutine and, until
 // it returns, finishes the jobs that end meanwhile: their outcomes go to
-// the writer, whose statements never wait on the claim's. A claim held up
+// the completer, whose statements never wait on the claim's. A claim held up
 // (every claim reads the member row of its holder's master, so a lock on
 // fleet_masters holds it until the lock goes, or the database is slow)
 // thus never holds up the outcomes of jobs that ran. A job finished here
@@ -543,7 +548,7 @@ func (c *claimer) schedule(poll *time.Timer, next time.Duration) {
 // empty reports, once every outcome is written (a written retry may be
 // ready at once), whether no job is ready on the worker's queues.
 func (c *claimer) empty(ctx context.Context) bool {
-	if err := c.writer.drain(ctx); err != nil {
+	if err := c.completer.drain(ctx); err != nil {
 		return false
 	}
 	ready, err := c.st.JobReadyExists(ctx, c.cfg.Queues)
@@ -599,83 +604,7 @@ func (c *claimer) finish(s *loopState, f finished) {
 	} else {
 		s.runtime = (s.runtime*7 + took) / 8
 	}
-	if c.finishStopped(r, f) {
-		return
-	}
-	if f.inTx {
-		c.finishInTx(f, r.started)
-		return
-	}
-	if f.err == nil {
-		if c.log.Enabled(context.Background(), slog.LevelDebug) {
-			c.log.Debug("job completed", "job_id", f.job.ID, "job", f.job.Name, "queue", f.job.Queue,
-				"attempt", f.job.Attempt, "runtime", f.ended.Sub(r.started).Round(time.Microsecond))
-		}
-		c.writer.add(outcome(f.job, r.started, f.ended, store.OutcomeCompleted, "completed", ""))
-		return
-	}
-	// The error text is made storable here, where it is produced: a handler's
-	// error may hold NUL bytes or invalid UTF-8, which a text column refuses.
-	msg, status := store.StorableText(f.err.Error()), "failed"
-	if f.expired {
-		msg, status = fmt.Sprintf("timed out after %s: %s", f.timeout, msg), "timed_out"
-	}
-	c.recordFailure(f.job, r.started, f.ended, status, msg)
-}
-
-// finishInTx records an attempt whose handler completed its job in its own
-// transaction. When that committed, the job is gone and nothing is left to
-// write; the worker cannot tell, so it writes the attempt as failed with an
-// outcome marked InTx, which the lease check applies only when the
-// transaction did not commit (then the handler's effects are not there
-// either, and the job is retried).
-func (c *claimer) finishInTx(f finished, started time.Time) {
-	msg, status := "the job was completed in its handler's transaction, which did not commit", "failed"
-	if f.err != nil {
-		msg = store.StorableText(f.err.Error())
-		c.log.Info("job failed after completing in its transaction; if that committed the job is done, otherwise it is retried",
-			"job_id", f.job.ID, "job", f.job.Name, "queue", f.job.Queue, "attempt", f.job.Attempt, "err", c.redactor.Text(msg))
-	}
-	if f.expired {
-		msg, status = fmt.Sprintf("timed out after %s: %s", f.timeout, msg), "timed_out"
-	}
-	o := outcome(f.job, started, f.ended, store.OutcomeFailed, status, msg)
-	o.InTx = true
-	if f.job.Attempt < f.job.MaxTries {
-		o.Kind, o.Delay = store.OutcomeRetried, queue.RetryDelay(f.job.BackoffSecs, f.job.Attempt)
-	}
-	c.writer.add(o)
-}
-
-// outcome is the outcome of one attempt with its history, timed by the
-// real clock.
-func outcome(j store.ClaimedJob, started, ended time.Time, kind store.OutcomeKind, status, msg string) store.JobOutcome {
-	return store.JobOutcome{
-		Lease: j.Lease(), Kind: kind, Status: status, Error: msg, MaxTries: j.MaxTries,
-		Queue: j.Queue, Name: j.Name, Attempt: j.Attempt, ReservedAt: j.ReservedAt,
-		// On the database clock, as ReservedAt (see ClaimedJob.ClockOffset).
-		StartedAt: started.Add(j.ClockOffset), FinishedAt: ended.Add(j.ClockOffset),
-		RuntimeMs: float64(ended.Sub(started).Microseconds()) / 1000,
-	}
-}
-
-// recordFailure writes a failed attempt: retried after its backoff while
-// tries remain, moved to failed jobs otherwise. Logs carry the error with
-// secrets redacted; the payload is never logged.
-func (c *claimer) recordFailure(j store.ClaimedJob, started, ended time.Time, status, msg string) {
-	shown := c.redactor.Text(msg)
-	if j.Attempt >= j.MaxTries {
-		c.log.Warn("job failed for good", "job_id", j.ID, "job", j.Name, "queue", j.Queue,
-			"attempt", j.Attempt, "tries", j.MaxTries, "err", shown)
-		c.writer.add(outcome(j, started, ended, store.OutcomeFailed, status, msg))
-		return
-	}
-	delay := queue.RetryDelay(j.BackoffSecs, j.Attempt)
-	c.log.Info("job attempt failed; will retry", "job_id", j.ID, "job", j.Name, "queue", j.Queue,
-		"attempt", j.Attempt, "tries", j.MaxTries, "retry_in", delay, "err", shown)
-	o := outcome(j, started, ended, store.OutcomeRetried, status, msg)
-	o.Delay = delay
-	c.writer.add(o)
+	c.exec.settle(attemptEnd{finished: f, started: r.started, cancelAt: r.cancelAt, cancelBy: r.cancelBy})
 }
 
 // overdue returns a job that outlived its timeout, or its cancel, plus
@@ -703,11 +632,9 @@ func (c *claimer) abandon(s *loopState, r *running) (Result, error) {
 	exitErr := ErrJobTimedOut
 	if !r.cancelAt.IsZero() {
 		exitErr = ErrJobIgnoredCancel
-		c.abandonCancelled(r)
-	} else {
-		msg := fmt.Sprintf("timed out after %s and did not stop within %s", r.deadline.Sub(r.started), c.cfg.TimeoutGrace)
-		c.recordFailure(r.job, r.started, c.now(), "timed_out", msg)
 	}
+	c.exec.settle(attemptEnd{finished: finished{job: r.job, timeout: r.deadline.Sub(r.started), ended: c.now()},
+		started: r.started, cancelAt: r.cancelAt, cancelBy: r.cancelBy, abandoned: true, grace: c.cfg.TimeoutGrace})
 	others := make([]store.ClaimedJob, 0, len(s.running))
 	for _, o := range s.running {
 		o.cancel()
@@ -751,9 +678,9 @@ func (c *claimer) release(jobs []store.ClaimedJob, reason string) {
 func (c *claimer) exit(s *loopState, runErr error) (Result, error) {
 	ctx, cancel := context.WithTimeout(c.base, DrainTimeout)
 	defer cancel()
-	if err := c.writer.drain(ctx); err != nil {
+	if err := c.completer.drain(ctx); err != nil {
 		c.log.Error("could not write every finished job before exiting: their jobs stay reserved until a master releases them",
-			"unsaved", c.writer.Unsaved(), "err", err)
+			"unsaved", c.completer.Unsaved(), "err", err)
 		runErr = errors.Join(runErr, fmt.Errorf("write finished jobs: %w", err))
 	} else {
 		c.reconcile(ctx, s) // what is left reserved under this name is released without counting
@@ -762,7 +689,7 @@ func (c *claimer) exit(s *loopState, runErr error) (Result, error) {
 		s.reason = spawner.ExitStopped
 	}
 	c.report(spawner.Report{Type: spawner.ReportExiting, Reason: s.reason, Jobs: c.finished.Load(),
-		Running: len(s.running), MemoryMB: c.cfg.MemoryMB(), Unsaved: c.writer.Unsaved()})
+		Running: len(s.running), MemoryMB: c.cfg.MemoryMB(), Unsaved: c.completer.Unsaved()})
 	c.log.Info("worker exiting", "reason", string(s.reason), "jobs", c.finished.Load())
 	return Result{Reason: s.reason, Jobs: c.finished.Load()}, runErr
 }

@@ -10,10 +10,10 @@
 // for it (safe before Start, twice and at once from several goroutines).
 // Run starts them in this order, and stops them in the reverse:
 //
-//  1. writer (writer.go): the outcome writer, which writes finished
-//     attempts in batches while the next accumulates, and retries with
-//     backoff while the database is away. It starts first and stops last:
-//     the claimer's stop drains it.
+//  1. writer (writer.go): the outcome writer, the worker's completer
+//     (complete.go), which writes finished attempts in batches while the
+//     next accumulates, and retries with backoff while the database is
+//     away. It starts first and stops last: the claimer's stop drains it.
 //  2. runners (runners.go): a fixed pool of Concurrency goroutines that
 //     run the jobs the claimer starts. Their Stop waits for every runner
 //     but those in a handler the claimer gave up on.
@@ -25,17 +25,22 @@
 //     requests, and reconnects with backoff.
 //  5. vacuum (vacuum.go): vacuums queue_jobs when it needs it, at start
 //     and every VacuumEvery while jobs finish.
-//  6. claimer (claimer.go, reconcile.go): the loop, the one owner of the
-//     loop state. It claims and starts jobs, finishes them as they end,
-//     watches their timeouts and cancels, beats and reconciles. Its end
-//     ends Run, and its stop is the worker's: no new jobs, running ones
+//  6. claimer (claimer.go, cancel.go, reconcile.go): the loop, the one
+//     owner of the loop state. It claims and starts jobs, finishes them
+//     as they end, watches their timeouts and cancels, beats and
+//     reconciles. Its end ends Run, and its stop is the worker's: no new jobs, running ones
 //     finish within their timeout, every outcome is written (see StopCut
 //     and DrainTimeout for the bound on a frozen database). It starts last
 //     and stops first, since it needs every other service while it stops.
 //
 // The hot path (claim, start, run, finish) is the claimer's and the
 // runners': a job is one send to a runner and one back, with no lock and
-// no allocation of the services' own. The services talk through channels
+// no allocation of the services' own. It is three roles: fetching (the
+// claimer: slots, prefetch, backpressure), executing (execute.go: the
+// executor runs the handler, and decide, a pure function, says what
+// becomes of the attempt) and completing (complete.go: the completer, the
+// writer, takes the outcomes). assemble builds the services in order,
+// each given what it needs as it is built. The services talk through channels
 // whose sends never block the claimer, and share no state but the
 // claimer's count of finished attempts, which the vacuum reads.
 //

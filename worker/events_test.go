@@ -33,8 +33,7 @@ func TestWriterSendsNoEventForALostLease(t *testing.T) {
 	}
 	reg := queue.NewRegistry()
 	sub := reg.Subscribe()
-	w := newWriter(st, "w", "", slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
-	w.events = reg
+	w := newWriter(st, "w", "", slog.New(slog.NewTextHandler(io.Discard, nil)), writerHooks{events: reg})
 	now := time.Now()
 	for _, j := range jobs {
 		w.add(store.JobOutcome{Lease: j.Lease(), Kind: store.OutcomeCompleted, Status: "completed", MaxTries: 1,

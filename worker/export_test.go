@@ -30,7 +30,14 @@ type Signals struct {
 	Started *lifecycle.Signal[int64]
 	// Listening: the listener's connection listens.
 	Listening *lifecycle.Signal[struct{}]
+	// Vacuumed: the vacuum handled a tick, true when it asked the
+	// database (its first look at start does).
+	Vacuumed *lifecycle.Signal[bool]
 }
+
+// WakePending reports whether a wake (a notification, the listener's
+// connect) waits for the claimer's loop to take it.
+func WakePending(w *Worker) bool { return len(w.claimer.wake) > 0 }
 
 // InitSignals initialises the test signals of w's services and returns
 // them; call it before Run.
@@ -42,6 +49,7 @@ func InitSignals(w *Worker) *Signals {
 		Claimed:   &w.claimer.sig.claimed,
 		Started:   &w.claimer.sig.started,
 		Listening: &w.listener.sig.connected,
+		Vacuumed:  &w.vacuum.sig.round,
 	}
 	s.Lifecycle.Init()
 	s.Stopping.Init()
@@ -49,5 +57,6 @@ func InitSignals(w *Worker) *Signals {
 	s.Claimed.Init()
 	s.Started.Init()
 	s.Listening.Init()
+	s.Vacuumed.Init()
 	return s
 }

@@ -213,13 +213,11 @@ func (p *Process) join(ctx context.Context, st *store.Store, cfg Config) (*membe
 	return member, nil
 }
 
-// leave removes the hand-run worker's membership row.
+// leave ends the hand-run worker's beat and removes its membership row
+// (within membership.LeaveTimeout; the membership logs a failure, after
+// which the row expires on its own).
 func (p *Process) leave(member *membership.Service) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := member.Stop(ctx, 0); err != nil {
-		p.log.Warn("remove the worker's membership row failed; it expires on its own", "err", err)
-	}
+	member.Stop()
 }
 
 // commandSink applies the master's commands to the worker, and holds them

@@ -23,7 +23,7 @@ import (
 // So the worker asks, in one statement through the reserved_by index
 // (store.JobReservedBy), for the leases reserved under its name, and
 // compares them with what it holds: jobs running, claimed jobs waiting for
-// a slot, and finished attempts whose outcome the writer has not written
+// a slot, and finished attempts whose outcome the completer has not written
 // yet (waiting or being written). The database's word wins:
 //
 //   - A reservation the worker does not hold is released at once
@@ -40,7 +40,7 @@ import (
 // reserved under the worker's name that is not in that stock was claimed
 // by no claim the worker saw the answer of, and cannot become held later
 // (a claim gives a fresh lease). A job that finishes while the statement
-// runs is in the stock as running and its outcome goes to the writer, so
+// runs is in the stock as running and its outcome goes to the completer, so
 // an outcome in flight is never taken for a phantom.
 //
 // It runs every HeartbeatInterval while the worker holds anything (running,
@@ -55,14 +55,9 @@ import (
 // reconcileTimeout bounds each statement of a reconcile.
 const reconcileTimeout = 10 * time.Second
 
-// resyncSoon asks for a reconcile at the next reconcile tick, even if the
-// worker holds nothing by then: a statement failed (the database may have
-// failed over), or the notification connection came back.
-func (c *claimer) resyncSoon() { c.resync.Store(true) }
-
 // reconcileDue reports whether a reconcile tick should reconcile.
 func (c *claimer) reconcileDue(s *loopState) bool {
-	return s.held() > 0 || c.writer.Unsaved() > 0 || c.resync.Load()
+	return s.held() > 0 || c.completer.Unsaved() > 0 || c.resync.Load()
 }
 
 // reconcile compares the leases reserved under the worker's name with the
@@ -70,14 +65,14 @@ func (c *claimer) reconcileDue(s *loopState) bool {
 // claimed jobs not started yet that are no longer reserved to it (see
 // above). It runs on the loop.
 func (c *claimer) reconcile(parent context.Context, s *loopState) {
-	held := make(map[store.Lease]bool, s.held()+c.writer.Unsaved())
+	held := make(map[store.Lease]bool, s.held()+c.completer.Unsaved())
 	for _, r := range s.running {
 		held[r.job.Lease()] = true
 	}
 	for _, j := range s.buffer {
 		held[j.Lease()] = true
 	}
-	c.writer.holding(held)
+	c.completer.holding(held)
 	c.resync.Store(false)
 
 	ctx, cancel := context.WithTimeout(parent, reconcileTimeout)

@@ -2,18 +2,10 @@ package worker
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"log/slog"
 	"sync/atomic"
-	"time"
 
-	"github.com/jackc/pgx/v5"
-
-	"github.com/fleet-go/fleet/internal/jobhook"
 	"github.com/fleet-go/fleet/internal/lifecycle"
-	"github.com/fleet-go/fleet/queue"
-	"github.com/fleet-go/fleet/store"
 )
 
 // runners is the service that runs the jobs the claimer starts: a fixed
@@ -30,13 +22,9 @@ import (
 // which end when their handler returns. Their late ends go to done, which
 // has room for all of them.
 type runners struct {
-	n      int
-	st     *store.Store
-	jobs   *queue.Registry
-	worker string
-	master string
-	now    func() time.Time
-	log    *slog.Logger
+	n    int
+	exec *executor // runs each task's handler
+	log  *slog.Logger
 
 	tasks chan task
 	done  chan finished
@@ -52,9 +40,9 @@ type runners struct {
 	}
 }
 
-func newRunners(st *store.Store, jobs *queue.Registry, cfg Config, log *slog.Logger) *runners {
+func newRunners(cfg Config, log *slog.Logger, exec *executor) *runners {
 	return &runners{
-		n: cfg.Concurrency, st: st, jobs: jobs, worker: cfg.Name, master: cfg.Master, now: cfg.Now, log: log,
+		n: cfg.Concurrency, exec: exec, log: log,
 		tasks:  make(chan task, cfg.Concurrency),
 		done:   make(chan finished, cfg.Concurrency),
 		exited: make(chan struct{}, cfg.Concurrency),
@@ -129,52 +117,6 @@ func (r *runners) wait() {
 func (r *runners) runner() {
 	defer func() { r.exited <- struct{}{} }()
 	for t := range r.tasks {
-		var inTx atomic.Bool
-		err := r.execute(t.ctx, &t.job, t.started, &inTx)
-		r.done <- finished{job: t.job, err: err, timeout: t.timeout, expired: errors.Is(t.ctx.Err(), context.DeadlineExceeded),
-			ended: r.now(), inTx: inTx.Load()}
+		r.done <- r.exec.run(t)
 	}
-}
-
-type finished struct {
-	job     store.ClaimedJob
-	err     error
-	timeout time.Duration
-	expired bool // the job's context ran out before it returned
-	ended   time.Time
-	// inTx: the handler completed the job in its own transaction
-	// (queue.Job.CompleteTx), which may or may not have committed.
-	inTx bool
-}
-
-// task is a started job for a runner.
-type task struct {
-	ctx     context.Context
-	job     store.ClaimedJob
-	started time.Time
-	timeout time.Duration
-}
-
-// execute runs one attempt through the registry (queue.Registry.Run: the
-// handler in its work middleware, then the error hooks), which also turns
-// a panic into a failed attempt carrying the panic value and stack. inTx
-// is set once the handler has completed the job in its own transaction.
-func (r *runners) execute(ctx context.Context, j *store.ClaimedJob, started time.Time, inTx *atomic.Bool) error {
-	job := &queue.Job{
-		ID: j.ID, Name: j.Name, Queue: j.Queue, Payload: j.Payload,
-		Attempt: j.Attempt, MaxTries: j.MaxTries, Snoozes: j.Snoozes, CreatedAt: j.CreatedAt,
-		Priority: j.Priority, Tags: j.Tags, Metadata: j.Metadata,
-	}
-	jobhook.Attach(job, func(ctx context.Context, tx pgx.Tx) error {
-		if inTx.Load() {
-			return fmt.Errorf("complete job %d (%s) in a transaction: already completed", j.ID, j.Name)
-		}
-		o := outcome(*j, started, r.now(), store.OutcomeCompleted, "completed", "")
-		if err := r.st.JobCompleteTx(ctx, tx, r.worker, r.master, o); err != nil {
-			return err
-		}
-		inTx.Store(true)
-		return nil
-	})
-	return r.jobs.Run(ctx, job)
 }

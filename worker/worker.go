@@ -170,12 +170,12 @@ type Result struct {
 type Worker struct {
 	cfg Config
 
-	writer   *writer
-	runners  *runners
-	poller   *cancelPoller
-	listener *listener
-	vacuum   *vacuum
-	claimer  *claimer
+	completer completer
+	runners   *runners
+	poller    *cancelPoller
+	listener  *listener
+	vacuum    *vacuum
+	claimer   *claimer
 	// services is the worker, in start order; Run stops them in reverse.
 	services []lifecycle.Service
 
@@ -234,22 +234,34 @@ func New(st *store.Store, jobs *queue.Registry, cfg Config) (*Worker, error) {
 		cfg.Now = time.Now
 	}
 	log := cfg.Logger.With("worker", cfg.Name)
-	w := &Worker{cfg: cfg}
-	c := newClaimer(st, cfg, log)
-	w.writer = newWriter(st, cfg.Name, cfg.Master, log, c.poke)
-	w.writer.events = jobs
-	w.writer.onEvent = cfg.OnEvent
-	w.writer.onFail = c.resyncSoon
-	w.runners = newRunners(st, jobs, cfg, log)
-	w.poller = newCancelPoller(st, log, c.cancels)
-	w.listener = newListener(st, cfg.Queues, log, c.poke, c.resyncSoon, c.noticeCancel)
-	w.vacuum = newVacuum(st, cfg.VacuumEvery, log, cfg.Now, c.finished.Load)
-	c.writer, c.runners, c.poller = w.writer, w.runners, w.poller
-	w.claimer = c
-	w.services = []lifecycle.Service{w.writer, w.runners, w.poller, w.listener, w.vacuum, w.claimer}
-	c.paused.Store(cfg.Paused)
-	w.PauseQueues(cfg.PausedQueues)
-	return w, nil
+	n := newNudges()
+	wr := newWriter(st, cfg.Name, cfg.Master, log, writerHooks{
+		onWritten: n.poke, onFail: n.resyncSoon, events: jobs, onEvent: cfg.OnEvent})
+	return assemble(st, jobs, cfg, log, n, wr), nil
+}
+
+// assemble builds a worker of cfg (defaults applied) around its
+// completer, each service given what it needs as it is built, in the
+// order they start: the completer, the runners (through which the
+// executor runs handlers), the cancel poller, the listener, the vacuum,
+// then the claimer, which drives them. n wakes the claimer; the
+// completer was built with it.
+func assemble(st *store.Store, jobs *queue.Registry, cfg Config, log *slog.Logger, n *nudges, comp completer) *Worker {
+	exec := newExecutor(st, jobs, cfg, log, comp)
+	run := newRunners(cfg, log, exec)
+	poller := newCancelPoller(st, log, n.cancels)
+	c := newClaimer(st, cfg, log, claimerDeps{nudges: n, completer: comp, exec: exec, runners: run, poller: poller})
+	w := &Worker{
+		cfg:       cfg,
+		completer: comp,
+		runners:   run,
+		poller:    poller,
+		listener:  newListener(st, cfg.Queues, log, n.poke, n.resyncSoon, n.noticeCancel),
+		vacuum:    newVacuum(st, cfg.VacuumEvery, log, cfg.Now, c.finished.Load),
+		claimer:   c,
+	}
+	w.services = []lifecycle.Service{w.completer, w.runners, w.poller, w.listener, w.vacuum, w.claimer}
+	return w
 }
 
 // DefaultMaxUnsaved is the default bound on unwritten outcomes: one full
@@ -317,11 +329,16 @@ func (w *Worker) Continue() { w.claimer.pause(false) }
 // PauseQueues replaces the set of queues the worker does not claim from;
 // running jobs go on. An empty set resumes every queue.
 func (w *Worker) PauseQueues(queues []string) {
+	w.claimer.pauseQueues(queueSet(queues))
+}
+
+// queueSet is the set of queues.
+func queueSet(queues []string) map[string]bool {
 	set := make(map[string]bool, len(queues))
 	for _, q := range queues {
 		set[q] = true
 	}
-	w.claimer.pauseQueues(set)
+	return set
 }
 
 // Stop asks the worker to stop as if its context ended: it takes no new

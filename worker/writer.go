@@ -77,13 +77,25 @@ type writer struct {
 	}
 }
 
-func newWriter(st *store.Store, worker, master string, log *slog.Logger, onWritten func()) *writer {
+// writerHooks are what a writer calls, and whom it tells of events; any
+// may be nil.
+type writerHooks struct {
+	onWritten func()            // after every written batch
+	onFail    func()            // after every failed write
+	events    *queue.Registry   // the events of written outcomes (see publish)
+	onEvent   func(queue.Event) // Config.OnEvent
+}
+
+func newWriter(st *store.Store, worker, master string, log *slog.Logger, h writerHooks) *writer {
 	return &writer{
 		st:        st,
 		worker:    worker,
 		master:    master,
 		log:       log,
-		onWritten: onWritten,
+		onWritten: h.onWritten,
+		onFail:    h.onFail,
+		events:    h.events,
+		onEvent:   h.onEvent,
 		changed:   make(chan struct{}),
 		kick:      make(chan struct{}, 1),
 		sleep:     backoff.Sleep,

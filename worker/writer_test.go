@@ -25,7 +25,7 @@ func TestWriterIsolatesAnOutcomeTheDatabaseRejects(t *testing.T) {
 	if err != nil || len(jobs) != 40 {
 		t.Fatalf("claim: %d, %v", len(jobs), err)
 	}
-	w := newWriter(st, "w", "", slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
+	w := newWriter(st, "w", "", slog.New(slog.NewTextHandler(io.Discard, nil)), writerHooks{})
 	tries := 0
 	w.sleep = func(context.Context, time.Duration) error { tries++; return nil }
 	now := time.Now()
@@ -105,7 +105,7 @@ func TestWriterFlappingLogsOncePerMinute(t *testing.T) {
 		t.Fatalf("claim: %d, %v", len(jobs), err)
 	}
 	var logs syncbuf.Buffer
-	w := newWriter(st, "w", "", slog.New(slog.NewTextHandler(&logs, nil)), nil)
+	w := newWriter(st, "w", "", slog.New(slog.NewTextHandler(&logs, nil)), writerHooks{})
 	w.sleep = func(context.Context, time.Duration) error { return nil }
 	rctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})

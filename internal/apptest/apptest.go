@@ -259,6 +259,9 @@ type App struct {
 // logs its output if the test failed.
 func Start(t testing.TB, dir string, env []string, args ...string) *App {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("end to end: starts the application as processes of its own; runs without -short")
+	}
 	c := exec.Command(os.Args[0], args...)
 	c.Dir = dir
 	c.Env = append(os.Environ(), append([]string{EnvAppMode + "=1"}, env...)...)
@@ -369,13 +372,13 @@ func Alive(pid int) bool {
 	return s != 0 && s != 'Z'
 }
 
-// Slack multiplies every deadline of Eventually. The deadlines of these
-// tests only catch hangs: what they wait for is a process starting, a
-// beat, a child replaced, which an idle machine does in well under the
-// time a test names, and a busy one (the whole suite at once on two
-// cores, or other work beside it) several times slower. A passing test
-// waits no longer for it; a hung one fails that much later.
-const Slack = 4
+// Slack multiplies every deadline of Eventually (testwait.Slack). The
+// deadlines of these tests only catch hangs: what they wait for is a
+// process starting, a beat, a child replaced, which an idle machine does
+// in well under the time a test names, and a busy one several times
+// slower. A passing test waits no longer for it; a hung one fails that
+// much later.
+const Slack = testwait.Slack
 
 // Eventually waits until cond holds, and fails the test if it does not
 // within Slack times the given time (testwait.Eventually).

@@ -127,3 +127,21 @@ func TestSignal(t *testing.T) {
 	s.Drain()
 	s.None(t, "after Drain")
 }
+
+// At sees every event as it is sent, the ones past SignalBuffer too.
+func TestSignalAt(t *testing.T) {
+	t.Parallel()
+	var s Signal[int]
+	s.Init()
+	var seen []int
+	s.At(func(v int) { seen = append(seen, v) })
+	for i := range SignalBuffer + 10 {
+		s.Send(i)
+	}
+	if len(seen) != SignalBuffer+10 || seen[0] != 0 || seen[len(seen)-1] != SignalBuffer+9 {
+		t.Fatalf("At saw %d events (first %d, last %d), want all %d", len(seen), seen[0], seen[len(seen)-1], SignalBuffer+10)
+	}
+	if got := s.Wait(t); got != 0 {
+		t.Fatalf("first event %d, want 0", got)
+	}
+}

@@ -11,6 +11,9 @@ import "time"
 // ones it does not care about.
 type Signal[T any] struct {
 	ch chan T
+	// at, when set, is called with each event on the sender's goroutine
+	// (see At).
+	at func(T)
 }
 
 // SignalBuffer is how many unread events a signal keeps.
@@ -20,10 +23,19 @@ const SignalBuffer = 256
 // sends it starts.
 func (s *Signal[T]) Init() { s.ch = make(chan T, SignalBuffer) }
 
+// At makes Send call f with each event, on the sender's goroutine, before
+// the event is queued: what f records is in the order of the service's
+// own steps, however late the test reads C. Call it after Init and before
+// the service starts; f must not block.
+func (s *Signal[T]) At(f func(T)) { s.at = f }
+
 // Send records one event.
 func (s *Signal[T]) Send(v T) {
 	if s == nil || s.ch == nil {
 		return
+	}
+	if s.at != nil {
+		s.at(v)
 	}
 	select {
 	case s.ch <- v:

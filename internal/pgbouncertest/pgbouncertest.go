@@ -63,6 +63,9 @@ type Bouncer struct {
 // the test ends, logging its output should the test have failed.
 func Start(t testing.TB, serverURL string, opts Options) *Bouncer {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("runs fleet through a PgBouncer of its own: runs without -short")
+	}
 	bin := binary()
 	if bin == "" {
 		if os.Getenv(EnvRequire) == "all" {

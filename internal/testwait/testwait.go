@@ -14,6 +14,18 @@ import (
 // Every is the polling interval of Eventually and Within.
 const Every = 10 * time.Millisecond
 
+// Slack is how many times slower than an idle machine a test expects a
+// busy one to be (the whole suite at once on two cores, or other work
+// beside it). A test's deadline is Slack times what an idle machine needs:
+// it only catches a hang, and a passing test waits no longer for it.
+const Slack = 4
+
+// Hang is the deadline of a wait that an idle machine ends at once or in
+// seconds (a Stop, a statement past a lock it may not wait for): Slack
+// times 10 s. A test logs the time such a wait took and fails only past
+// Hang; how fast it is belongs to the benchmarks.
+const Hang = Slack * 10 * time.Second
+
 // TB is the part of testing.TB that Eventually uses.
 type TB interface {
 	Helper()
