@@ -57,3 +57,27 @@ func (s *Store) at() *time.Time {
 
 // clockSQL is the time of a clocked statement whose time parameter is $n.
 func clockSQL(n int) string { return fmt.Sprintf("COALESCE($%d::timestamptz, now())", n) }
+
+// clockTexts are the two texts of a statement whose only parameter is its
+// time: one on the database's clock, now() written in and no parameter, the
+// other on a store clock's, $1. Statements that read the TimescaleDB
+// hypertable fleet_metrics use them rather than clockSQL: TimescaleDB
+// prunes a hypertable's chunks and picks their index scans by now() at
+// planning time, also in a generic plan, which it cannot do through
+// COALESCE($1, now()). Production thus sends the same text as before the
+// store had a clock, with the same plans.
+type clockTexts struct{ server, clocked string }
+
+// onClockTexts builds a statement's clockTexts from its text as a function
+// of its time's SQL.
+func onClockTexts(text func(now string) string) clockTexts {
+	return clockTexts{server: text("now()"), clocked: text("$1::timestamptz")}
+}
+
+// onClock returns the text and arguments that run t on the store's clock.
+func (s *Store) onClock(t clockTexts) (string, []any) {
+	if at := s.at(); at != nil {
+		return t.clocked, []any{*at}
+	}
+	return t.server, nil
+}

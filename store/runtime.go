@@ -53,6 +53,12 @@ func recentCTE(now string) string {
 	)`
 }
 
+// runtimesSQL is QueueRuntimes' statement (see onClock).
+var runtimesSQL = onClockTexts(func(now string) string {
+	return `WITH ` + recentCTE(now) + `
+		SELECT queue, jobs::bigint, COALESCE(avg_ms, 0)::float8 FROM recent ORDER BY queue`
+})
+
 // QueueRuntime is a queue's recent history, from the minute snapshots.
 type QueueRuntime struct {
 	Queue string
@@ -70,8 +76,8 @@ type QueueRuntime struct {
 // snapshot rows of 5 minutes (queues and job names), not by history or
 // backlog; without snapshots (no master wrote any yet) it returns nothing.
 func (s *Store) QueueRuntimes(ctx context.Context) ([]QueueRuntime, error) {
-	rows, err := s.pool.Query(ctx, `WITH `+recentCTE(clockSQL(1))+`
-		SELECT queue, jobs::bigint, COALESCE(avg_ms, 0)::float8 FROM recent ORDER BY queue`, s.at())
+	sql, args := s.onClock(runtimesSQL)
+	rows, err := s.pool.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, fmt.Errorf("read recent runtimes: %w", err)
 	}

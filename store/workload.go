@@ -47,22 +47,25 @@ type QueueLoad struct {
 func (s *Store) Workload(ctx context.Context) ([]QueueLoad, error) {
 	var out []QueueLoad
 	// It expands every master's report: JIT off (see queryNoJIT).
+	sql, args := s.onClock(workloadSQL)
 	err := s.queryNoJIT(ctx, func(rows pgx.Rows) error {
 		var err error
 		out, err = pgx.CollectRows(rows, pgx.RowToStructByPos[QueueLoad])
 		return err
-	}, workloadSQL, s.at())
+	}, sql, args...)
 	if err != nil {
 		return nil, fmt.Errorf("read workload: %w", err)
 	}
 	return out, nil
 }
 
-// workloadSQL is Workload's statement.
-var workloadSQL = `
-		WITH ` + queueCountsCTE(clockSQL(1)) + `, counts AS (
+// workloadSQL is Workload's statement, on the database's clock (NOW) or a
+// store clock's ($1); see onClock.
+var workloadSQL = onClockTexts(func(now string) string {
+	return `
+		WITH ` + queueCountsCTE(now) + `, counts AS (
 			SELECT * FROM qcounts
-		), ` + recentCTE(clockSQL(1)) + `, hist AS (
+		), ` + recentCTE(now) + `, hist AS (
 			SELECT queue, avg_ms, last_minute FROM recent
 		), procs AS (
 			SELECT q.queue, sum(p.value::int) AS n
@@ -77,13 +80,14 @@ var workloadSQL = `
 		)
 		SELECT n.queue,
 		       COALESCE(c.pending, 0), COALESCE(c.delayed, 0), COALESCE(c.reserved, 0), COALESCE(c.limited, 0),
-		       COALESCE(EXTRACT(EPOCH FROM ` + clockSQL(1) + ` - c.oldest)::float8, 0),
+		       COALESCE(EXTRACT(EPOCH FROM ` + now + ` - c.oldest)::float8, 0),
 		       COALESCE(h.avg_ms, 0)::float8, COALESCE(h.last_minute, 0), COALESCE(p.n, 0)::bigint
 		FROM names n
 		LEFT JOIN counts c ON c.queue = n.queue
 		LEFT JOIN hist h ON h.queue = n.queue
 		LEFT JOIN procs p ON p.queue = n.queue
 		ORDER BY n.queue`
+})
 
 // QueuedJob is a job still in queue_jobs.
 type QueuedJob = model.QueuedJob
