@@ -271,13 +271,30 @@ func (s *Store) releaseLost(ctx context.Context, cond string, defaultTries int, 
 // makes the same attempt again. The history row ('lost') and the counters
 // are written either way.
 func (s *Store) releaseLostAs(ctx context.Context, uncount bool, cond string, defaultTries int, errMsg string, args ...any) (LostJobs, error) {
-	n := len(args)
+	sql := releaseLostSQL(uncount, cond, len(args))
+	args = append(args, defaultTries, errMsg)
+	var out LostJobs
+	if err := s.inject(ctx, "releaseLost"); err != nil {
+		return out, fmt.Errorf("release lost jobs: %w", err)
+	}
+	var handed []string
+	if err := s.pool.QueryRow(ctx, sql, args...).Scan(&out.Released, &out.Failed, &out.Cancelled, &handed); err != nil {
+		return out, fmt.Errorf("release lost jobs: %w", err)
+	}
+	s.wakeHanded(ctx, handed)
+	return out, nil
+}
+
+// releaseLostSQL is the statement of releaseLostAs: cond takes the
+// parameters $1 to $n, and the statement adds $n+1, the tries of a job
+// that has none of its own, and $n+2, the error written.
+func releaseLostSQL(uncount bool, cond string, n int) string {
 	// spent: the lost attempt was the job's last try.
 	spent, attempts := fmt.Sprintf(`j.attempts >= COALESCE(j.max_tries, $%d)`, n+1), `j.attempts`
 	if uncount {
 		spent, attempts = `false`, `greatest(j.attempts - 1, 0)`
 	}
-	sql := fmt.Sprintf(`
+	return fmt.Sprintf(`
 		WITH lost AS (
 			SELECT j.id, j.queue, j.name, j.attempts, j.reserved_at, j.reserved_by, j.reserved_master, j.tags,
 			       j.cancel_requested_at IS NOT NULL AS cancel, j.cancelled_by
@@ -326,17 +343,6 @@ func (s *Store) releaseLostAs(ctx context.Context, uncount bool, cond string, de
 		SELECT (SELECT count(*) FROM released), (SELECT count(*) FROM moved), (SELECT count(*) FROM cancelled),
 		       `+limitHandedQueues,
 		cond, n+2, n+2, n+1, n+2, n+2)
-	args = append(args, defaultTries, errMsg)
-	var out LostJobs
-	if err := s.inject(ctx, "releaseLost"); err != nil {
-		return out, fmt.Errorf("release lost jobs: %w", err)
-	}
-	var handed []string
-	if err := s.pool.QueryRow(ctx, sql, args...).Scan(&out.Released, &out.Failed, &out.Cancelled, &handed); err != nil {
-		return out, fmt.Errorf("release lost jobs: %w", err)
-	}
-	s.wakeHanded(ctx, handed)
-	return out, nil
 }
 
 // JobReleaseWorker releases the jobs still held by a worker that died.
