@@ -299,13 +299,15 @@ func releaseLostSQL(uncount bool, cond string, n int) string {
 			SELECT j.id, j.queue, j.name, j.attempts, j.reserved_at, j.reserved_by, j.reserved_master, j.tags,
 			       j.cancel_requested_at IS NOT NULL AS cancel, j.cancelled_by
 			FROM queue_jobs j WHERE %s FOR UPDATE
-		), `+historyInsert("history", `
+		), history_rows (`+historyColumns+`) AS (
 			SELECT id, queue, name, attempts, CASE WHEN cancel THEN 'cancelled' ELSE 'lost' END,
 			       reserved_at, COALESCE(reserved_at, now()), now(),
 			       EXTRACT(EPOCH FROM now() - COALESCE(reserved_at, now())) * 1000,
 			       CASE WHEN cancel THEN 'cancelled by ' || COALESCE(cancelled_by, 'an operator') || '; ' || $%d ELSE $%d END,
 			       reserved_master, reserved_by, tags
-			FROM lost`)+`, cancelled AS (
+			FROM lost
+		`+historyInsertCTEs+`
+		), cancelled AS (
 			DELETE FROM queue_jobs j USING lost
 			WHERE j.id = lost.id AND lost.cancel
 			RETURNING j.id, j.limit_key
@@ -339,7 +341,8 @@ func releaseLostSQL(uncount bool, cond string, n int) string {
 			SELECT limit_key AS key, count(*)::integer AS n
 			FROM (SELECT limit_key FROM failed UNION ALL SELECT limit_key FROM cancelled) x
 			WHERE limit_key IS NOT NULL GROUP BY limit_key
-		), `+limitHandoffCTEs+`
+		`+limitHandoffCTEs+`
+		)
 		SELECT (SELECT count(*) FROM released), (SELECT count(*) FROM moved), (SELECT count(*) FROM cancelled),
 		       `+limitHandedQueues,
 		cond, n+2, n+2, n+1, n+2, n+2)

@@ -69,9 +69,14 @@ func TestStatementsMatchTheGoldenTexts(t *testing.T) {
 			t.Errorf("%s: not in %s (rewrite it with -update)", st[0], goldenFile)
 			continue
 		}
-		if got := normalSpace(st[1]); got != normalSpace(want) {
-			t.Errorf("%s: the compiled text differs from %s (rewrite it with -update if that is meant):\n got: %s\nwant: %s",
-				st[0], goldenFile, got, normalSpace(want))
+		if got, want := normalSpace(st[1]), normalSpace(want); got != want {
+			i := 0
+			for i < len(got) && i < len(want) && got[i] == want[i] {
+				i++
+			}
+			from := max(i-60, 0)
+			t.Errorf("%s: the compiled text differs from %s at character %d (rewrite the file with -update if that is meant):\n got: …%s…\nwant: …%s…",
+				st[0], goldenFile, i, got[from:min(i+60, len(got))], want[from:min(i+60, len(want))])
 		}
 	}
 	for _, name := range names {
