@@ -73,10 +73,10 @@ type supervision struct {
 }
 
 type supState struct {
-	sup      supervisor.Supervisor
-	groups   []supervisor.Group
-	alloc    balancer.Allocation
-	paused   bool
+	sup    supervisor.Supervisor
+	groups []supervisor.Group
+	alloc  balancer.Allocation
+	paused bool
 	// slots holds, per group, the restart backoff of each of its process
 	// slots (see slotFor): a crash delays the restart of its own slot
 	// only, so a job that keeps crashing its process never holds back the
@@ -90,11 +90,11 @@ type supState struct {
 }
 
 type proc struct {
-	p       spawner.Process
-	sup     *supState
-	group   string
-	slot    int // its process slot in the group (see supState.slots)
-	started time.Time
+	p        spawner.Process
+	sup      *supState
+	group    string
+	slot     int // its process slot in the group (see supState.slots)
+	started  time.Time
 	ready    bool // it reported ready (or beat)
 	killed   bool // killed for not getting ready in time
 	stopping bool
