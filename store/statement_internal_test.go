@@ -72,7 +72,7 @@ func TestMustStatementPanicsOnAMissingFile(t *testing.T) {
 }
 
 // compiledStatements are the statements compiled from store/sql.
-var compiledStatements = []statement{jobClaim, jobClaimUnfenced, readyPick, jobFinish, jobFinishEnds, jobRelease,
+var compiledStatements = []statement{jobClaim, jobClaimUnfenced, readyPick, jobFinish, jobFinishEnds, jobRelease, jobInterrupt,
 	jobReadyExists, jobNext, jobNextUnfenced, jobCancelLock, jobCancel}
 
 // Every file of store/sql is compiled, and every compiled text takes $1 to
