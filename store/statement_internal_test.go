@@ -69,7 +69,7 @@ func TestMustStatementPanicsOnAMissingFile(t *testing.T) {
 }
 
 // compiledStatements are the statements compiled from store/sql.
-var compiledStatements = []statement{jobClaim, jobClaimUnfenced, readyPick, jobFinish, jobFinishEnds, jobRelease,
+var compiledStatements = []statement{jobClaim, jobClaimUnfenced, readyPick, jobFinish, jobFinishEnds, jobRelease, jobInterrupt,
 	jobReadyExists, jobNext, jobNextUnfenced, jobCancelLock, jobCancel,
 	jobClaimSuspect, jobClaimSuspectUnfenced, jobSuspectReadyExists}
 
