@@ -9,9 +9,10 @@ import (
 // signal it did not report a reason for), its master knows which jobs were
 // in it: every job still reserved under the worker's name. Which of them
 // killed it is not known when it ran several, so none is charged:
-// JobReleaseCrashed gives each its attempt back (a 'lost' history row
-// saying why, no try spent) and counts the crash on the job (the crashes
-// column). A job that was in two processes that died (SuspectCrashes) is
+// JobReleaseCrashed ends each attempt with a 'lost' history row saying
+// why and gives the job one more try, so its next run is its next attempt
+// and the crash spent none of its tries (as an interrupted attempt does),
+// and counts the crash on the job (the crashes column). A job that was in two processes that died (SuspectCrashes) is
 // a suspect: ordinary claims pass it by, and only an isolation process
 // (one slot, started by the master for a queue with ready suspects; see
 // JobClaimParams.Suspects) takes it, alone. A crash of an isolation
@@ -71,7 +72,7 @@ type CrashedJobs struct {
 // releases never deadlock) and ends one of four ways: cancelled (a cancel
 // request), failed (charged, and its last try), retried (charged: ready
 // after its backoff, its attempt counted) or lost (beside the crash: ready
-// at once, its attempt given back and its crash counted). It writes the
+// at once with one more try and its crash counted). It writes the
 // history rows and counters of each, hands the slots of the limited jobs
 // that left over, and returns what it did and the queues handed a slot.
 var crashRelease = `
@@ -84,13 +85,13 @@ var crashRelease = `
 		SELECT h.*, $2::boolean AS charged, $2::boolean AND h.attempts >= h.tries AS spent,
 		       CASE WHEN $2::boolean THEN
 		           'crashed its process: the process ' || $4 || ' while running this job alone, in an isolation process (attempt '
-		           || h.attempts || ' of ' || h.tries || ')'
+		           || h.attempts || ' of ' || h.tries || ' tries)'
 		           || CASE WHEN $5 <> '' THEN E'; the end of its stderr:\n' || $5 ELSE '; it wrote nothing on stderr' END
 		       ELSE
 		           'lost: its process ' || $4 || ' while running it'
 		           || CASE WHEN o.n = 0 THEN ' and no other job' ELSE ' beside ' || o.n || CASE WHEN o.n = 1 THEN ' other job (' ELSE ' other jobs (' END
 		              || o.ids || CASE WHEN o.n > $7 THEN ', ...' ELSE '' END || ')' END
-		           || '; the attempt is not counted against its tries'
+		           || '; the attempt spends no try (the job gets one more)'
 		           || CASE WHEN h.crashes + 1 >= 2 THEN '; it was in ' || h.crashes + 1
 		              || ' processes that died, so it runs again alone, in an isolation process' ELSE '' END
 		       END AS msg
@@ -128,7 +129,7 @@ var crashRelease = `
 		    available_at = CASE WHEN lost.charged AND j.limit_key IS NULL
 		        THEN now() + COALESCE(lost.backoff[least(lost.attempts, cardinality(lost.backoff))], 0) * interval '1 second'
 		        ELSE now() END,
-		    attempts = CASE WHEN lost.charged THEN j.attempts ELSE greatest(j.attempts - 1, 0) END,
+		    max_tries = CASE WHEN lost.charged THEN j.max_tries ELSE lost.tries + 1 END,
 		    crashes = CASE WHEN lost.charged THEN j.crashes ELSE j.crashes + 1 END
 		FROM lost
 		WHERE j.id = lost.id AND NOT lost.cancel AND NOT lost.spent
@@ -157,9 +158,10 @@ var crashRelease = `
 // error (and its 'failed' history row) says how the process ended with
 // the end of its stderr, and it fails for good when that was its last
 // try, or waits out its backoff (a limited job, which keeps its slot, does
-// not wait). Otherwise every job is released at once, its attempt given
-// back and its crash counted, with a 'lost' history row naming how the
-// process ended and the other jobs it ran (up to MaxCrashIDs of them).
+// not wait). Otherwise every job is released at once with one more try
+// (its tries, or Tries when it set none, plus one) and its crash counted,
+// with a 'lost' history row naming how the process ended and the other
+// jobs it ran (up to MaxCrashIDs of them).
 // Jobs with a cancel request end as cancelled either way. It reads the
 // worker's jobs through the reserved_by index.
 func (s *Store) JobReleaseCrashed(ctx context.Context, p JobReleaseCrashedParams) (CrashedJobs, error) {

@@ -11,10 +11,9 @@ import (
 )
 
 // The jobs of a process that died beside each other lose no try: each is
-// released at once with its attempt given back, a 'lost' history row for
-// the attempt that ran, its crash counted and an error naming how the
-// process ended and the jobs beside it; a job on its last try is not
-// failed. One with a cancel request ends as cancelled. Other workers' jobs
+// released at once with one more try, a 'lost' history row for the
+// attempt that ran, its crash counted and an error naming how the process
+// ended and the jobs beside it; a job on its last try is not failed. One with a cancel request ends as cancelled. Other workers' jobs
 // are left alone.
 func TestJobReleaseCrashedChargesNoJobOfASharedProcess(t *testing.T) {
 	t.Parallel()
@@ -33,15 +32,15 @@ func TestJobReleaseCrashedChargesNoJobOfASharedProcess(t *testing.T) {
 		t.Fatalf("released %+v, want %+v", res, want)
 	}
 	if n := scalar[int64](t, pool, `SELECT count(*) FROM queue_jobs
-		WHERE reserved_by IS NULL AND attempts = 0 AND crashes = 1 AND available_at <= now() AND queue = 'q'`); n != 6 {
-		t.Errorf("%d jobs ready again with their attempt given back and one crash, want 6", n)
+		WHERE reserved_by IS NULL AND attempts = 1 AND max_tries = 2 AND crashes = 1 AND available_at <= now() AND queue = 'q'`); n != 6 {
+		t.Errorf("%d jobs ready again with one more try and one crash, want 6", n)
 	}
 	if n := scalar[int64](t, pool, `SELECT count(*) FROM queue_jobs WHERE reserved_by = 'w2'`); n != 1 {
 		t.Errorf("the other worker holds %d jobs, want its 1", n)
 	}
 	first := scalar[string](t, pool, `SELECT last_error FROM queue_jobs WHERE id = $1`, jobs[0].ID)
 	if want := "lost: its process exited with status 3 while running it beside 6 other jobs ("; !strings.HasPrefix(first, want) ||
-		!strings.Contains(first, ", ...)") || !strings.Contains(first, "not counted against its tries") || strings.Contains(first, "boom") {
+		!strings.Contains(first, ", ...)") || !strings.Contains(first, "spends no try (the job gets one more)") || strings.Contains(first, "boom") {
 		t.Errorf("error %q, want it to start %q, name 5 of the others and say no try was spent", first, want)
 	}
 	if n := scalar[int64](t, pool, `SELECT count(*) FROM fleet_jobs WHERE status = 'lost' AND attempt = 1 AND error LIKE 'lost: its process exited with status 3%'`); n != 6 {
@@ -65,7 +64,7 @@ func TestJobReleaseCrashedIsolatesAndChargesASuspect(t *testing.T) {
 	ctx := context.Background()
 	pool := pgtest.Pool(t)
 	st := store.New(pool)
-	exec(t, pool, `INSERT INTO queue_jobs (queue, name, max_tries, backoff_secs) VALUES ('q', 'crash', 2, '{0, 3600}')`)
+	exec(t, pool, `INSERT INTO queue_jobs (queue, name, max_tries, backoff_secs) VALUES ('q', 'crash', 2, '{3600, 3600, 0}')`)
 	exec(t, pool, `INSERT INTO queue_jobs (queue, name) SELECT 'q', 'n' || g FROM generate_series(1, 3) g`)
 	crashID := scalar[int64](t, pool, `SELECT id FROM queue_jobs WHERE name = 'crash'`)
 	crash := func(worker string, isolated bool) store.CrashedJobs {
@@ -82,7 +81,7 @@ func TestJobReleaseCrashedIsolatesAndChargesASuspect(t *testing.T) {
 	if res := crash("a", false); res.Released != 4 || res.Suspects != 0 {
 		t.Fatalf("first crash: %+v", res)
 	}
-	exec(t, pool, `UPDATE queue_jobs SET reserved_by = 'b', lease = 7 WHERE name IN ('crash', 'n1')`)
+	exec(t, pool, `UPDATE queue_jobs SET reserved_by = 'b', lease = 7, attempts = attempts + 1 WHERE name IN ('crash', 'n1')`)
 	if res := crash("b", false); res.Released != 2 || res.Suspects != 2 {
 		t.Fatalf("second crash: %+v, want 2 released, both suspects", res)
 	}
@@ -109,15 +108,15 @@ func TestJobReleaseCrashedIsolatesAndChargesASuspect(t *testing.T) {
 	// The isolation process claims one suspect, the crash job first (its
 	// id is the lowest).
 	iso, err := st.JobClaim(ctx, store.JobClaimParams{Queue: "q", Limit: 1, Worker: "iso", Suspects: true})
-	if err != nil || len(iso) != 1 || iso[0].ID != crashID || iso[0].Attempt != 1 {
-		t.Fatalf("isolated claim %+v, %v; want the crash job's first attempt", iso, err)
+	if err != nil || len(iso) != 1 || iso[0].ID != crashID || iso[0].Attempt != 3 || iso[0].MaxTries != 4 {
+		t.Fatalf("isolated claim %+v, %v; want the crash job's third attempt of 4 tries", iso, err)
 	}
 	if res := crash("iso", true); res.Released != 1 || res.Charged != 1 || res.Failed != 0 || res.Suspects != 1 {
 		t.Fatalf("isolated crash: %+v, want it charged and released", res)
 	}
 	if a, wait := scalar[int](t, pool, `SELECT attempts FROM queue_jobs WHERE id = $1`, crashID),
-		scalar[bool](t, pool, `SELECT available_at > now() FROM queue_jobs WHERE id = $1`, crashID); a != 1 || wait {
-		t.Errorf("after its first charged crash: attempts %d, waiting %v; want 1, ready at once (backoff 0)", a, wait)
+		scalar[bool](t, pool, `SELECT available_at > now() FROM queue_jobs WHERE id = $1`, crashID); a != 3 || wait {
+		t.Errorf("after its first charged crash: attempts %d, waiting %v; want 3, ready at once (its backoff's third entry, 0)", a, wait)
 	}
 	iso, err = st.JobClaim(ctx, store.JobClaimParams{Queue: "q", Limit: 5, Worker: "iso2", Suspects: true})
 	if err != nil || len(iso) != 2 {
@@ -128,7 +127,7 @@ func TestJobReleaseCrashedIsolatesAndChargesASuspect(t *testing.T) {
 		t.Fatalf("the last try's crash: %+v, want it failed", res)
 	}
 	e := scalar[string](t, pool, `SELECT error FROM queue_failed_jobs WHERE job_id = $1`, crashID)
-	if want := "crashed its process: the process exited with status 3 while running this job alone, in an isolation process (attempt 2 of 2); the end of its stderr:\ndemo.crash: exiting\nsecond line"; e != want {
+	if want := "crashed its process: the process exited with status 3 while running this job alone, in an isolation process (attempt 4 of 4 tries); the end of its stderr:\ndemo.crash: exiting\nsecond line"; e != want {
 		t.Errorf("failed with %q, want %q", e, want)
 	}
 	if n := scalar[int64](t, pool, `SELECT count(*) FROM fleet_jobs WHERE job_id = $1 AND status = 'failed'`, crashID); n != 2 {
@@ -158,7 +157,7 @@ func TestJobReleaseCrashedWaitsOutTheBackoff(t *testing.T) {
 	if wait := scalar[float64](t, pool, `SELECT EXTRACT(EPOCH FROM available_at - now()) FROM queue_jobs`); wait < 50 || wait > 61 {
 		t.Errorf("ready in %.0f s, want the default backoff of 60 s", wait)
 	}
-	if e := scalar[string](t, pool, `SELECT last_error FROM queue_jobs`); !strings.HasSuffix(e, "killed by signal SIGSEGV while running this job alone, in an isolation process (attempt 1 of 3); it wrote nothing on stderr") {
+	if e := scalar[string](t, pool, `SELECT last_error FROM queue_jobs`); !strings.HasSuffix(e, "killed by signal SIGSEGV while running this job alone, in an isolation process (attempt 1 of 3 tries); it wrote nothing on stderr") {
 		t.Errorf("error %q", e)
 	}
 	if ok, err := st.JobSuspectReadyExists(ctx, []string{"q"}); err != nil || ok {
