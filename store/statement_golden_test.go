@@ -10,7 +10,8 @@ import (
 var updateGolden = flag.Bool("update", false, "rewrite testdata/statements.golden from the compiled statements")
 
 // goldenFile holds the texts PostgreSQL runs for the hot path's statements
-// and for the release of lost jobs, as compiled: a line "-- statement:
+// and for the releases of lost jobs and of crashed processes' jobs (which
+// take fragments as text), as compiled: a line "-- statement:
 // NAME" before each. A change of a file in store/sql or of a fragment that
 // changes what runs shows here as a diff; rewrite the file with
 //
@@ -27,7 +28,8 @@ func goldenStatements() [][2]string {
 	}
 	out = append(out,
 		[2]string{"releaseLost", releaseLostSQL(false, `j.reserved_by = $1`, 1)},
-		[2]string{"releaseLost uncounted", releaseLostSQL(true, `j.reserved_by = $1`, 1)})
+		[2]string{"releaseLost uncounted", releaseLostSQL(true, `j.reserved_by = $1`, 1)},
+		[2]string{"crashRelease", crashRelease})
 	return out
 }
 

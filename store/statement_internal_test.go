@@ -159,7 +159,7 @@ func runtimeBucketSQL(runtime string) string {
 }
 
 // The files of store/sql spell out parts they share with the statements
-// still built in Go (releaseLost, the counts) and with the Go that reads
+// still built in Go (releaseLost, crashRelease, the counts) and with the Go that reads
 // what they write, where no fragment can be shared: the priority levels of
 // a queue (whose queue expression differs), the history's columns, the
 // counters' columns, the runtime histogram's bounds and the cancel

@@ -5,7 +5,8 @@
 -- attempts are no attempts; cancelled and snoozed ones are no failures.
 -- Reads written (queue, kind, status: as written_attempts makes it).
 -- Defines counted. The columns and the conflict clause are those of
--- counterUpsert and counterConflict, which releaseLost takes.
+-- counterUpsert and counterConflict, which releaseLost and crashRelease
+-- take.
 -- @params @shard_base
 ), counted AS (
     INSERT INTO fleet_counters AS c (queue, shard, processed, failed,

@@ -8,7 +8,7 @@
 -- the statement is the same on both and no row goes through the view's
 -- trigger. A row without a status goes to fleet_jobs_failed, whose NOT
 -- NULL refuses it. Taken by the statements of store/sql and, as text, by
--- releaseLost.
+-- those built in Go (releaseLost, crashRelease).
 ), history AS (
     INSERT INTO fleet_jobs_completed (job_id, queue, name, attempt, status, reserved_at, started_at, finished_at, runtime_ms, error, master, worker, tags)
     SELECT * FROM history_rows WHERE status = 'completed'

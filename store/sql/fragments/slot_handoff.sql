@@ -9,7 +9,8 @@
 -- lowered, fewer are handed over. Every part reads through an index, from
 -- the freed keys: a statement with no limited job (freed empty) reads and
 -- writes nothing here, under a generic plan too (ANY of an empty array).
--- Taken by the statements of store/sql and, as text, by releaseLost.
+-- Taken by the statements of store/sql and, as text, by those built in Go
+-- (releaseLost, crashRelease).
 ), slots AS (
     SELECT l.key, l.limit_n, l.active, f.n
     FROM queue_limits l JOIN freed f ON f.key = l.key
