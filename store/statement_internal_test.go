@@ -70,7 +70,8 @@ func TestMustStatementPanicsOnAMissingFile(t *testing.T) {
 
 // compiledStatements are the statements compiled from store/sql.
 var compiledStatements = []statement{jobClaim, jobClaimUnfenced, readyPick, jobFinish, jobFinishEnds, jobRelease, jobInterrupt,
-	jobReadyExists, jobNext, jobNextUnfenced, jobCancelLock, jobCancel}
+	jobReadyExists, jobNext, jobNextUnfenced, jobCancelLock, jobCancel,
+	jobClaimSuspect, jobClaimSuspectUnfenced, jobSuspectReadyExists}
 
 // Every file of store/sql is compiled, and every compiled text takes $1 to
 // $n for its n declared parameters and holds no name left over.
