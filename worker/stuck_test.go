@@ -257,3 +257,67 @@ func TestJobsBesideAStuckOneAreInterruptedAfterTheGrace(t *testing.T) {
 		t.Errorf("interrupted counter %d, want 2", n)
 	}
 }
+
+// TestJobsBesideAJobIgnoringItsCancelAreInterrupted: a job that ignores an
+// operator's cancel past the grace is given up on as one that ignores its
+// timeout: it ends cancelled, the job running beside it is interrupted
+// after the grace with the cause and the log line saying it was for an
+// ignored cancel, and Run returns ErrJobIgnoredCancel.
+func TestJobsBesideAJobIgnoringItsCancelAreInterrupted(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	unblock := make(chan struct{})
+	t.Cleanup(func() { close(unblock) })
+	var started sync.WaitGroup
+	started.Add(2)
+	b.jobs.Handle("stubborn", func(context.Context, *queue.Job) error {
+		started.Done()
+		<-unblock // ignores its context
+		return nil
+	})
+	causes := make(chan error, 1)
+	b.jobs.Handle("holder", func(ctx context.Context, _ *queue.Job) error {
+		started.Done()
+		<-ctx.Done()
+		causes <- context.Cause(ctx)
+		return ctx.Err()
+	})
+	ids := b.dispatch(t, queue.NewJob("stubborn", nil).Timeout(time.Hour), queue.NewJob("holder", nil).Timeout(time.Hour))
+	logs := new(syncbuf.Buffer)
+	w := b.worker(t, worker.Config{Concurrency: 2, TimeoutGrace: 100 * time.Millisecond,
+		Logger: slog.New(slog.NewJSONHandler(logs, nil))})
+	type out struct {
+		res worker.Result
+		err error
+	}
+	done := make(chan out, 1)
+	go func() {
+		res, err := w.Run(context.Background())
+		done <- out{res, err}
+	}()
+	started.Wait()
+	if _, err := b.st.JobCancel(context.Background(), ids[:1], "gina"); err != nil {
+		t.Fatal(err)
+	}
+	var o out
+	select {
+	case o = <-done:
+	case <-time.After(testwait.Hang):
+		t.Fatal("the worker did not give up on the job")
+	}
+	if !errors.Is(o.err, worker.ErrJobIgnoredCancel) || o.res.Reason != spawner.ExitTimeout {
+		t.Fatalf("run = %+v, %v; want ErrJobIgnoredCancel", o.res, o.err)
+	}
+	if got := b.history(t, ids[0]); !slices.Equal(got, []string{"cancelled 1"}) {
+		t.Errorf("the stubborn job's history %v", got)
+	}
+	if got := b.history(t, ids[1]); !slices.Equal(got, []string{"interrupted 1"}) {
+		t.Errorf("the holder's history %v", got)
+	}
+	if cause := <-causes; cause == nil || !strings.Contains(cause.Error(), "another job ignored its cancel") {
+		t.Errorf("the holder's context ended with %v", cause)
+	}
+	if l := logLines(t, logs, "interrupted the jobs still running"); len(l) != 1 || l[0]["jobs"] != float64(1) || l[0]["why"] != "another job ignored its cancel" {
+		t.Errorf("the line on the interrupted jobs: %v", l)
+	}
+}
