@@ -283,13 +283,15 @@ func (c *claimer) loop(ctx, jobBase context.Context) (Result, error) {
 			break
 		}
 		// The watchdog only ticks while jobs run, and the heartbeat while
-		// there is news for the master: an idle worker wakes for its poll
-		// alone, and beats from there now and then.
+		// there is news for the master (or outcomes wait for a write that
+		// fails, which the master must keep hearing of): an idle worker
+		// wakes for its poll alone, and beats from there now and then.
 		var watchdogC, heartbeatC, cancelPollC <-chan time.Time
 		if len(s.running) > 0 {
 			watchdogC, cancelPollC = watchdog.C, cancelPoll.C
 		}
-		if len(s.running) > 0 || c.finished.Load() != last.Jobs || c.paused.Load() != last.Paused {
+		if len(s.running) > 0 || c.finished.Load() != last.Jobs || c.paused.Load() != last.Paused ||
+			c.completer.Stalled() > 0 || last.Unwritten > 0 {
 			heartbeatC = heartbeat.C
 		}
 		var reconcileC <-chan time.Time
@@ -350,7 +352,7 @@ func (c *claimer) loop(ctx, jobBase context.Context) (Result, error) {
 func (c *claimer) heartbeat(s *loopState, last *spawner.Report) {
 	mem := c.cfg.MemoryMB()
 	*last = spawner.Report{Type: spawner.ReportHeartbeat, Jobs: c.finished.Load(),
-		Running: len(s.running), MemoryMB: mem, Paused: c.paused.Load()}
+		Running: len(s.running), MemoryMB: mem, Paused: c.paused.Load(), Unwritten: c.completer.Stalled()}
 	c.report(*last)
 	if c.cfg.MaxMemoryMB > 0 && mem > float64(c.cfg.MaxMemoryMB) {
 		c.log.Info("memory limit reached", "memory_mb", mem, "max_memory_mb", c.cfg.MaxMemoryMB)

@@ -66,6 +66,7 @@ type writer struct {
 	pending []store.JobOutcome
 	writing []store.JobOutcome // the batch being written, nil between writes
 	unsaved int                // outcomes added but not yet written (pending + in flight)
+	failing bool               // the last write failed (see Stalled)
 	changed chan struct{}      // closed and replaced whenever unsaved drops
 	kick    chan struct{}
 	// sleep waits between tries (backoff.Sleep); tests shorten it.
@@ -154,6 +155,24 @@ func (w *writer) Unsaved() int {
 	return w.unsaved
 }
 
+// Stalled is how many finished attempts wait while writing fails: the
+// unsaved ones when the last write failed, else 0.
+func (w *writer) Stalled() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.failing {
+		return 0
+	}
+	return w.unsaved
+}
+
+// setFailing notes whether the last write failed.
+func (w *writer) setFailing(failing bool) {
+	w.mu.Lock()
+	w.failing = failing
+	w.mu.Unlock()
+}
+
 // run writes batches until ctx ends (Stop). Outcomes not written by then are only
 // lost with the process; their jobs are still reserved and get released by
 // a master, never dropped.
@@ -213,12 +232,14 @@ func (w *writer) write(ctx context.Context, batch []store.JobOutcome) bool {
 	for try := 0; ; try++ {
 		err := w.finish(ctx, batch, try > 0)
 		if err == nil {
+			w.setFailing(false)
 			w.logs.OK(w.log, "write", "writing finished jobs works again")
 			return true
 		}
 		if ctx.Err() != nil {
 			return false
 		}
+		w.setFailing(true)
 		if w.onFail != nil {
 			w.onFail()
 		}
