@@ -105,7 +105,9 @@ type WorkerProcess struct {
 // RunWorker runs the worker process until it stops: at a limit, when
 // empty with StopWhenEmpty, on SIGTERM or SIGINT (a second one kills the
 // process at once), or, under a master (Spec.Master), when stdin closes.
-// It waits for the database while it does not answer, reporting so. Its
+// It waits for the database while it does not answer, reporting so, and
+// shrinks its pool when the server has no room for it with
+// database.reserve_connections kept free (see fitWorkerPool). Its
 // reports go to the master's pipe, else stdout under a master (or with
 // Reports), else a progress line in the log every few seconds.
 //
@@ -181,8 +183,18 @@ func runWorker(ctx context.Context, p WorkerProcess, exit *worker.Exit) error {
 	}
 	var pool *pgxpool.Pool
 	connected, err := proc.Connect(ctx, func(ctx context.Context) (err error) {
-		pool, err = OpenPool(ctx, db, maxConns, appName)
-		return err
+		if pool, err = OpenPool(ctx, db, maxConns, appName); err != nil {
+			return err
+		}
+		// Fit in what the server has free, keeping the reserve: the
+		// pool's one open connection reads it.
+		if n := fitWorkerPool(ctx, pool, db, cfg, maxConns, log); n < maxConns {
+			ClosePool(pool)
+			if pool, err = OpenPool(ctx, db, n, appName); err != nil {
+				return err
+			}
+		}
+		return nil
 	}, func(err error) bool { return errors.Is(err, ErrUnreachable) })
 	if err != nil {
 		return err
