@@ -73,11 +73,15 @@ type supervision struct {
 }
 
 type supState struct {
-	sup      supervisor.Supervisor
-	groups   []supervisor.Group
-	alloc    balancer.Allocation
-	paused   bool
-	restarts map[string]*restarts
+	sup    supervisor.Supervisor
+	groups []supervisor.Group
+	alloc  balancer.Allocation
+	paused bool
+	// slots holds, per group, the restart backoff of each of its process
+	// slots (see slotFor): a crash delays the restart of its own slot
+	// only, so a job that keeps crashing its process never holds back the
+	// group's other processes.
+	slots map[string][]*restarts
 	// ceiling is the process ceiling this master confirmed for the
 	// supervisor's fleet-wide budget (-1: no budget).
 	ceiling int
@@ -89,6 +93,7 @@ type proc struct {
 	p        spawner.Process
 	sup      *supState
 	group    string
+	slot     int // its process slot in the group (see supState.slots)
 	started  time.Time
 	ready    bool // it reported ready (or beat)
 	killed   bool // killed for not getting ready in time
@@ -114,10 +119,7 @@ func newSupervision(sp spawner.Spawner, sups []supervisor.Supervisor, set Settin
 		procs: map[spawner.Process]*proc{},
 	}
 	for _, sup := range sups {
-		ss := &supState{sup: sup, groups: sup.Groups(), alloc: balancer.Allocation{}, restarts: map[string]*restarts{}, ceiling: -1, claim: -1}
-		for _, g := range ss.groups {
-			ss.restarts[g.Key] = newRestarts(set.RestartBase, set.RestartMax)
-		}
+		ss := &supState{sup: sup, groups: sup.Groups(), alloc: balancer.Allocation{}, slots: map[string][]*restarts{}, ceiling: -1, claim: -1}
 		if sup.FleetMaxProcesses > 0 {
 			ss.ceiling, ss.claim = 0, 0
 		}
@@ -198,19 +200,26 @@ func (s *supervision) supervise(ctx context.Context) (Summary, error) {
 	}
 }
 
-// armWake points the wake timer at the earliest restart that is waiting
-// out its backoff, so a replacement starts on time rather than at the next
-// tick.
+// armWake points the wake timer at the earliest restart of an empty slot
+// that is waiting out its backoff, so a replacement starts on time rather
+// than at the next tick.
 func (s *supervision) armWake(t *time.Timer) {
 	var next time.Time
 	now := s.now()
 	for _, ss := range s.sups {
-		for key, r := range ss.restarts {
-			if r.ready(now) || s.alive(ss, key) >= ss.alloc[key] {
+		for _, g := range ss.groups {
+			if s.alive(ss, g.Key) >= ss.alloc[g.Key] {
 				continue
 			}
-			if next.IsZero() || r.next.Before(next) {
-				next = r.next
+			taken := s.slotsTaken(ss, g.Key)
+			for i := range ss.alloc[g.Key] {
+				r := s.slotFor(ss, g.Key, i)
+				if taken[i] || r.ready(now) {
+					continue
+				}
+				if next.IsZero() || r.next.Before(next) {
+					next = r.next
+				}
 			}
 		}
 	}
@@ -351,28 +360,56 @@ func (s *supervision) reconcileAll(ctx context.Context, events chan<- spawner.Ev
 	}
 }
 
+// slotFor returns the restart backoff of process slot i of a group,
+// making the group's slots up to i as needed.
+func (s *supervision) slotFor(ss *supState, group string, i int) *restarts {
+	for len(ss.slots[group]) <= i {
+		ss.slots[group] = append(ss.slots[group], newRestarts(s.set.RestartBase, s.set.RestartMax))
+	}
+	return ss.slots[group][i]
+}
+
+// slotsTaken returns the slots of a group that a process holds: every
+// process of the group that is not stopping holds its own.
+func (s *supervision) slotsTaken(ss *supState, group string) map[int]bool {
+	taken := map[int]bool{}
+	for _, p := range s.procs {
+		if p.sup == ss && p.group == group && !p.stopping {
+			taken[p.slot] = true
+		}
+	}
+	return taken
+}
+
 // reconcile starts or stops processes of one group to meet its allocation.
-// Under a fleet-wide budget a start also waits until the supervisor's
-// processes, stopping ones included, are below the ceiling.
+// A group of n processes has n slots, numbered from 0, each with its own
+// crash backoff: a start takes the lowest free slot whose backoff has
+// passed, so that a crash delays the replacement of the process that
+// crashed and nothing else. Under a fleet-wide budget a start also waits
+// until the supervisor's processes, stopping ones included, are below the
+// ceiling.
 func (s *supervision) reconcile(ctx context.Context, events chan<- spawner.Event, ss *supState, g supervisor.Group) {
 	want, have := ss.alloc[g.Key], s.alive(ss, g.Key)
-	for ; have < want; have++ {
-		r := ss.restarts[g.Key]
-		if !r.ready(s.now()) {
-			return
-		}
-		if ss.ceiling >= 0 && s.runningOf(ss) >= ss.ceiling {
-			return
-		}
-		if limit := s.set.Connections.Limit; limit > 0 && len(s.procs) >= limit {
-			// The connection cap: a process still finishing its jobs
-			// holds its connections until it exits.
-			return
-		}
-		if err := s.spawn(ctx, events, ss, g); err != nil {
-			s.summary.Crashed++
-			s.failed(ss, g.Key, 0, "spawn failed", err)
-			return
+	if have < want {
+		taken := s.slotsTaken(ss, g.Key)
+		for slot := 0; slot < want && have < want; slot++ {
+			if taken[slot] || !s.slotFor(ss, g.Key, slot).ready(s.now()) {
+				continue
+			}
+			if ss.ceiling >= 0 && s.runningOf(ss) >= ss.ceiling {
+				return
+			}
+			if limit := s.set.Connections.Limit; limit > 0 && len(s.procs) >= limit {
+				// The connection cap: a process still finishing its jobs
+				// holds its connections until it exits.
+				return
+			}
+			if err := s.spawn(ctx, events, ss, g, slot); err != nil {
+				s.summary.Crashed++
+				s.failed(ss, g.Key, slot, 0, "spawn failed", err)
+				return
+			}
+			have++
 		}
 	}
 	if have > want {
@@ -398,7 +435,7 @@ func (s *supervision) stop(p *proc) {
 	}
 }
 
-func (s *supervision) spawn(ctx context.Context, events chan<- spawner.Event, ss *supState, g supervisor.Group) error {
+func (s *supervision) spawn(ctx context.Context, events chan<- spawner.Event, ss *supState, g supervisor.Group, slot int) error {
 	s.seq++
 	instance := s.member.Instance()
 	spec := spawner.Spec{
@@ -427,24 +464,24 @@ func (s *supervision) spawn(ctx context.Context, events chan<- spawner.Event, ss
 		return err
 	}
 	s.summary.Started++
-	s.procs[p] = &proc{p: p, sup: ss, group: g.Key, started: s.now()}
-	s.log.Debug("started worker", "supervisor", ss.sup.Name, "queues", g.Key, "pid", p.PID(), "worker", spec.Worker)
+	s.procs[p] = &proc{p: p, sup: ss, group: g.Key, slot: slot, started: s.now()}
+	s.log.Debug("started worker", "supervisor", ss.sup.Name, "queues", g.Key, "slot", slot, "pid", p.PID(), "worker", spec.Worker)
 	return nil
 }
 
-// failed records a crash or failed spawn of a group and logs an error when
-// the group crash-loops.
-func (s *supervision) failed(ss *supState, group string, lived time.Duration, what string, err error) {
-	r := ss.restarts[group]
+// failed records a crash or failed spawn in a process slot of a group and
+// logs an error when the slot crash-loops.
+func (s *supervision) failed(ss *supState, group string, slot int, lived time.Duration, what string, err error) {
+	r := s.slotFor(ss, group, slot)
 	looping := r.fail(s.now(), lived)
-	attrs := []any{"supervisor", ss.sup.Name, "queues", group, "retry_in", r.retryIn()}
+	attrs := []any{"supervisor", ss.sup.Name, "queues", group, "retry_in", r.retryIn(), "slot", slot}
 	if err != nil {
 		attrs = append(attrs, "err", err)
 	}
 	s.log.Warn("worker "+what+"; restarting after backoff", attrs...)
 	if looping {
 		s.log.Error("workers keep failing: five failures within a minute", "supervisor", ss.sup.Name,
-			"queues", group, "failures", len(r.recent), "retry_in", r.retryIn())
+			"queues", group, "failures", len(r.recent), "retry_in", r.retryIn(), "slot", slot)
 	}
 }
 
@@ -487,18 +524,18 @@ func (s *supervision) handle(ev spawner.Event) {
 	switch {
 	case exit.Reason.Recycled():
 		s.summary.Recycled++
-		p.sup.restarts[p.group].ok()
+		s.slotFor(p.sup, p.group, p.slot).ok()
 		s.log.Info("worker recycled", "supervisor", spec.Supervisor, "queues", p.group, "pid", p.p.PID(), "reason", string(exit.Reason), "jobs", p.jobs)
 	case exit.Reason == spawner.ExitCrash || exit.Reason == spawner.ExitError:
 		s.summary.Crashed++
 		if !s.stopping {
-			s.failed(p.sup, p.group, lived, exit.Describe(), exit.Err)
+			s.failed(p.sup, p.group, p.slot, lived, exit.Describe(), exit.Err)
 		}
 	case exit.Reason == spawner.ExitFenced:
-		p.sup.restarts[p.group].ok()
+		s.slotFor(p.sup, p.group, p.slot).ok()
 		s.log.Warn("worker stopped: this master was out of the fleet's view for a ttl", "supervisor", spec.Supervisor, "queues", p.group, "pid", p.p.PID())
 	default:
-		p.sup.restarts[p.group].ok()
+		s.slotFor(p.sup, p.group, p.slot).ok()
 		s.log.Debug("worker exited", "supervisor", spec.Supervisor, "queues", p.group, "pid", p.p.PID(), "reason", string(exit.Reason))
 	}
 }

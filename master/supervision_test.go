@@ -33,7 +33,13 @@ type supEnv struct {
 // process, with a trusted view; tweak adjusts its settings.
 func newSupEnv(t *testing.T, tweak func(*Settings)) *supEnv {
 	t.Helper()
-	sups, err := supervisor.Resolve(supervisor.Options{DefaultConcurrency: 2, DefaultQueue: "q"})
+	return newSupEnvOf(t, supervisor.Options{DefaultConcurrency: 2, DefaultQueue: "q"}, tweak)
+}
+
+// newSupEnvOf builds supervision over the supervisors opts resolve to.
+func newSupEnvOf(t *testing.T, opts supervisor.Options, tweak func(*Settings)) *supEnv {
+	t.Helper()
+	sups, err := supervisor.Resolve(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -217,5 +223,69 @@ func TestSupervisionKillsTheOverdueWorkers(t *testing.T) {
 	}
 	if r := e.releases.takeAll(); len(r) != 1 || r[0].worker != e.fake.Specs()[0].Worker {
 		t.Fatalf("releases %+v, want the killed worker's", r)
+	}
+}
+
+// Crash backoff is per process slot: while one slot of a group of two
+// waits out the backoff of its crashes, again and again, the other slot's
+// process that crashes once is replaced after the base delay, and a slot
+// whose process recycles is replaced at once.
+func TestSupervisionBacksOffPerProcessSlot(t *testing.T) {
+	t.Parallel()
+	clock := newTestClock(time.Now())
+	two := 2
+	e := newSupEnvOf(t, supervisor.Options{DefaultConcurrency: 2, DefaultQueue: "q", Supervisors: map[string]supervisor.SupervisorOptions{
+		"s": {Queues: []string{"q"}, Balance: string(supervisor.BalanceOff), MaxProcesses: &two},
+	}}, func(s *Settings) { s.Now = clock.Now; s.RestartBase = time.Second; s.RestartMax = time.Minute })
+	if err := e.s.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.s.Stop)
+	if err := e.fake.WaitRunning(waitCtx(t), 2); err != nil {
+		t.Fatal(err)
+	}
+	// Process 0 is slot 0 (the crashing one), process 1 slot 1.
+	crash := func(i int) {
+		t.Helper()
+		e.s.sig.event.Drain()
+		e.fake.Exit(i, spawner.ExitCrash)
+		e.s.sig.event.Wait(t)
+	}
+	crash(0) // slot 0: 1 s
+	clock.Advance(1250 * time.Millisecond)
+	if err := e.fake.WaitSpawned(waitCtx(t), 3); err != nil {
+		t.Fatal(err)
+	}
+	crash(2) // slot 0 again: 2 s
+	crash(1) // slot 1, its first: 1 s
+	e.s.sig.ticked.WaitFresh(t, 3)
+	if n := e.fake.Attempts(); n != 3 {
+		t.Fatalf("%d spawns before any backoff passed, want 3", n)
+	}
+	clock.Advance(1250 * time.Millisecond)
+	if err := e.fake.WaitSpawned(waitCtx(t), 4); err != nil {
+		t.Fatal(err) // slot 1 replaced after its own 1 s
+	}
+	e.s.sig.ticked.WaitFresh(t, 3)
+	if n := e.fake.Attempts(); n != 4 {
+		t.Fatalf("%d spawns 1.25 s after slot 0's second crash, want 4: slot 0 waits 2 s", n)
+	}
+	// Slot 1's process recycles: replaced at once, whatever slot 0 waits.
+	e.fake.Exit(3, spawner.ExitMaxJobs)
+	if err := e.fake.WaitSpawned(waitCtx(t), 5); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(time.Second) // past slot 0's 2 s and its random quarter
+	if err := e.fake.WaitSpawned(waitCtx(t), 6); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(e.fake.Running()); n != 2 {
+		t.Fatalf("%d running, want 2", n)
+	}
+	logs := e.logs.String()
+	for _, want := range []string{`retry_in=1s slot=0`, `retry_in=2s slot=0`, `retry_in=1s slot=1`} {
+		if !strings.Contains(logs, want) {
+			t.Errorf("no crash logged with %s:\n%s", want, logs)
+		}
 	}
 }

@@ -250,7 +250,10 @@ func (s *ProcessSpawner) Spawn(ctx context.Context, spec Spec, events chan<- Eve
 	cmd.WaitDelay = s.waitDelay
 	p := &process{s: s, spec: spec, cmd: cmd, queue: newEventQueue(), reportsDone: make(chan struct{})}
 	p.stdout = NewLineWriter(p.outputLine)
-	p.stderr = NewLineWriter(p.outputLine)
+	p.stderr = NewLineWriter(func(line string, truncated bool) {
+		p.tail.add(line)
+		p.outputLine(line, truncated)
+	})
 	cmd.Stdout = p.stdout
 	cmd.Stderr = p.stderr
 
@@ -298,6 +301,7 @@ type process struct {
 	cmd  *exec.Cmd // cmd.Process is set before any goroutine of the process starts
 
 	stdout, stderr *LineWriter
+	tail           stderrTail // what its exit reports of its stderr
 	queue          *eventQueue
 
 	reports     *os.File      // the read end of the report pipe
@@ -399,7 +403,7 @@ func (p *process) wait() {
 	reported := p.reported
 	p.mu.Unlock()
 	p.queue.push(Event{Process: p, Exit: &Exit{Reason: ExitFor(reported, code), Reported: reported, Code: code,
-		Signal: killedBy(p.cmd.ProcessState), Err: waitErr}})
+		Signal: killedBy(p.cmd.ProcessState), Err: waitErr, Stderr: p.tail.String()}})
 }
 
 // readReports reads the report pipe until its end, handing each line to

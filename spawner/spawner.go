@@ -96,6 +96,12 @@ type Exit struct {
 	Signal string
 	// Err says what went wrong when the process could not be waited for.
 	Err error
+	// Stderr is the end of what the process wrote on its stderr: its last
+	// lines, at most MaxStderrTail bytes, or the head of the Go runtime's
+	// crash report (a panic that escaped every recover, a fatal error)
+	// when it printed one (see stderrTail). Empty for a spawner whose
+	// workers have no stderr of their own.
+	Stderr string
 }
 
 // Describe says how the process ended, for a log line: "killed by signal

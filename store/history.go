@@ -288,8 +288,9 @@ const snapshotLockKey = 0x666d6574
 // per job name, from the attempts' real finish times. Jobs counts every
 // attempt but snoozed ones and jobs cancelled before they started; failed
 // counts the failed, timed out and lost ones (a cancelled attempt is no
-// failure); the runtime figures leave out, besides those, lost attempts
-// (no worker timed them; 0 when none is left). Queue rows also carry the
+// failure; nor is an interrupted one); the runtime figures leave out,
+// besides those, lost attempts (no worker timed them) and interrupted ones
+// (their worker cut them short; 0 when none is left). Queue rows also carry the
 // backlog when the writer saw it (SnapshotParams.Watched): pending (ready)
 // jobs, the age of the oldest, and the seconds to clear them at that
 // minute's rate (NULL when nothing finished, 0 with no backlog); a queue
@@ -363,9 +364,10 @@ func (s *Store) MetricsSnapshot(ctx context.Context, p SnapshotParams) (int, err
 			SELECT j.queue, j.name, j.status, j.runtime_ms,
 			       -- ran: an attempt that counts (not snoozed, not a job
 			       -- cancelled before it started); timed: one a worker timed to
-			       -- its end (not lost either)
+			       -- its end (not lost, nor interrupted, which its worker cut
+			       -- short)
 			       j.status <> 'snoozed' AND (j.status <> 'cancelled' OR j.reserved_at IS NOT NULL) AS ran,
-			       j.status NOT IN ('lost', 'snoozed') AND (j.status <> 'cancelled' OR j.reserved_at IS NOT NULL) AS timed
+			       j.status NOT IN ('lost', 'snoozed', 'interrupted') AND (j.status <> 'cancelled' OR j.reserved_at IS NOT NULL) AS timed
 			FROM fleet_jobs j WHERE j.finished_at >= $1::timestamptz AND j.finished_at < $2::timestamptz
 		), per AS (
 			SELECT 'queue' AS kind, queue AS subject, count(*) FILTER (WHERE ran) AS jobs,

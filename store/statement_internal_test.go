@@ -69,8 +69,9 @@ func TestMustStatementPanicsOnAMissingFile(t *testing.T) {
 }
 
 // compiledStatements are the statements compiled from store/sql.
-var compiledStatements = []statement{jobClaim, jobClaimUnfenced, readyPick, jobFinish, jobFinishEnds, jobRelease,
-	jobReadyExists, jobNext, jobNextUnfenced, jobCancelLock, jobCancel}
+var compiledStatements = []statement{jobClaim, jobClaimUnfenced, readyPick, jobFinish, jobFinishEnds, jobRelease, jobInterrupt,
+	jobReadyExists, jobNext, jobNextUnfenced, jobCancelLock, jobCancel,
+	jobClaimSuspect, jobClaimSuspectUnfenced, jobSuspectReadyExists}
 
 // Every file of store/sql is compiled, and every compiled text takes $1 to
 // $n for its n declared parameters and holds no name left over.
