@@ -603,7 +603,7 @@ func (s *supervision) shutdown(events chan spawner.Event, why string) (Summary, 
 		}
 	}
 	if s.summary.Unsaved > 0 {
-		return s.summary, fmt.Errorf("%d finished jobs' outcomes were not written before the workers exited (the database was unreachable): their jobs are released later and run again", s.summary.Unsaved)
+		return s.summary, fmt.Errorf("%d finished jobs' outcomes were not written before the workers exited (the database did not take them within the drain timeout): their jobs are released later and run again", s.summary.Unsaved)
 	}
 	return s.summary, nil
 }

@@ -195,7 +195,7 @@ func runWorker(ctx context.Context, p WorkerProcess, exit *worker.Exit) error {
 			}
 		}
 		return nil
-	}, func(err error) bool { return errors.Is(err, ErrUnreachable) })
+	}, waitForDatabase)
 	if err != nil {
 		return err
 	}
@@ -210,6 +210,17 @@ func runWorker(ctx context.Context, p WorkerProcess, exit *worker.Exit) error {
 	log.Info("database pooler", "pooler", db.Pooler, "wake_up", db.Wakeups(wcfg.PollInterval))
 	_, err = proc.Run(ctx, st, p.Jobs)
 	return err
+}
+
+// waitForDatabase reports whether a worker under a master waits for the
+// database after a first connection that failed with err (see
+// worker.Process.Connect): when the server did not answer, or answered
+// with a passing refusal, such as no connection slot left or a statement
+// timeout as the session opened (store.ErrorTransient); not when it
+// refused the connection for good (bad credentials, no such database),
+// which the worker's exit reports to its master.
+func waitForDatabase(err error) bool {
+	return errors.Is(err, ErrUnreachable) && store.ClassifyError(err) != store.ErrorRejected
 }
 
 // WorkerConfig is the worker spec asks for, logging to log, with what the
