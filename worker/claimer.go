@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -200,6 +201,25 @@ type loopState struct {
 	// seen: the loop and await both watch them, so that a stop is heard
 	// while a statement hangs.
 	ctxDone, stopC <-chan struct{}
+	// stuck is set once the worker gave up on a job that ignored its
+	// timeout or cancel (see giveUp): the error Run returns. grace fires
+	// TimeoutGrace after the first such give-up; the jobs still running
+	// then are interrupted. beside is how many jobs were running beside
+	// the first job given up on, interrupted how many of them were still
+	// running when the grace period ended.
+	stuck       error
+	grace       *time.Timer
+	beside      int
+	interrupted int
+}
+
+// graceC is the channel of the grace period beside a stuck job (nil
+// before one).
+func (s *loopState) graceC() <-chan time.Time {
+	if s.grace == nil {
+		return nil
+	}
+	return s.grace.C
 }
 
 // stopSignal begins the stop when Run's context ended or Stop was
@@ -232,6 +252,11 @@ func (c *claimer) loop(ctx, jobBase context.Context) (Result, error) {
 	defer poll.Stop()
 	cancelPoll := time.NewTicker(c.cfg.CancelPollInterval)
 	defer cancelPoll.Stop()
+	defer func() {
+		if s.grace != nil {
+			s.grace.Stop()
+		}
+	}()
 	reconcile := time.NewTicker(c.cfg.HeartbeatInterval)
 	defer reconcile.Stop()
 	var maxTime <-chan time.Time
@@ -306,12 +331,18 @@ func (c *claimer) loop(ctx, jobBase context.Context) (Result, error) {
 				c.reconcile(c.cut, s)
 			}
 		case <-watchdogC:
-			if r := c.overdue(s, c.now()); r != nil {
-				return c.abandon(s, r)
+			for r := c.overdue(s, c.now()); r != nil; r = c.overdue(s, c.now()) {
+				c.giveUp(s, r)
 			}
+		case <-s.graceC():
+			c.interrupt(s)
 		}
 	}
-	return c.exit(s, nil)
+	if s.stuck != nil && s.beside > 0 {
+		c.log.Info("the jobs running beside the job given up on are done: exiting so a fresh worker takes over",
+			"jobs", s.beside, "interrupted", s.interrupted)
+	}
+	return c.exit(s, s.stuck)
 }
 
 // heartbeat reports the worker's state to its master and checks its
@@ -625,36 +656,102 @@ func (c *claimer) overdue(s *loopState, now time.Time) *running {
 	return nil
 }
 
-// abandon gives up on a job that ignores its cancellation: its attempt is
-// recorded as timed out (as cancelled, when an operator cancelled it), the
-// worker's other jobs are released for another worker (their attempt not
-// counted), and Run returns ErrJobTimedOut (ErrJobIgnoredCancel).
-func (c *claimer) abandon(s *loopState, r *running) (Result, error) {
-	c.log.Error("job ignored its timeout or cancel; giving up on it and exiting so a fresh worker takes over",
-		"job_id", r.job.ID, "job", r.job.Name, "timeout", r.deadline.Sub(r.started), "grace", c.cfg.TimeoutGrace,
-		"cancelled", !r.cancelAt.IsZero())
+// giveUp gives up on a job that ignores its cancellation (its timeout, or
+// an operator's cancel) past the grace period: its attempt is recorded as
+// timed out (as cancelled, when an operator cancelled it), and its runner
+// is left in the handler. The worker then stops as it does on a stop
+// signal, claiming nothing more and giving back the jobs it claimed but
+// had not started, and Run will return ErrJobTimedOut
+// (ErrJobIgnoredCancel), so that its supervisor replaces it: a handler
+// that ignores its context may hold its goroutine, and whatever it locked,
+// for good. The jobs running beside it get the grace period (TimeoutGrace,
+// from the first give-up) to finish, and their outcomes are written as
+// usual; those still running then are interrupted (see interrupt). Another
+// job found overdue meanwhile is given up on the same way.
+func (c *claimer) giveUp(s *loopState, r *running) {
+	cancelled := !r.cancelAt.IsZero()
 	delete(s.running, r.job.ID)
 	c.finished.Add(1)
-	exitErr := ErrJobTimedOut
-	if !r.cancelAt.IsZero() {
-		exitErr = ErrJobIgnoredCancel
-	}
+	c.runners.giveUp(1) // the loop waits for it no more, nor does the runners' Stop
 	c.exec.settle(attemptEnd{finished: finished{job: r.job, timeout: r.deadline.Sub(r.started), ended: c.now()},
 		started: r.started, cancelAt: r.cancelAt, cancelBy: r.cancelBy, abandoned: true, grace: c.cfg.TimeoutGrace})
-	others := make([]store.ClaimedJob, 0, len(s.running))
-	for _, o := range s.running {
-		o.cancel()
-		others = append(others, o.job)
+	first := s.stuck == nil
+	if first {
+		s.stuck = ErrJobTimedOut
+		if cancelled {
+			s.stuck = ErrJobIgnoredCancel
+		}
+		s.beside = len(s.running)
+		s.grace = time.NewTimer(c.cfg.TimeoutGrace)
 	}
+	c.log.Error("job ignored its timeout or cancel; giving up on it: the worker takes no new jobs, gives those running beside it the grace period to finish, and exits so a fresh worker takes over",
+		"job_id", r.job.ID, "job", r.job.Name, "timeout", r.deadline.Sub(r.started), "grace", c.cfg.TimeoutGrace,
+		"cancelled", cancelled, "running", len(s.running))
+	c.beginStop(s, spawner.ExitTimeout)
+	s.reason = spawner.ExitTimeout // also when it was stopping already, for another reason
+}
+
+// interrupt ends the grace period beside a job given up on (see giveUp):
+// the jobs whose end has arrived are finished, and those still running are
+// interrupted. Their contexts are cancelled, their runners are left in
+// their handlers, and each attempt is written as interrupted
+// (store.JobInterrupt): its job is released to run again at once, as its
+// next attempt, with no try spent. A job an operator asked to cancel ends
+// as cancelled instead (store.JobRelease).
+func (c *claimer) interrupt(s *loopState) {
+	for drained := false; !drained; {
+		select {
+		case f := <-c.done:
+			c.finish(s, f)
+		default:
+			drained = true
+		}
+	}
+	if len(s.running) == 0 {
+		return
+	}
+	why := "another job ignored its timeout"
+	if errors.Is(s.stuck, ErrJobIgnoredCancel) {
+		why = "another job ignored its cancel"
+	}
+	cause := fmt.Errorf("interrupted: its worker exits because %s, and this job did not finish within the grace period (%s)", why, c.cfg.TimeoutGrace)
+	attempts := make([]store.InterruptedAttempt, 0, len(s.running))
+	leases := make([]store.Lease, 0, len(s.running))
+	ids := make([]int64, 0, len(s.running))
+	for _, r := range s.running {
+		r.stop(cause)
+		r.cancel()
+		attempts = append(attempts, store.InterruptedAttempt{Lease: r.job.Lease(), Tries: r.job.MaxTries,
+			StartedAt: r.started.Add(r.job.ClockOffset)})
+		leases = append(leases, r.job.Lease())
+		ids = append(ids, r.job.ID)
+	}
+	s.interrupted = len(attempts)
 	clear(s.running)
-	// The loop waits for none of them any more: the runners' Stop does not
-	// either (see runners).
-	c.runners.giveUp(1 + len(others))
-	c.release(others, "released: its worker exited after another job timed out")
-	c.release(s.buffer, "")
-	s.buffer = nil
-	s.reason = spawner.ExitTimeout
-	return c.exit(s, exitErr)
+	c.runners.giveUp(len(attempts))
+	slices.Sort(ids)
+	c.log.Warn("interrupted the jobs still running after the grace period: released to run again as their next attempt, no try spent",
+		"jobs", len(attempts), "why", why, "grace", c.cfg.TimeoutGrace, "job_ids", ids[:min(len(ids), 20)])
+	// As a release: before the stop's cut, as long as a drain; after it, as
+	// long as a reconcile.
+	parent, timeout := c.cut, DrainTimeout
+	if c.cut.Err() != nil {
+		parent, timeout = c.base, reconcileTimeout
+	}
+	ctx, cancel := context.WithTimeout(parent, timeout)
+	defer cancel()
+	n, err := c.st.JobInterrupt(ctx, store.JobInterruptParams{Attempts: attempts, Error: cause.Error()})
+	if err != nil {
+		c.log.Error("writing the interrupted jobs failed: they stay reserved until a master releases them", "jobs", len(attempts), "err", err)
+		return
+	}
+	if n < len(leases) {
+		// The others had a cancel request (or were no longer this worker's):
+		// they end as cancelled.
+		if _, err := c.st.JobRelease(ctx, store.JobReleaseParams{Leases: leases}); err != nil {
+			c.log.Error("release jobs failed: they stay reserved until a master releases them", "jobs", len(leases)-n, "err", err)
+		}
+	}
 }
 
 func (c *claimer) release(jobs []store.ClaimedJob, reason string) {

@@ -38,8 +38,11 @@ const (
 
 // ErrJobTimedOut is returned by Run when a job kept running past its timeout
 // plus the grace period: the worker recorded the attempt as timed out,
-// released its other jobs and gave up, and its process should exit non-zero
-// so that its supervisor replaces it.
+// claimed nothing more, gave its other running jobs the grace period to
+// finish and interrupted those still running then (each released to run
+// again as its next attempt, with no try spent: see store.JobInterrupt),
+// and gave up; its process should exit non-zero so that its supervisor
+// replaces it.
 var ErrJobTimedOut = errors.New("a job ignored its timeout")
 
 // Config shapes a worker.
@@ -113,7 +116,8 @@ type Config struct {
 	DefaultTimeout time.Duration
 	// TimeoutGrace is how long a job may run after its context is cancelled
 	// for its timeout, or for an operator's cancel, before the worker gives
-	// up on it.
+	// up on it; and then how long the jobs running beside it have to
+	// finish before the worker interrupts them and exits.
 	TimeoutGrace time.Duration
 	// CancelPollInterval is how often a worker running jobs asks the
 	// database for cancel requests among them, in case a notification was

@@ -95,6 +95,11 @@ func Main(m *testing.M) {
 //     per completed run, so a test can tell a job that ran twice.
 //   - test.exit ends its whole process with exit status 3, every time: a
 //     poison job.
+//   - test.stuck sleeps {"ms": N}, ignoring its context: a job that
+//     ignores its timeout.
+//   - test.beside runs beside a stuck job (see besideJob): it may wait for
+//     the stuck job's history row, sleeps, and records its attempt and
+//     tries (ReadAttempts).
 //   - test.print writes {"text": T} to stdout as it is, the way a handler
 //     printing what a user sent does: after {"pad": N} bytes of "x", with
 //     a newline when {"newline": true}, {"repeat": N} times (at least once)
@@ -131,6 +136,7 @@ func Jobs() *queue.Registry {
 		return nil
 	})
 	jobs.Handle("test.print", printJob)
+	stuckJobs(jobs)
 	if f := os.Getenv(EnvPeriodicRuns); f != "" {
 		jobs.Periodic("code-tick", "@every 1s",
 			queue.NewJob("test.sleep", map[string]any{"ms": 0, "file": f}).Priority(-3).Tags("periodic"),
