@@ -95,10 +95,11 @@ type Config struct {
 	// Isolate makes the worker an isolation process, which its master
 	// starts for queues with suspect jobs (jobs that were in two or more
 	// processes that died, see store.SuspectCrashes): it claims suspects
-	// and nothing else, one at a time (Concurrency 1, no prefetch), so that
-	// a crash of its process is its one job's doing, and it stops once no
-	// suspect is ready on its queues (StopWhenEmpty). Ordinary workers
-	// never claim a suspect.
+	// and nothing else, one at a time (Concurrency 1, no prefetch, and
+	// MaxUnsaved 1: the next is claimed once the last one's outcome is
+	// written), so that a crash of its process is its one job's doing, and
+	// it stops once no suspect is ready on its queues (StopWhenEmpty).
+	// Ordinary workers never claim a suspect.
 	Isolate bool
 	// Paused starts the worker taking no jobs until Continue.
 	Paused bool
@@ -212,7 +213,10 @@ func New(st *store.Store, jobs *queue.Registry, cfg Config) (*Worker, error) {
 	}
 	cfg.Concurrency = cmp.Or(cfg.Concurrency, DefaultConcurrency)
 	if cfg.Isolate {
-		cfg.Concurrency, cfg.Prefetch, cfg.StopWhenEmpty = 1, -1, true
+		// One job at a time, and the next claimed only once the last one's
+		// outcome is written: when the process dies, the one job it holds
+		// is the one that ran.
+		cfg.Concurrency, cfg.Prefetch, cfg.StopWhenEmpty, cfg.MaxUnsaved = 1, -1, true, 1
 	}
 	if cfg.MasterTTL <= 0 {
 		cfg.MasterTTL = defaults.TTL
