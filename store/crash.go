@@ -100,14 +100,16 @@ var crashRelease = `
 			       (SELECT string_agg(y.id::text, ', ' ORDER BY y.id)
 			        FROM (SELECT x.id FROM held x WHERE x.id <> h.id ORDER BY x.id LIMIT $7) y) AS ids
 		) o
-	), ` + historyInsert("history", `
+	), history_rows (` + historyColumns + `) AS (
 		SELECT id, queue, name, attempts,
 		       CASE WHEN cancel THEN 'cancelled' WHEN charged THEN 'failed' ELSE 'lost' END,
 		       reserved_at, COALESCE(reserved_at, now()), now(),
 		       EXTRACT(EPOCH FROM now() - COALESCE(reserved_at, now())) * 1000,
 		       CASE WHEN cancel THEN 'cancelled by ' || COALESCE(cancelled_by, 'an operator') || '; ' || msg ELSE msg END,
 		       reserved_master, reserved_by, tags
-		FROM lost`) + `, cancelled AS (
+		FROM lost
+	` + historyInsertCTEs + `
+	), cancelled AS (
 		DELETE FROM queue_jobs j USING lost
 		WHERE j.id = lost.id AND lost.cancel
 		RETURNING j.id, j.limit_key
@@ -147,7 +149,8 @@ var crashRelease = `
 		SELECT limit_key AS key, count(*)::integer AS n
 		FROM (SELECT limit_key FROM failed UNION ALL SELECT limit_key FROM cancelled) x
 		WHERE limit_key IS NOT NULL GROUP BY limit_key
-	), ` + limitHandoffCTEs + `
+	` + limitHandoffCTEs + `
+	)
 	SELECT (SELECT count(*) FROM released), (SELECT count(*) FROM released WHERE crashes >= 2),
 	       (SELECT count(*) FROM lost WHERE charged AND NOT cancel), (SELECT count(*) FROM moved),
 	       (SELECT count(*) FROM cancelled), ` + limitHandedQueues
