@@ -277,7 +277,7 @@ func TestSupervisionBacksOffPerProcessSlot(t *testing.T) {
 	if err := e.fake.WaitSpawned(waitCtx(t), 5); err != nil {
 		t.Fatal(err)
 	}
-	clock.Advance(time.Second) // past slot 0's 2 s and its random quarter
+	clock.Advance(1250 * time.Millisecond) // 2.5 s since: past slot 0's 2 s and its random quarter
 	if err := e.fake.WaitSpawned(waitCtx(t), 6); err != nil {
 		t.Fatal(err)
 	}
