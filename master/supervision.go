@@ -111,9 +111,20 @@ type proc struct {
 	// or a free connection) before getting ready; waiting says for what.
 	waitingAt time.Time
 	waiting   string
-	jobs      int64
-	memoryMB  float64
+	// unwritten is how many finished jobs its last heartbeat said wait
+	// for a write that fails, unwrittenAt when it said so, and spared
+	// whether the log said it is not killed for them.
+	unwritten   int
+	unwrittenAt time.Time
+	spared      bool
+	jobs        int64
+	memoryMB    float64
 }
+
+// unwrittenFresh is how long a worker's word that its finished jobs wait
+// for a write that fails holds (it says so in every heartbeat, one a
+// second, while they wait).
+const unwrittenFresh = 10 * time.Second
 
 type jobSample struct {
 	at   time.Time
@@ -334,14 +345,28 @@ func (s *supervision) killUnready() {
 	}
 }
 
-// killOverdue kills this master's workers named in overdue.
+// killOverdue kills this master's workers named in overdue, but not one
+// that keeps saying that its finished jobs wait for a write that fails
+// (the database is away or has no connection to give): those jobs are
+// done, and a kill would run them again with a try spent. A handler that
+// ignores its timeout is the worker's own watchdog's to end.
 func (s *supervision) killOverdue(overdue []string) {
+	now := s.now()
 	for _, w := range overdue {
 		for _, p := range s.procs {
-			if p.p.Spec().Worker == w {
-				s.log.Error("worker holds a job past its timeout and grace: killing it", "worker", w, "pid", p.p.PID())
-				_ = p.p.Kill()
+			if p.p.Spec().Worker != w {
+				continue
 			}
+			if p.unwritten > 0 && now.Sub(p.unwrittenAt) < unwrittenFresh {
+				if !p.spared {
+					p.spared = true
+					s.log.Warn("worker holds jobs past their timeout, but they are finished and wait for the database to take their outcomes: not killing it",
+						"worker", w, "pid", p.p.PID(), "unwritten", p.unwritten)
+				}
+				continue
+			}
+			s.log.Error("worker holds a job past its timeout and grace: killing it", "worker", w, "pid", p.p.PID())
+			_ = p.p.Kill()
 		}
 	}
 }
@@ -586,6 +611,12 @@ func (s *supervision) handle(ev spawner.Event) {
 		if r.Type == spawner.ReportHeartbeat || r.Type == spawner.ReportExiting {
 			p.jobs, p.memoryMB = r.Jobs, r.MemoryMB
 		}
+		if r.Type == spawner.ReportHeartbeat {
+			p.unwritten, p.unwrittenAt = r.Unwritten, s.now()
+			if r.Unwritten == 0 {
+				p.spared = false
+			}
+		}
 		if r.Type == spawner.ReportExiting && r.Unsaved > 0 {
 			s.summary.Unsaved += r.Unsaved
 		}
@@ -689,7 +720,7 @@ func (s *supervision) shutdown(events chan spawner.Event, why string) (Summary, 
 		}
 	}
 	if s.summary.Unsaved > 0 {
-		return s.summary, fmt.Errorf("%d finished jobs' outcomes were not written before the workers exited (the database was unreachable): their jobs are released later and run again", s.summary.Unsaved)
+		return s.summary, fmt.Errorf("%d finished jobs' outcomes were not written before the workers exited (the database did not take them within the drain timeout): their jobs are released later and run again", s.summary.Unsaved)
 	}
 	return s.summary, nil
 }

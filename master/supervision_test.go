@@ -211,6 +211,41 @@ func TestSupervisionKillsAWorkerThatNeverGetsReady(t *testing.T) {
 	}
 }
 
+// A worker whose heartbeats say that its finished jobs wait for a write
+// that fails (the server has no connection to give) is not killed when
+// housekeeping finds those jobs past their timeout: they are done. Once
+// its heartbeat says nothing waits, an overdue job is a stuck one again.
+func TestSupervisionSparesAWorkerWhoseOutcomesWait(t *testing.T) {
+	t.Parallel()
+	e := newSupEnv(t, nil)
+	e.start(t)
+	worker := e.fake.Specs()[0].Worker
+	e.fake.Report(0, spawner.Report{Type: spawner.ReportHeartbeat, Jobs: 20, Unwritten: 20})
+	e.s.sig.event.Wait(t) // its ready report
+	e.s.sig.event.Wait(t) // the heartbeat
+	e.kills.put([]string{worker})
+	poll(t, "the log says the worker is spared", func() bool {
+		return strings.Contains(e.logs.String(), "wait for the database to take their outcomes: not killing it")
+	})
+	e.kills.put([]string{worker})
+	e.s.sig.ticked.WaitFresh(t, 2)
+	if e.fake.Killed(0) {
+		t.Fatal("killed a worker whose overdue jobs are finished and wait for a write")
+	}
+	if n := strings.Count(e.logs.String(), "not killing it"); n != 1 {
+		t.Errorf("the log says %d times that the worker is spared, want once", n)
+	}
+	e.fake.Report(0, spawner.Report{Type: spawner.ReportHeartbeat, Jobs: 20})
+	e.s.sig.event.Wait(t)
+	e.kills.put([]string{worker})
+	for e.releases.len() == 0 {
+		e.s.sig.event.Wait(t) // until the kill's exit is handled
+	}
+	if !e.fake.Killed(0) {
+		t.Fatal("the overdue worker was not killed once its outcomes were written")
+	}
+}
+
 // The overdue workers housekeeping names are killed.
 func TestSupervisionKillsTheOverdueWorkers(t *testing.T) {
 	t.Parallel()

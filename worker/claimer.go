@@ -45,6 +45,9 @@ type claimer struct {
 	now  func() time.Time
 	// order is the order held jobs start in (see startOrder).
 	order func(a, b store.ClaimedJob) int
+	// size bounds a claim while claims time out on the server (see
+	// batchSize); the loop's own.
+	size batchSize
 
 	// The roles and services it drives, given when it is built (see
 	// claimerDeps): the nudges wake it, the completer takes outcomes, the
@@ -87,6 +90,7 @@ type claimer struct {
 		stopping lifecycle.Signal[spawner.ExitReason] // the stop began, and why
 		polled   lifecycle.Signal[struct{}]           // the poll timer fired and was handled
 		claimed  lifecycle.Signal[int]                // a claim's jobs (how many, never 0) joined the buffer
+		split    lifecycle.Signal[int]                // a claim of that many jobs timed out and shrank
 		started  lifecycle.Signal[int64]              // the id of a job started, in start order
 	}
 }
@@ -107,6 +111,7 @@ func newClaimer(st *store.Store, cfg Config, log *slog.Logger, d claimerDeps) *c
 		log:       log,
 		now:       cfg.Now,
 		order:     startOrder(queueRanks(cfg.Queues)),
+		size:      batchSize{ceiling: cfg.Concurrency + cfg.Prefetch},
 		nudges:    d.nudges,
 		completer: d.completer,
 		exec:      d.exec,
@@ -283,13 +288,15 @@ func (c *claimer) loop(ctx, jobBase context.Context) (Result, error) {
 			break
 		}
 		// The watchdog only ticks while jobs run, and the heartbeat while
-		// there is news for the master: an idle worker wakes for its poll
-		// alone, and beats from there now and then.
+		// there is news for the master (or outcomes wait for a write that
+		// fails, which the master must keep hearing of): an idle worker
+		// wakes for its poll alone, and beats from there now and then.
 		var watchdogC, heartbeatC, cancelPollC <-chan time.Time
 		if len(s.running) > 0 {
 			watchdogC, cancelPollC = watchdog.C, cancelPoll.C
 		}
-		if len(s.running) > 0 || c.finished.Load() != last.Jobs || c.paused.Load() != last.Paused {
+		if len(s.running) > 0 || c.finished.Load() != last.Jobs || c.paused.Load() != last.Paused ||
+			c.completer.Stalled() > 0 || last.Unwritten > 0 {
 			heartbeatC = heartbeat.C
 		}
 		var reconcileC <-chan time.Time
@@ -350,7 +357,7 @@ func (c *claimer) loop(ctx, jobBase context.Context) (Result, error) {
 func (c *claimer) heartbeat(s *loopState, last *spawner.Report) {
 	mem := c.cfg.MemoryMB()
 	*last = spawner.Report{Type: spawner.ReportHeartbeat, Jobs: c.finished.Load(),
-		Running: len(s.running), MemoryMB: mem, Paused: c.paused.Load()}
+		Running: len(s.running), MemoryMB: mem, Paused: c.paused.Load(), Unwritten: c.completer.Stalled()}
 	c.report(*last)
 	if c.cfg.MaxMemoryMB > 0 && mem > float64(c.cfg.MaxMemoryMB) {
 		c.log.Info("memory limit reached", "memory_mb", mem, "max_memory_mb", c.cfg.MaxMemoryMB)
@@ -414,16 +421,26 @@ func (c *claimer) claim(ctx, jobBase context.Context, s *loopState, poll *time.T
 		}
 		var jobs []store.ClaimedJob
 		var err error
+		want := c.size.limit(limit)
 		c.await(s, func() {
-			jobs, err = c.st.JobClaim(claimCtx, store.JobClaimParams{Queue: q, Limit: limit, Worker: c.cfg.Name, Master: c.cfg.Master,
+			jobs, err = c.st.JobClaim(claimCtx, store.JobClaimParams{Queue: q, Limit: want, Worker: c.cfg.Name, Master: c.cfg.Master,
 				Suspects: c.cfg.Isolate})
 		})
 		if err != nil {
 			c.resyncSoon()
-			c.logs.Fail(c.log, "claim", "claim failed; retrying at the next poll", "queue", q, "err", err)
+			if store.StatementTimedOut(err) && ctx.Err() == nil {
+				// The database answered: a smaller claim may pass, and is
+				// tried at once.
+				return c.claimTimedOut(want)
+			}
+			c.logs.Fail(c.log, "claim", "claim failed; retrying at the next poll", "queue", q, "err", err,
+				"database", store.ClassifyError(err).String())
 			return false
 		}
 		c.logs.OK(c.log, "claim", "the database answers again: claiming resumes")
+		if c.size.ok(want) {
+			c.logs.OK(c.log, "claim split", "claims pass at their full size again")
+		}
 		if ctx.Err() != nil || c.paused.Load() {
 			// Stopped or paused while claiming: these jobs never start.
 			c.release(jobs, "")
@@ -434,9 +451,13 @@ func (c *claimer) claim(ctx, jobBase context.Context, s *loopState, poll *time.T
 			c.sig.claimed.Send(len(jobs))
 		}
 		s.claimed += int64(len(jobs))
+		held := want < limit && len(jobs) == want // the claim size held it back
 		limit -= len(jobs)
 		// Start them now, not after the rest of the round.
 		c.startBuffered(jobBase, s)
+		if held {
+			return true // more may be waiting in this queue: claim again at once
+		}
 	}
 	if c.cfg.MaxJobs > 0 && s.claimed >= int64(c.cfg.MaxJobs) {
 		return false // the last of them start from the buffer; then the worker stops
@@ -458,6 +479,19 @@ func (c *claimer) claim(ctx, jobBase context.Context, s *loopState, poll *time.T
 		}
 	}
 	return false
+}
+
+// claimTimedOut shrinks the claim size after a claim of n jobs timed out
+// on the server (it claimed nothing: the server rolled it back), logs it
+// once per episode, then once a minute, and reports whether to claim again
+// at once: yes while the claim can still shrink; a claim of one job that
+// timed out waits for the next poll or wake-up.
+func (c *claimer) claimTimedOut(n int) bool {
+	size := c.size.timedOut(n)
+	c.logs.Fail(c.log, "claim split", fmt.Sprintf("statement timeout on a claim of %d jobs; claiming at most %d at a time", n, size),
+		"batch_size", size)
+	c.sig.split.Send(n)
+	return n > 1
 }
 
 // await runs one statement of a claim (fn) on its own goroutine and, until
