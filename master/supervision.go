@@ -19,10 +19,12 @@ import (
 
 // supervision is the service that runs the children: it starts them to
 // meet each group's allocation, balances the allocation across queues,
-// replaces recycled workers at once and crashed ones after a backoff,
-// kills workers that never get ready or hold a job far past its timeout,
-// applies pause and terminate requests, and publishes the state and
-// report the membership beats. It runs no statement itself, so a slow
+// replaces recycled workers at once and crashed ones after the backoff of
+// their process slot, starts an isolation process for a group whose queues
+// have suspect jobs ready (see reconcileIsolation), kills workers that
+// never get ready or hold a job far past its timeout, applies pause and
+// terminate requests, and publishes the state and report the membership
+// beats. It runs no statement itself, so a slow
 // query delays neither a beat nor a child's event: it takes what the
 // other services last read from its mailboxes (pause state, workload,
 // overdue workers) and queues what exited workers held for housekeeping
@@ -44,6 +46,7 @@ type supervision struct {
 	state    *latest[stateSnap]                         // from shared state
 	workload *latest[map[string]balancer.QueueWorkload] // from workload
 	kills    *latest[[]string]                          // from housekeeping
+	suspects *latest[suspectSnap]                       // from housekeeping
 	releases *fifo[*releaseReq]                         // to housekeeping
 
 	// Its own state, used only by its goroutine (and by New before it
@@ -58,6 +61,7 @@ type supervision struct {
 	seq          int             // numbers worker names
 	load         map[string]balancer.QueueWorkload
 	jobSamples   []jobSample
+	suspectsNow  suspectSnap // the suspects housekeeping last read
 
 	// Set by its goroutine before it ends.
 	sum Summary
@@ -82,6 +86,10 @@ type supState struct {
 	// only, so a job that keeps crashing its process never holds back the
 	// group's other processes.
 	slots map[string][]*restarts
+	// isolation holds, per group, the restart backoff of its isolation
+	// process's slot, and isoEnded when its last isolation process exited.
+	isolation map[string]*restarts
+	isoEnded  map[string]time.Time
 	// ceiling is the process ceiling this master confirmed for the
 	// supervisor's fleet-wide budget (-1: no budget).
 	ceiling int
@@ -93,7 +101,8 @@ type proc struct {
 	p        spawner.Process
 	sup      *supState
 	group    string
-	slot     int // its process slot in the group (see supState.slots)
+	slot     int  // its process slot in the group (see supState.slots)
+	isolated bool // an isolation process (see reconcileIsolation), in no slot
 	started  time.Time
 	ready    bool // it reported ready (or beat)
 	killed   bool // killed for not getting ready in time
@@ -123,14 +132,19 @@ type jobSample struct {
 }
 
 func newSupervision(sp spawner.Spawner, sups []supervisor.Supervisor, set Settings, log *slog.Logger, member beater, st *status,
-	state *latest[stateSnap], workload *latest[map[string]balancer.QueueWorkload], kills *latest[[]string], releases *fifo[*releaseReq]) *supervision {
+	state *latest[stateSnap], workload *latest[map[string]balancer.QueueWorkload], kills *latest[[]string], releases *fifo[*releaseReq],
+	suspects *latest[suspectSnap]) *supervision {
 	s := &supervision{
 		spawner: sp, set: set, log: log, now: set.Now, member: member, status: st,
-		state: state, workload: workload, kills: kills, releases: releases,
+		state: state, workload: workload, kills: kills, releases: releases, suspects: suspects,
 		procs: map[spawner.Process]*proc{},
 	}
 	for _, sup := range sups {
-		ss := &supState{sup: sup, groups: sup.Groups(), alloc: balancer.Allocation{}, slots: map[string][]*restarts{}, ceiling: -1, claim: -1}
+		ss := &supState{sup: sup, groups: sup.Groups(), alloc: balancer.Allocation{}, slots: map[string][]*restarts{},
+			isolation: map[string]*restarts{}, isoEnded: map[string]time.Time{}, ceiling: -1, claim: -1}
+		for _, g := range ss.groups {
+			ss.isolation[g.Key] = newRestarts(set.RestartBase, set.RestartMax)
+		}
 		if sup.FleetMaxProcesses > 0 {
 			ss.ceiling, ss.claim = 0, 0
 		}
@@ -197,6 +211,9 @@ func (s *supervision) supervise(ctx context.Context) (Summary, error) {
 			s.sig.applied.Send(snap)
 		case ws := <-s.kills.c():
 			s.killOverdue(ws)
+		case snap := <-s.suspects.c():
+			s.suspectsNow = snap
+			s.reconcileAll(ctx, events)
 		case <-tick.C:
 			s.killUnready()
 			s.applyWorkload()
@@ -221,6 +238,9 @@ func (s *supervision) armWake(t *time.Timer) {
 		for _, g := range ss.groups {
 			if s.alive(ss, g.Key) >= ss.alloc[g.Key] {
 				continue
+			}
+			if r := ss.isolation[g.Key]; s.isolationWanted(ss, g) && !r.ready(now) && (next.IsZero() || r.next.Before(next)) {
+				next = r.next
 			}
 			taken := s.slotsTaken(ss, g.Key)
 			for i := range ss.alloc[g.Key] {
@@ -352,11 +372,12 @@ func (s *supervision) killOverdue(overdue []string) {
 }
 
 // alive counts the processes of a group that are not stopping: a process
-// that is on its way out is never counted as capacity.
+// that is on its way out is never counted as capacity, nor is an isolation
+// process, which runs no ordinary job.
 func (s *supervision) alive(ss *supState, group string) int {
 	n := 0
 	for _, p := range s.procs {
-		if p.sup == ss && p.group == group && !p.stopping {
+		if p.sup == ss && p.group == group && !p.stopping && !p.isolated {
 			n++
 		}
 	}
@@ -381,6 +402,7 @@ func (s *supervision) reconcileAll(ctx context.Context, events chan<- spawner.Ev
 	for _, ss := range s.sups {
 		for _, g := range ss.groups {
 			s.reconcile(ctx, events, ss, g)
+			s.reconcileIsolation(ctx, events, ss, g)
 		}
 	}
 }
@@ -395,11 +417,11 @@ func (s *supervision) slotFor(ss *supState, group string, i int) *restarts {
 }
 
 // slotsTaken returns the slots of a group that a process holds: every
-// process of the group that is not stopping holds its own.
+// ordinary process of the group that is not stopping holds its own.
 func (s *supervision) slotsTaken(ss *supState, group string) map[int]bool {
 	taken := map[int]bool{}
 	for _, p := range s.procs {
-		if p.sup == ss && p.group == group && !p.stopping {
+		if p.sup == ss && p.group == group && !p.stopping && !p.isolated {
 			taken[p.slot] = true
 		}
 	}
@@ -429,7 +451,7 @@ func (s *supervision) reconcile(ctx context.Context, events chan<- spawner.Event
 				// holds its connections until it exits.
 				return
 			}
-			if err := s.spawn(ctx, events, ss, g, slot); err != nil {
+			if err := s.spawn(ctx, events, ss, g, slot, false); err != nil {
 				s.summary.Crashed++
 				s.failed(ss, g.Key, slot, 0, "spawn failed", err)
 				return
@@ -441,7 +463,7 @@ func (s *supervision) reconcile(ctx context.Context, events chan<- spawner.Event
 		// Stop the newest first: the oldest are closest to recycling anyway.
 		var group []*proc
 		for _, p := range s.procs {
-			if p.sup == ss && p.group == g.Key && !p.stopping {
+			if p.sup == ss && p.group == g.Key && !p.stopping && !p.isolated {
 				group = append(group, p)
 			}
 		}
@@ -460,7 +482,72 @@ func (s *supervision) stop(p *proc) {
 	}
 }
 
-func (s *supervision) spawn(ctx context.Context, events chan<- spawner.Event, ss *supState, g supervisor.Group, slot int) error {
+// isolationWanted reports whether a group wants an isolation process now:
+// its supervisor is not paused, housekeeping read ready suspects on its
+// queues (those not paused) after the group's last isolation process
+// exited, and none runs or is stopping.
+func (s *supervision) isolationWanted(ss *supState, g supervisor.Group) bool {
+	if s.stopping || ss.paused || !s.suspectsNow.at.After(ss.isoEnded[g.Key]) {
+		return false
+	}
+	n := 0
+	for _, q := range g.Queues {
+		if !s.pausedQueues[q] {
+			n += s.suspectsNow.counts[q]
+		}
+	}
+	if n == 0 {
+		return false
+	}
+	for _, p := range s.procs {
+		if p.sup == ss && p.group == g.Key && p.isolated {
+			return false
+		}
+	}
+	return true
+}
+
+// reconcileIsolation starts the isolation process of a group that wants
+// one (isolationWanted) once its slot's backoff has passed. It counts
+// against a fleet-wide budget and the connection cap like any process,
+// and outside the allocation.
+//
+// A job that was in two processes that died (a suspect, see
+// store.SuspectCrashes) is no longer claimed by ordinary workers: it runs
+// alone, in an isolation process of its group (spawner.Spec.Isolate: one
+// slot, suspects only, exiting once none is ready), which supervision
+// starts when housekeeping reads ready suspects on the group's queues.
+// A crash of an isolation process is its one job's: housekeeping charges
+// the attempt to that job, which fails after its tries with how its
+// process ended and the end of its stderr, while the jobs that were beside
+// the crashes that made it a suspect lost no try. An isolation process
+// that crashed after it got ready is replaced as soon as suspects are
+// ready again, with no backoff of its slot: the job it ran carries the
+// crash, and that job's own backoff and tries pace it. One that crashed
+// before it got ready is backed off like any process.
+func (s *supervision) reconcileIsolation(ctx context.Context, events chan<- spawner.Event, ss *supState, g supervisor.Group) {
+	if !s.isolationWanted(ss, g) || !ss.isolation[g.Key].ready(s.now()) {
+		return
+	}
+	if ss.ceiling >= 0 && s.runningOf(ss) >= ss.ceiling {
+		return
+	}
+	if limit := s.set.Connections.Limit; limit > 0 && len(s.procs) >= limit {
+		return
+	}
+	if err := s.spawn(ctx, events, ss, g, 0, true); err != nil {
+		s.summary.Crashed++
+		r := ss.isolation[g.Key]
+		r.fail(s.now(), 0)
+		s.log.Warn("isolation process spawn failed; retrying after backoff", "supervisor", ss.sup.Name, "queues", g.Key,
+			"retry_in", r.retryIn(), "err", err)
+		return
+	}
+	s.log.Info("started an isolation process: jobs that were in two crashed processes run in it, alone",
+		"supervisor", ss.sup.Name, "queues", g.Key, "suspects", s.suspectsNow.counts)
+}
+
+func (s *supervision) spawn(ctx context.Context, events chan<- spawner.Event, ss *supState, g supervisor.Group, slot int, isolated bool) error {
 	s.seq++
 	instance := s.member.Instance()
 	spec := spawner.Spec{
@@ -484,12 +571,16 @@ func (s *supervision) spawn(ctx context.Context, events chan<- spawner.Event, ss
 	if s.set.Connections.Worker > 0 {
 		spec.MaxConns = s.set.Connections.WorkerPool()
 	}
+	if isolated {
+		spec.Isolate, spec.Concurrency = true, 1
+		spec.Worker += "-isolation"
+	}
 	p, err := s.spawner.Spawn(ctx, spec, events)
 	if err != nil {
 		return err
 	}
 	s.summary.Started++
-	s.procs[p] = &proc{p: p, sup: ss, group: g.Key, slot: slot, started: s.now()}
+	s.procs[p] = &proc{p: p, sup: ss, group: g.Key, slot: slot, isolated: isolated, started: s.now()}
 	s.log.Debug("started worker", "supervisor", ss.sup.Name, "queues", g.Key, "slot", slot, "pid", p.PID(), "worker", spec.Worker)
 	return nil
 }
@@ -549,10 +640,36 @@ func (s *supervision) handle(ev spawner.Event) {
 	s.summary.Jobs += p.jobs
 	spec := p.p.Spec()
 	lived := s.now().Sub(p.started)
-	// Whatever the worker still held is released by housekeeping, soon;
-	// its attempt counts. The row keeps beating until that is done.
-	s.releases.push(&releaseReq{worker: spec.Worker, tries: cmp.Or(spec.Tries, s.set.DefaultTries), reason: string(exit.Reason)})
+	// Whatever the worker still held is released by housekeeping, at once;
+	// the row keeps beating until that is done. After a crash no job of a
+	// process that ran several is charged, and the one job of an isolation
+	// process is (see reconcileIsolation); after any other exit (the
+	// worker stopped by itself and gave back what it could) the attempt
+	// counts.
+	req := &releaseReq{worker: spec.Worker, tries: cmp.Or(spec.Tries, s.set.DefaultTries), reason: string(exit.Reason)}
+	if exit.Reason == spawner.ExitCrash {
+		req.crash = &crashInfo{isolated: p.isolated, exit: exit.Describe(), stderr: exit.Stderr, backoff: spec.Backoff}
+	}
+	s.releases.push(req)
+	if p.isolated {
+		p.sup.isoEnded[p.group] = s.now()
+	}
 	switch {
+	case p.isolated && (exit.Reason == spawner.ExitCrash || exit.Reason == spawner.ExitError):
+		s.summary.Crashed++
+		r := p.sup.isolation[p.group]
+		if !p.ready {
+			r.fail(s.now(), lived)
+			s.log.Warn("isolation process "+exit.Describe()+" before it got ready; restarting after backoff", "supervisor", spec.Supervisor,
+				"queues", p.group, "retry_in", r.retryIn())
+		} else {
+			r.ok()
+			s.log.Warn("isolation process "+exit.Describe()+": the job it ran alone is charged with the crash", "supervisor", spec.Supervisor,
+				"queues", p.group, "pid", p.p.PID(), "worker", spec.Worker)
+		}
+	case p.isolated:
+		p.sup.isolation[p.group].ok()
+		s.log.Debug("isolation process exited", "supervisor", spec.Supervisor, "queues", p.group, "pid", p.p.PID(), "reason", string(exit.Reason))
 	case exit.Reason.Recycled():
 		s.summary.Recycled++
 		s.slotFor(p.sup, p.group, p.slot).ok()

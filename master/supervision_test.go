@@ -3,6 +3,7 @@ package master
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -26,6 +27,7 @@ type supEnv struct {
 	workload *latest[map[string]balancer.QueueWorkload]
 	kills    *latest[[]string]
 	releases *fifo[*releaseReq]
+	suspects *latest[suspectSnap]
 	logs     *syncbuf.Buffer
 }
 
@@ -56,9 +58,9 @@ func newSupEnvOf(t *testing.T, opts supervisor.Options, tweak func(*Settings)) *
 	e := &supEnv{
 		fake: spawnertest.NewFakeSpawner(), peers: &fakePeers{instance: "0123456789abcdef", trusted: true}, status: &status{},
 		state: newLatest[stateSnap](), workload: newLatest[map[string]balancer.QueueWorkload](), kills: newLatest[[]string](),
-		releases: &fifo[*releaseReq]{}, logs: logs,
+		releases: &fifo[*releaseReq]{}, suspects: newLatest[suspectSnap](), logs: logs,
 	}
-	e.s = newSupervision(e.fake, sups, set, set.Logger, e.peers, e.status, e.state, e.workload, e.kills, e.releases)
+	e.s = newSupervision(e.fake, sups, set, set.Logger, e.peers, e.status, e.state, e.workload, e.kills, e.releases, e.suspects)
 	e.s.sig.applied.Init()
 	e.s.sig.ticked.Init()
 	e.s.sig.event.Init()
@@ -310,7 +312,7 @@ func TestSupervisionBacksOffPerProcessSlot(t *testing.T) {
 	if err := e.fake.WaitSpawned(waitCtx(t), 5); err != nil {
 		t.Fatal(err)
 	}
-	clock.Advance(time.Second) // past slot 0's 2 s and its random quarter
+	clock.Advance(1250 * time.Millisecond) // 2.5 s since: past slot 0's 2 s and its random quarter
 	if err := e.fake.WaitSpawned(waitCtx(t), 6); err != nil {
 		t.Fatal(err)
 	}
@@ -322,5 +324,88 @@ func TestSupervisionBacksOffPerProcessSlot(t *testing.T) {
 		if !strings.Contains(logs, want) {
 			t.Errorf("no crash logged with %s:\n%s", want, logs)
 		}
+	}
+}
+
+// Suspects read by housekeeping start one isolation process for their
+// group, outside the allocation and the report's processes; a stale read
+// (made before the last isolation process exited) starts none, nor does a
+// paused supervisor's; an isolation process that crashed after it got
+// ready is replaced at once, one that crashed before after the backoff of
+// its own slot, which holds back no ordinary process.
+func TestSupervisionIsolatesSuspects(t *testing.T) {
+	t.Parallel()
+	clock := newTestClock(time.Now())
+	e := newSupEnv(t, func(s *Settings) { s.Now = clock.Now; s.RestartBase = time.Second; s.RestartMax = time.Minute })
+	e.start(t)
+	suspects := func(n int) {
+		t.Helper()
+		clock.Advance(time.Millisecond) // a read made after what came before
+		e.s.sig.ticked.Drain()
+		e.suspects.put(suspectSnap{at: clock.Now(), counts: map[string]int{"q": n, "elsewhere": 9}})
+		e.s.sig.ticked.WaitFresh(t, 2)
+	}
+	suspects(0)
+	if n := e.fake.Attempts(); n != 1 {
+		t.Fatalf("%d spawns without suspects, want the ordinary process alone", n)
+	}
+	suspects(2)
+	if err := e.fake.WaitSpawned(waitCtx(t), 2); err != nil {
+		t.Fatal(err)
+	}
+	if sp := e.fake.Specs()[1]; !sp.Isolate || sp.Concurrency != 1 || !strings.HasSuffix(sp.Worker, "-isolation") || !slices.Equal(sp.Queues, []string{"q"}) {
+		t.Fatalf("isolation spec %+v", sp)
+	}
+	if _, rep := e.status.load(); rep.Supervisors[0].Processes["q"] != 1 || rep.Supervisors[0].Running != 2 {
+		t.Errorf("report %+v: want 1 process of q and 2 running", rep.Supervisors[0])
+	}
+	suspects(2)
+	if n := e.fake.Attempts(); n != 2 {
+		t.Fatalf("%d spawns: a second isolation process beside the first", n)
+	}
+	// It crashes after it got ready: charged to its job. The read it
+	// crashed after is stale; a fresh one starts the next at once.
+	stale := clock.Now()
+	e.s.sig.event.Drain()
+	e.fake.Exit(1, spawner.ExitCrash)
+	e.s.sig.event.Wait(t)
+	e.suspects.put(suspectSnap{at: stale, counts: map[string]int{"q": 2}})
+	e.s.sig.ticked.WaitFresh(t, 2)
+	if n := e.fake.Attempts(); n != 2 {
+		t.Fatalf("%d spawns on a read made before the isolation process exited", n)
+	}
+	e.fake.SkipReady(true) // the next never gets ready
+	suspects(1)
+	if err := e.fake.WaitSpawned(waitCtx(t), 3); err != nil {
+		t.Fatal(err)
+	}
+	// It crashes before it got ready: its slot backs off, 1 s.
+	e.s.sig.event.Drain()
+	e.fake.Exit(2, spawner.ExitCrash)
+	e.s.sig.event.Wait(t)
+	suspects(1)
+	if n := e.fake.Attempts(); n != 3 {
+		t.Fatalf("%d spawns within the isolation slot's backoff", n)
+	}
+	// The ordinary process crashes meanwhile: its own slot's backoff.
+	e.fake.SkipReady(false)
+	e.s.sig.event.Drain()
+	e.fake.Exit(0, spawner.ExitCrash)
+	e.s.sig.event.Wait(t)
+	clock.Advance(1250 * time.Millisecond)
+	if err := e.fake.WaitSpawned(waitCtx(t), 5); err != nil {
+		t.Fatal(err)
+	}
+	// Paused: no isolation process once this one is gone.
+	isoIdx := 3
+	if !e.fake.Specs()[3].Isolate {
+		isoIdx = 4
+	}
+	e.state.put(stateSnap{ok: true, keys: map[string]bool{store.StatePauseAll: true}, queues: map[string]bool{}})
+	e.s.sig.applied.Wait(t)
+	e.fake.Exit(isoIdx, spawner.ExitEmpty)
+	suspects(3)
+	if n := e.fake.Attempts(); n != 5 {
+		t.Fatalf("%d spawns: an isolation process for a paused supervisor", n)
 	}
 }

@@ -162,7 +162,8 @@ func (s *ProcessSpawner) environ() []string {
 //
 // followed, each only when non-zero or non-empty, by --master-ttl 10s, --max-jobs N,
 // --max-time SECS (rounded up to whole seconds), --max-memory-mb MB,
-// --tries N, --backoff 1,5,30, --timeout 30s (a Go duration) and --paused.
+// --tries N, --backoff 1,5,30, --timeout 30s (a Go duration), --paused,
+// --paused-queues a,b, --max-conns N and --isolate.
 // The supervisor and queues come first so that ps shows what each process
 // works.
 func WorkArgs(spec Spec) []string {
@@ -211,6 +212,9 @@ func WorkArgs(spec Spec) []string {
 	}
 	if spec.MaxConns > 0 {
 		args = append(args, "--max-conns", strconv.Itoa(spec.MaxConns))
+	}
+	if spec.Isolate {
+		args = append(args, "--isolate")
 	}
 	return args
 }

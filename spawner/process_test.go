@@ -963,10 +963,10 @@ func TestWorkArgs(t *testing.T) {
 		{"everything", Spec{
 			Supervisor: "sup", Queues: []string{"mail", "default"}, Master: "m1", Worker: "w1", Concurrency: 4,
 			MaxJobs: 500, MaxTime: time.Hour, MaxMemoryMB: 256, Tries: 3, Backoff: []int{1, 5, 30},
-			Timeout: 90 * time.Second, Paused: true, PausedQueues: []string{"mail"}, MaxConns: 2,
+			Timeout: 90 * time.Second, Paused: true, PausedQueues: []string{"mail"}, MaxConns: 2, Isolate: true,
 		}, append(slices.Clone(base),
 			"--max-jobs", "500", "--max-time", "3600", "--max-memory-mb", "256", "--tries", "3",
-			"--backoff", "1,5,30", "--timeout", "1m30s", "--paused", "--paused-queues", "mail", "--max-conns", "2")},
+			"--backoff", "1,5,30", "--timeout", "1m30s", "--paused", "--paused-queues", "mail", "--max-conns", "2", "--isolate")},
 		{"sub-second max time rounds up", Spec{
 			Supervisor: "s", Queues: []string{"q"}, Master: "m", Worker: "w", Concurrency: 1,
 			MaxTime: 1500 * time.Millisecond, Timeout: 250 * time.Millisecond,

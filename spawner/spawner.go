@@ -42,6 +42,11 @@ type Spec struct {
 	// MaxConns is the size of the worker's connection pool, its listener
 	// aside (0: database.max_conns, or the default).
 	MaxConns int
+	// Isolate makes the worker an isolation process: it runs suspect jobs
+	// (jobs that were in two or more processes that died), one at a time
+	// and nothing else, and exits once none is ready (see
+	// worker.Config.Isolate).
+	Isolate bool
 }
 
 // Group is the key of the process group the spec belongs to: its queues,

@@ -423,7 +423,8 @@ func (c *claimer) claim(ctx, jobBase context.Context, s *loopState, poll *time.T
 		var err error
 		want := c.size.limit(limit)
 		c.await(s, func() {
-			jobs, err = c.st.JobClaim(claimCtx, store.JobClaimParams{Queue: q, Limit: want, Worker: c.cfg.Name, Master: c.cfg.Master})
+			jobs, err = c.st.JobClaim(claimCtx, store.JobClaimParams{Queue: q, Limit: want, Worker: c.cfg.Name, Master: c.cfg.Master,
+				Suspects: c.cfg.Isolate})
 		})
 		if err != nil {
 			c.resyncSoon()
@@ -611,12 +612,17 @@ func (c *claimer) schedule(poll *time.Timer, next time.Duration) {
 }
 
 // empty reports, once every outcome is written (a written retry may be
-// ready at once), whether no job is ready on the worker's queues.
+// ready at once), whether no job is ready on the worker's queues (no
+// suspect, for an isolation process).
 func (c *claimer) empty(ctx context.Context) bool {
 	if err := c.completer.drain(ctx); err != nil {
 		return false
 	}
-	ready, err := c.st.JobReadyExists(ctx, c.cfg.Queues)
+	look := c.st.JobReadyExists
+	if c.cfg.Isolate {
+		look = c.st.JobSuspectReadyExists
+	}
+	ready, err := look(ctx, c.cfg.Queues)
 	return err == nil && !ready
 }
 

@@ -92,6 +92,15 @@ type Config struct {
 	// StopWhenEmpty stops the worker once nothing is running or unwritten and
 	// no job is ready on its queues.
 	StopWhenEmpty bool
+	// Isolate makes the worker an isolation process, which its master
+	// starts for queues with suspect jobs (jobs that were in two or more
+	// processes that died, see store.SuspectCrashes): it claims suspects
+	// and nothing else, one at a time (Concurrency 1, no prefetch, and
+	// MaxUnsaved 1: the next is claimed once the last one's outcome is
+	// written), so that a crash of its process is its one job's doing, and
+	// it stops once no suspect is ready on its queues (StopWhenEmpty).
+	// Ordinary workers never claim a suspect.
+	Isolate bool
 	// Paused starts the worker taking no jobs until Continue.
 	Paused bool
 	// PausedQueues starts the worker skipping these queues until
@@ -203,6 +212,12 @@ func New(st *store.Store, jobs *queue.Registry, cfg Config) (*Worker, error) {
 		return nil, errors.New("worker concurrency and limits must not be negative")
 	}
 	cfg.Concurrency = cmp.Or(cfg.Concurrency, DefaultConcurrency)
+	if cfg.Isolate {
+		// One job at a time, and the next claimed only once the last one's
+		// outcome is written: when the process dies, the one job it holds
+		// is the one that ran.
+		cfg.Concurrency, cfg.Prefetch, cfg.StopWhenEmpty, cfg.MaxUnsaved = 1, -1, true, 1
+	}
 	if cfg.MasterTTL <= 0 {
 		cfg.MasterTTL = defaults.TTL
 	}
