@@ -1,5 +1,5 @@
 // Package bench is "app bench": the load-testing scenarios (bound, drain,
-// paths, latency, dispatch, idle, backlog, scale), the raw SQL loop every
+// paths, held, latency, dispatch, idle, backlog, scale), the raw SQL loop every
 // throughput is compared with, the statements that fill, measure and clean
 // the bench's own queues, and the report it prints. It holds no cobra and
 // does not import cmd: the application's command parses the flags into a
@@ -55,7 +55,7 @@ const (
 )
 
 // benchScenarios are the scenarios in the order "all" runs them.
-var benchScenarios = []string{"bound", "drain", "paths", "latency", "dispatch", "idle", "backlog", "scale"}
+var benchScenarios = []string{"bound", "drain", "paths", "held", "latency", "dispatch", "idle", "backlog", "scale"}
 
 // Register adds the bench's no-op handler to jobs unless it has one of
 // that name. Call it only in a process that runs the bench or that the
@@ -68,10 +68,10 @@ func Register(jobs *queue.Registry) {
 
 // Flags are the options of "app bench", as its command line gives them.
 type Flags struct {
-	// Scenario is bound, drain, paths, latency, dispatch, idle, backlog,
+	// Scenario is bound, drain, paths, held, latency, dispatch, idle, backlog,
 	// scale or all.
 	Scenario string
-	// Jobs is the job count of bound, drain, paths and dispatch.
+	// Jobs is the job count of bound, drain, paths, held and dispatch.
 	Jobs int
 	// Backlog is the pending jobs of the backlog scenario.
 	Backlog int
@@ -85,7 +85,7 @@ type Flags struct {
 	CellSecs int
 	// Samples is the jobs the latency scenario times.
 	Samples int
-	// Rounds is how many times the paths scenario drains each path.
+	// Rounds is how many times the paths scenario drains each path, and the held scenario drains with and without a held transaction.
 	Rounds int
 	// ScaleBacklogs and ScaleConcurrency list the scale grid's backlogs
 	// and concurrencies, comma-separated.
@@ -186,6 +186,7 @@ type benchReport struct {
 	Bound     *boundResult    `json:"bound,omitempty"`
 	Drain     *drainResult    `json:"drain,omitempty"`
 	Paths     *pathsResult    `json:"paths,omitempty"`
+	Held      *heldResult     `json:"held,omitempty"`
 	Latency   *latencyResult  `json:"latency,omitempty"`
 	Dispatch  *dispatchResult `json:"dispatch,omitempty"`
 	Idle      *idleResult     `json:"idle,omitempty"`
@@ -317,7 +318,7 @@ func benchPlan(f *Flags) ([]string, error) {
 		}
 	case slices.Contains(benchScenarios, f.Scenario):
 		want = []string{f.Scenario}
-		if slices.Contains([]string{"drain", "paths", "dispatch", "backlog", "scale"}, f.Scenario) {
+		if slices.Contains([]string{"drain", "paths", "held", "dispatch", "backlog", "scale"}, f.Scenario) {
 			want = []string{"bound", f.Scenario}
 		}
 	default:
@@ -414,7 +415,7 @@ func (b *bench) cleanup(ctx context.Context, what string) error {
 func (b *bench) run(ctx context.Context, scenarios []string) error {
 	run := map[string]func(context.Context) error{
 		"bound": b.bound, "drain": b.drain, "latency": b.latency, "dispatch": b.dispatch,
-		"idle": b.idle, "backlog": b.backlog, "scale": b.scale, "paths": b.paths,
+		"idle": b.idle, "backlog": b.backlog, "scale": b.scale, "paths": b.paths, "held": b.held,
 	}
 	for _, s := range scenarios {
 		b.progressf("== %s", s)

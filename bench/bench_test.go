@@ -37,6 +37,7 @@ func TestPlan(t *testing.T) {
 		{"all-sustain", func(f *Flags) { f.Sustain, f.SustainSet = 30*time.Second, true }},
 		{"drain", func(f *Flags) { f.Scenario = "drain" }},
 		{"paths", func(f *Flags) { f.Scenario = "paths" }},
+		{"held", func(f *Flags) { f.Scenario = "held" }},
 		{"latency", func(f *Flags) { f.Scenario = "latency" }},
 		{"idle", func(f *Flags) { f.Scenario = "idle" }},
 		{"backlog", func(f *Flags) { f.Scenario = "backlog" }},
@@ -141,7 +142,7 @@ func keyPaths(prefix string, v any, out *[]string) {
 func TestReportKeys(t *testing.T) {
 	t.Parallel()
 	rep := benchReport{Bound: &boundResult{Durable: &durableResult{}}, Drain: &drainResult{VsDurable: 1}, Latency: &latencyResult{}, Dispatch: &dispatchResult{},
-		Idle: &idleResult{}, Backlog: &backlogResult{}, Scale: &scaleResult{Cells: []scaleCell{{}}, Grid: []string{"x"}}}
+		Idle: &idleResult{}, Backlog: &backlogResult{}, Held: &heldResult{}, Scale: &scaleResult{Cells: []scaleCell{{}}, Grid: []string{"x"}}}
 	doc, err := json.Marshal(rep)
 	if err != nil {
 		t.Fatal(err)
