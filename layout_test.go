@@ -35,7 +35,7 @@ var layout = map[string][]string{
 	"internal/syncbuf":       {},
 	"internal/testwait":      {},
 	"master":                 {"balancer", "decide", "internal/backoff", "internal/defaults", "internal/lifecycle", "internal/ratelog", "membership", "model", "periodic", "spawner", "store", "supervisor"},
-	"membership":             {"internal/defaults", "internal/lifecycle", "store"},
+	"membership":             {"internal/backoff", "internal/defaults", "internal/lifecycle", "store"},
 	"metrics":                {"store"},
 	"migrations":             {},
 	"model":                  {"supervisor"},

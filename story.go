@@ -132,7 +132,8 @@ type JobCancellation struct {
 // JobAttempt is one recorded attempt (a row of the history, fleet_jobs).
 type JobAttempt struct {
 	Attempt int `json:"attempt"`
-	// Status is completed, failed, timed_out, lost, cancelled or snoozed.
+	// Status is completed, failed, timed_out, lost, cancelled, snoozed or
+	// interrupted.
 	Status         string     `json:"status"`
 	Worker         string     `json:"worker,omitempty"`
 	MasterInstance string     `json:"master_instance,omitempty"`

@@ -61,7 +61,7 @@ func TestConnectErrorsSayWhatPostgreSQLSaid(t *testing.T) {
 	missingDB := randomName(t, "fleet_missing_")
 	missingRole := randomName(t, "fleet_nobody_")
 	cases := map[string]struct{ url, want string }{
-		"too many connections": {urlWith(t, role, "hunter2", "postgres"), "the server has no connection left (SQLSTATE 53300: too many connections for role"},
+		"too many connections": {urlWith(t, role, "hunter2", "postgres"), "the database refused a connection: too many connections (the role's connection limit is reached; SQLSTATE 53300: too many connections for role"},
 		"no such database":     {urlWith(t, "", "", missingDB), `database "` + missingDB + `" does not exist (SQLSTATE 3D000: database "` + missingDB + `" does not exist)`},
 		"no such role":         {urlWith(t, missingRole, "hunter2", "postgres"), `authentication failed for user "` + missingRole + `" (SQLSTATE 28000: role "` + missingRole + `" does not exist)`},
 	}

@@ -24,18 +24,29 @@ import (
 )
 
 // describeBudget renders a budget for people: "at most 38 (the master 4,
-// its dashboard 2, 8 processes × 4)", and the cap when there is one.
-func describeBudget(b supervisor.Budget) string {
+// its dashboard 2, 8 processes × 4)", the cap when there is one
+// (fleet.max_connections, configured as maxConnections, or the server's
+// room), and how the server's room was made when it was read.
+func describeBudget(b supervisor.Budget, maxConnections int) string {
 	parts := []string{fmt.Sprintf("the master %d", b.Master)}
 	if b.Dashboard > 0 {
 		parts = append(parts, fmt.Sprintf("its dashboard %d", b.Dashboard))
 	}
 	procs, capped := b.Processes, ""
-	if b.Cap > 0 {
+	switch {
+	case b.Cap > 0 && b.Cap == maxConnections:
 		procs, capped = b.Limit, fmt.Sprintf(", within fleet.max_connections = %d", b.Cap)
+	case b.Cap > 0 && b.Server != nil && b.Cap > b.Server.Room():
+		procs, capped = b.Limit, fmt.Sprintf(", %d over the server's room of %d: taken from the reserve", b.Cap-b.Server.Room(), b.Server.Room())
+	case b.Cap > 0:
+		procs, capped = b.Limit, fmt.Sprintf(", within the server's room of %d", b.Cap)
 	}
 	parts = append(parts, fmt.Sprintf("%d processes × %d", procs, b.Worker))
-	return fmt.Sprintf("at most %d (%s%s)", b.Total, strings.Join(parts, ", "), capped)
+	out := fmt.Sprintf("at most %d (%s%s)", b.Total, strings.Join(parts, ", "), capped)
+	if b.Server != nil {
+		out += "; the server's room: " + b.Server.String()
+	}
+	return out
 }
 
 // getenv looks key up in the app's environment (App.Environ), the last
@@ -95,7 +106,7 @@ func (r *runner) fleet(c *cobra.Command, _ []string) error {
 		},
 		Running: func(m *master.Master, settings master.Settings) {
 			fmt.Fprintf(out, "fleet master %s running supervisors %s\n", m.Name(), describeSupervisors(sups))
-			fmt.Fprintf(out, "connections: %s\n", describeBudget(settings.Connections))
+			fmt.Fprintf(out, "connections: %s\n", describeBudget(settings.Connections, cfg.Fleet.MaxConnections))
 		},
 		Stopped: func(sum master.Summary) {
 			unsaved := ""

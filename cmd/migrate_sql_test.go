@@ -47,8 +47,8 @@ func TestMigrateSQLScriptMigratesAnEmptyDatabase(t *testing.T) {
 	}
 
 	env := dbEnv(url)
-	if st := run(t, t.TempDir(), env, "migrate", "status"); st.code != 0 || !strings.Contains(st.stdout, "queue  version 8 of 8, clean") ||
-		!strings.Contains(st.stdout, "fleet  version 10 of 10, clean") {
+	if st := run(t, t.TempDir(), env, "migrate", "status"); st.code != 0 || !strings.Contains(st.stdout, "queue  version 9 of 9, clean") ||
+		!strings.Contains(st.stdout, "fleet  version 11 of 11, clean") {
 		t.Fatalf("status after the script: %+v", st)
 	}
 	if m := run(t, t.TempDir(), env, "migrate"); m.code != 0 || !strings.Contains(m.stdout, "nothing to migrate") {

@@ -22,6 +22,7 @@ import (
 	"github.com/fleet-go/fleet"
 	"github.com/fleet-go/fleet/bench"
 	"github.com/fleet-go/fleet/config"
+	"github.com/fleet-go/fleet/process"
 	"github.com/fleet-go/fleet/queue"
 )
 
@@ -107,7 +108,7 @@ func ExecuteContext(ctx context.Context, app App) int {
 		// required flag missing.
 		err = &usageError{err: err}
 	}
-	err = explainDatabaseError(err, !appCommands.ran(ran))
+	err = process.ExplainRefused(explainDatabaseError(err, !appCommands.ran(ran)))
 	if err == nil {
 		return ExitOK
 	}

@@ -29,6 +29,7 @@ type workFlags struct {
 	maxConns      int
 	stopWhenEmpty bool
 	reports       bool
+	isolate       bool
 }
 
 func (r *runner) workCommand() *cobra.Command {
@@ -65,6 +66,7 @@ func (f *workFlags) register(c *cobra.Command) {
 	fl.IntVar(&f.tries, "tries", 0, "most attempts for jobs that set none (default queue.tries)")
 	fl.StringVar(&f.backoff, "backoff", "", "retry backoff for jobs that set none, e.g. 1,5,30 (default queue.backoff)")
 	fl.DurationVar(&f.timeout, "timeout", 0, "timeout for jobs that set none (default queue.timeout_secs)")
+	fl.BoolVar(&f.isolate, "isolate", false, "run as an isolation process: take only suspect jobs (in two or more crashed processes), one at a time, and exit when none is ready (set by the master)")
 	fl.BoolVar(&f.reports, "reports", false, "write @fleet report lines to stdout without --master (for tools that watch a hand-run worker, such as app bench)")
 	_ = fl.MarkHidden("reports")
 }
@@ -136,6 +138,7 @@ func (f workFlags) spec() (spawner.Spec, error) {
 		Paused:       f.paused,
 		PausedQueues: splitList(f.pausedQueues),
 		MaxConns:     f.maxConns,
+		Isolate:      f.isolate,
 	}, nil
 }
 

@@ -64,6 +64,7 @@ func TestWorkFlagsRoundTripASpec(t *testing.T) {
 		Paused:       true,
 		PausedQueues: []string{"mail"},
 		MaxConns:     5,
+		Isolate:      true,
 	}
 	// The full spec sets every field, so that a field added to Spec but not
 	// to the flags fails here.

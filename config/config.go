@@ -26,8 +26,16 @@ type DatabaseConfig struct {
 	// MaxConns is the size of the connection pool of each process of the
 	// fleet: the master's and every worker's (which also opens one
 	// connection for LISTEN). 0: 4 for the master, 3 for a worker. At
-	// least 2 when set. fleet.max_connections may shrink it.
+	// least 2 when set. fleet.max_connections, and the server's room
+	// (ReserveConnections), may shrink it.
 	MaxConns int `toml:"max_conns"`
+	// ReserveConnections is how many of the server's connections fleet
+	// leaves free for the application: a master (or a worker) reads the
+	// server's max_connections, its reserved slots and the sessions open
+	// as it starts, and shrinks its pools, then runs fewer processes, so
+	// that this many stay free (see supervisor.FitServer). Unset: a tenth
+	// of max_connections, at least 3. Not read behind a pooler.
+	ReserveConnections *int `toml:"reserve_connections"`
 	// Pooler says what URL goes through: PoolerNone (PostgreSQL itself),
 	// PoolerSession or PoolerTransaction (a pooler such as PgBouncer in
 	// that pool mode). Under a transaction pooler fleet prepares no

@@ -17,7 +17,8 @@ import (
 
 // Validate checks that values are in range: database.pooler is none,
 // session or transaction; queue.driver is database or memory;
-// database.max_conns is 0 or at least 2; fleet.max_connections is at least
+// database.max_conns is 0 or at least 2; database.reserve_connections, when
+// set, is at least 0; fleet.max_connections is at least
 // 0; log.level is debug, info, warn or error; log.format is text or
 // json; queue.workers and queue.tries are at least 1; queue.backoff values
 // are at least 0; queue.timeout_secs is at least 1;
@@ -48,6 +49,7 @@ func (c *Config) Validate() error {
 		oneOf("database.pooler", c.Database.Pooler, secrets, PoolerNone, PoolerSession, PoolerTransaction),
 		oneOf("queue.driver", q.Driver, secrets, "database", "memory"),
 		poolSize("database.max_conns", c.Database.MaxConns),
+		optionalAtLeast("database.reserve_connections", c.Database.ReserveConnections, 0),
 		names.CheckQueue("queue.default_queue:", q.DefaultQueue),
 	}
 	for i, name := range q.Queues {
@@ -225,7 +227,14 @@ func atLeast(key string, got, least int) error {
 	return invalid(key, "must be at least %d, got %d", least, got)
 }
 
-// notEmpty checks that a name is not empty or blank.
+// optionalAtLeast is atLeast for a key that may be unset (nil).
+func optionalAtLeast(key string, got *int, least int) error {
+	if got == nil {
+		return nil
+	}
+	return atLeast(key, *got, least)
+}
+
 // poolSize: 0 (the default) or at least 2.
 func poolSize(key string, got int) error {
 	if got == 0 || got >= 2 {
@@ -234,6 +243,7 @@ func poolSize(key string, got int) error {
 	return invalid(key, "must be 0 (the default sizes) or at least 2, got %d", got)
 }
 
+// notEmpty checks that a name is not empty or blank.
 func notEmpty(key, got string) error {
 	if strings.TrimSpace(got) != "" {
 		return nil

@@ -99,9 +99,13 @@ func testHangingChild(t *testing.T, srv *mmServer) {
 	stopMasters(t, a)
 }
 
-// testPoisonJob: a job that kills its child every time (test.exit) ends in
-// queue_failed_jobs after its tries, each attempt recorded as lost, while
-// the jobs of the other queue keep flowing, none lost.
+// testPoisonJob: a job that kills its child every time (test.exit, 2
+// tries) alone in a process of one slot: its first two crashes spend no
+// try (recorded as lost: the process might have died of something else);
+// then it is a suspect and runs in an isolation process, where each crash
+// is its own, and it ends in queue_failed_jobs after its 2 tries there,
+// with how its process ended, while the jobs of the other queue keep
+// flowing, none lost.
 func testPoisonJob(t *testing.T, srv *mmServer) {
 	url := srv.url(t)
 	d := openDB(t, url)
@@ -120,11 +124,16 @@ func testPoisonJob(t *testing.T, srv *mmServer) {
 	apptest.Eventually(t, 30*time.Second, "the poison job failed", func() bool {
 		return d.count(`SELECT count(*) FROM queue_failed_jobs WHERE name = 'test.exit'`) == 1
 	})
-	if k := d.count(`SELECT count(*) FROM queue_failed_jobs WHERE name = 'test.exit' AND attempts = 2 AND error LIKE 'worker lost%'`); k != 1 {
-		t.Errorf("the poison job's failed row does not say it lost its worker twice")
+	if k := d.count(`SELECT count(*) FROM queue_failed_jobs WHERE name = 'test.exit' AND attempts = 4 AND max_tries = 4
+		AND error LIKE 'crashed its process: the process exited with status 3 while running this job alone, in an isolation process (attempt 4 of 4 tries)%'`); k != 1 {
+		t.Errorf("the poison job's failed row does not say it crashed its isolation process at its last try")
 	}
-	if k := d.count(`SELECT count(*) FROM fleet_jobs WHERE name = 'test.exit' AND status = 'lost'`); k != 2 {
+	if k := d.count(`SELECT count(*) FROM fleet_jobs WHERE name = 'test.exit' AND status = 'lost'
+		AND error LIKE 'lost: its process exited with status 3 while running it and no other job;%'`); k != 2 {
 		t.Errorf("%d lost attempts of the poison job recorded, want 2", k)
+	}
+	if k := d.count(`SELECT count(*) FROM fleet_jobs WHERE name = 'test.exit' AND status = 'failed'`); k != 2 {
+		t.Errorf("%d failed attempts of the poison job recorded, want its 2 tries in isolation", k)
 	}
 	apptest.Eventually(t, 30*time.Second, "every other job done", func() bool {
 		return d.count(`SELECT count(*) FROM queue_jobs`) == 0

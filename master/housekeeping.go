@@ -12,10 +12,12 @@ import (
 
 // housekeeping is the service that cleans up after the dead, every tick:
 // it releases what this master's exited workers still held (queued by
-// supervision), the jobs of expired members, and, once a minute, jobs
-// whose holder has no row at all; it sweeps the concurrency limits, and
-// tells supervision which of its workers hold a job far past its
-// timeout. It starts second and stops second to last: after supervision,
+// supervision, and taken at once rather than at the next tick), the jobs
+// of expired members, and, once a minute, jobs whose holder has no row at
+// all; it sweeps the concurrency limits, tells supervision which of its
+// workers hold a job far past its timeout, and how many suspect jobs
+// (see store.SuspectCrashes) are ready on this master's queues, for
+// supervision to start isolation processes for them. It starts second and stops second to last: after supervision,
 // so that the jobs of the last children to exit are released (its last
 // round, on the stop budget) before the membership row goes.
 type housekeeping struct {
@@ -32,8 +34,10 @@ type housekeeping struct {
 	defaultTimeout time.Duration
 	timeoutGrace   time.Duration
 
-	releases *fifo[*releaseReq] // from supervision
-	kills    *latest[[]string]  // to supervision
+	releases *fifo[*releaseReq]   // from supervision
+	kills    *latest[[]string]    // to supervision
+	suspects *latest[suspectSnap] // to supervision
+	queues   []string             // every queue of this master's supervisors
 
 	// Its own state, used only by its goroutine.
 	pending     []*releaseReq        // releases that failed, tried again each tick
@@ -53,15 +57,33 @@ type releaseReq struct {
 	tries    int
 	reason   string
 	failures int
+	// crash, when set, says the worker crashed (see store.JobReleaseCrashed).
+	crash *crashInfo
+}
+
+// crashInfo is how a crashed worker died.
+type crashInfo struct {
+	isolated bool   // an isolation process: its one job is charged
+	exit     string // spawner.Exit.Describe
+	stderr   string // spawner.Exit.Stderr
+	backoff  []int  // the worker's default backoff
+}
+
+// suspectSnap is what housekeeping read of the suspect jobs ready on this
+// master's queues: how many per queue (queues without any left out), and
+// when, by the master's clock, it began to read them.
+type suspectSnap struct {
+	at     time.Time
+	counts map[string]int
 }
 
 func newHousekeeping(st *store.Store, set Settings, log *slog.Logger, member peers, budget *stopBudget,
-	releases *fifo[*releaseReq], kills *latest[[]string]) *housekeeping {
+	releases *fifo[*releaseReq], kills *latest[[]string], suspects *latest[suspectSnap], queues []string) *housekeeping {
 	return &housekeeping{
 		st: st, log: log, member: member, now: set.Now, budget: budget,
 		tick: set.Tick, ttl: set.TTL, defaultTries: set.DefaultTries,
 		defaultTimeout: set.DefaultTimeout, timeoutGrace: set.TimeoutGrace,
-		releases: releases, kills: kills, releasing: map[string]time.Time{},
+		releases: releases, kills: kills, suspects: suspects, queues: queues, releasing: map[string]time.Time{},
 	}
 }
 
@@ -75,7 +97,7 @@ func (h *housekeeping) Start(ctx context.Context) error {
 	}
 	go func() {
 		defer end()
-		svclife.TickEvery(sctx, h.tick, h.round, &h.sig.round)
+		h.loop(sctx)
 		// The last round: what the last children to exit held.
 		h.drainReleases(h.budget.context())
 	}()
@@ -89,12 +111,33 @@ func (h *housekeeping) Stop() {
 	h.lc.Halt()
 }
 
-// round is one tick: releases, expired members, the limit sweep and the
-// overdue check.
+// loop runs a round every tick, and releases what exited workers held as
+// soon as supervision queues it, until ctx ends.
+func (h *housekeeping) loop(ctx context.Context) {
+	t := time.NewTicker(h.tick)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-h.releases.ready():
+			if h.drainReleases(ctx) {
+				h.readSuspects(ctx)
+			}
+		case <-t.C:
+			h.round(ctx)
+			h.sig.round.Send(struct{}{})
+		}
+	}
+}
+
+// round is one tick: releases, expired members, the limit sweep, the
+// suspects and the overdue check.
 func (h *housekeeping) round(ctx context.Context) {
 	h.drainReleases(ctx)
 	h.releaseExpired(ctx)
 	h.sweepLimits(ctx)
+	h.readSuspects(ctx)
 	octx, cancel := context.WithTimeout(ctx, statementTimeout)
 	defer cancel()
 	overdue, err := h.st.WorkerOverdue(octx, h.member.Instance(), h.defaultTimeout, h.timeoutGrace+5*time.Second)
@@ -108,11 +151,13 @@ func (h *housekeeping) round(ctx context.Context) {
 	}
 }
 
-// drainReleases releases the jobs of every exited worker queued so far.
+// drainReleases releases the jobs of every exited worker queued so far,
+// and reports whether a crash made a job a suspect or charged one (see
+// store.JobReleaseCrashed): the suspects are worth reading again at once.
 // A release that fails (the database away, or read-only) is kept and tried
 // again at the next tick: nobody else would release them, since this
 // master's row lives on.
-func (h *housekeeping) drainReleases(ctx context.Context) {
+func (h *housekeeping) drainReleases(ctx context.Context) (suspects bool) {
 	h.pending = append(h.pending, h.releases.takeAll()...)
 	kept := h.pending[:0]
 	for _, r := range h.pending {
@@ -121,19 +166,62 @@ func (h *housekeeping) drainReleases(ctx context.Context) {
 			continue
 		}
 		rctx, cancel := context.WithTimeout(ctx, statementTimeout)
-		lost, err := h.st.JobReleaseWorker(rctx, r.worker, r.tries, r.reason)
+		var err error
+		if r.crash != nil {
+			var res store.CrashedJobs
+			res, err = h.releaseCrashed(rctx, r)
+			suspects = suspects || res.Suspects > 0 || res.Charged > 0
+		} else {
+			var lost store.LostJobs
+			lost, err = h.st.JobReleaseWorker(rctx, r.worker, r.tries, r.reason)
+			if err == nil && lost.Released+lost.Failed > 0 {
+				h.log.Warn("released the jobs of a lost worker", "worker", r.worker, "released", lost.Released, "failed", lost.Failed)
+			}
+		}
 		cancel()
-		switch {
-		case err != nil:
+		if err != nil {
 			kept = append(kept, r)
 			if r.failures++; r.failures == 1 {
 				h.log.Warn("release the jobs of an exited worker failed; retrying every tick", "worker", r.worker, "err", err)
 			}
-		case lost.Released+lost.Failed > 0:
-			h.log.Warn("released the jobs of a lost worker", "worker", r.worker, "released", lost.Released, "failed", lost.Failed)
 		}
 	}
 	h.pending = kept
+	return suspects
+}
+
+// releaseCrashed releases the jobs of a worker that crashed and logs what
+// became of them.
+func (h *housekeeping) releaseCrashed(ctx context.Context, r *releaseReq) (store.CrashedJobs, error) {
+	res, err := h.st.JobReleaseCrashed(ctx, store.JobReleaseCrashedParams{
+		Worker: r.worker, Isolated: r.crash.isolated, Exit: r.crash.exit, Stderr: r.crash.stderr,
+		Tries: r.tries, Backoff: r.crash.backoff,
+	})
+	switch {
+	case err != nil:
+	case r.crash.isolated && res.Charged > 0:
+		h.log.Warn("an isolation process crashed: its job is charged with the attempt", "worker", r.worker,
+			"exit", r.crash.exit, "failed_for_good", res.Failed, "retried", res.Released)
+	case res.Released+res.Cancelled > 0:
+		h.log.Warn("released the jobs of a crashed worker without spending their tries", "worker", r.worker,
+			"exit", r.crash.exit, "released", res.Released, "suspects", res.Suspects)
+	}
+	return res, err
+}
+
+// readSuspects tells supervision how many suspect jobs are ready on this
+// master's queues.
+func (h *housekeeping) readSuspects(ctx context.Context) {
+	at := h.now()
+	sctx, cancel := context.WithTimeout(ctx, statementTimeout)
+	defer cancel()
+	counts, err := h.st.JobSuspects(sctx, h.queues)
+	if err != nil {
+		h.logs.Fail(h.log, "suspects", "reading the suspect jobs failed", "err", err)
+		return
+	}
+	h.logs.OK(h.log, "suspects", "reading the suspect jobs works again")
+	h.suspects.put(suspectSnap{at: at, counts: counts})
 }
 
 // sweepEvery is how often a master runs the full sweep for jobs whose

@@ -58,7 +58,7 @@ func TestHousekeepingReleasesWhatAnExitedWorkerHeld(t *testing.T) {
 	e.member(t, instance, time.Minute)
 	id := e.claimed(t, "q", "m/w-1", instance)
 	releases := &fifo[*releaseReq]{}
-	h := newHousekeeping(e.impatientStore(t), e.set, e.log, &fakePeers{instance: instance}, e.budget, releases, newLatest[[]string]())
+	h := newHousekeeping(e.impatientStore(t), e.set, e.log, &fakePeers{instance: instance}, e.budget, releases, newLatest[[]string](), newLatest[suspectSnap](), nil)
 	h.sig.round.Init()
 
 	ctx := context.Background()
@@ -105,7 +105,7 @@ func TestHousekeepingLastRoundReleases(t *testing.T) {
 	releases := &fifo[*releaseReq]{}
 	set := e.set
 	set.Tick = time.Hour
-	h := newHousekeeping(e.st, set, e.log, &fakePeers{instance: instance}, e.budget, releases, newLatest[[]string]())
+	h := newHousekeeping(e.st, set, e.log, &fakePeers{instance: instance}, e.budget, releases, newLatest[[]string](), newLatest[suspectSnap](), nil)
 	if err := h.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +128,7 @@ func TestHousekeepingReleasesExpiredMembersOnceTrusted(t *testing.T) {
 	view := e.member(t, me, time.Minute)
 	peers := &fakePeers{instance: me}
 	peers.set(view, false)
-	h := newHousekeeping(e.st, e.set, e.log, peers, e.budget, &fifo[*releaseReq]{}, newLatest[[]string]())
+	h := newHousekeeping(e.st, e.set, e.log, peers, e.budget, &fifo[*releaseReq]{}, newLatest[[]string](), newLatest[suspectSnap](), nil)
 	ctx := context.Background()
 	h.round(ctx)
 	h.round(ctx)
@@ -152,7 +152,7 @@ func TestHousekeepingReportsOverdueWorkers(t *testing.T) {
 	e.claimed(t, "q", "m/w-7", instance)
 	e.exec(t, `UPDATE queue_jobs SET reserved_at = now() - interval '1 hour'`)
 	kills := newLatest[[]string]()
-	h := newHousekeeping(e.st, e.set, e.log, &fakePeers{instance: instance}, e.budget, &fifo[*releaseReq]{}, kills)
+	h := newHousekeeping(e.st, e.set, e.log, &fakePeers{instance: instance}, e.budget, &fifo[*releaseReq]{}, kills, newLatest[suspectSnap](), nil)
 	h.round(context.Background())
 	got, ok := kills.take()
 	if !ok || !slices.Equal(got, []string{"m/w-7"}) {
@@ -170,7 +170,7 @@ func TestHousekeepingSweepsOncePerMinuteOfItsClock(t *testing.T) {
 	me := membership.NewInstance()
 	peers := &fakePeers{instance: me}
 	peers.set(e.member(t, me, time.Minute), true)
-	h := newHousekeeping(e.st, set, e.log, peers, e.budget, &fifo[*releaseReq]{}, newLatest[[]string]())
+	h := newHousekeeping(e.st, set, e.log, peers, e.budget, &fifo[*releaseReq]{}, newLatest[[]string](), newLatest[suspectSnap](), nil)
 	ctx := context.Background()
 	h.round(ctx)
 	first := h.lastSweep

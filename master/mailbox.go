@@ -53,6 +53,15 @@ func (l *latest[T]) take() (T, bool) {
 type fifo[T any] struct {
 	mu    sync.Mutex
 	items []T
+	// pushed has a value after a push the reader has not seen (see
+	// ready); made on first use.
+	once   sync.Once
+	pushed chan struct{}
+}
+
+func (q *fifo[T]) signal() chan struct{} {
+	q.once.Do(func() { q.pushed = make(chan struct{}, 1) })
+	return q.pushed
 }
 
 // push appends v.
@@ -60,7 +69,16 @@ func (q *fifo[T]) push(v T) {
 	q.mu.Lock()
 	q.items = append(q.items, v)
 	q.mu.Unlock()
+	select {
+	case q.signal() <- struct{}{}:
+	default:
+	}
 }
+
+// ready is a channel to select on: it delivers a value once something
+// was pushed since it last did, so a reader takes the values at once
+// rather than at its next tick.
+func (q *fifo[T]) ready() <-chan struct{} { return q.signal() }
 
 // takeAll returns everything pushed since the last call, oldest first.
 func (q *fifo[T]) takeAll() []T {

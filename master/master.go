@@ -55,6 +55,7 @@ import (
 	"fmt"
 	svclife "github.com/fleet-go/fleet/internal/lifecycle"
 	"log/slog"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -111,6 +112,7 @@ type Master struct {
 	state    *latest[stateSnap]                         // shared state -> supervision
 	workload *latest[map[string]balancer.QueueWorkload] // workload -> supervision
 	kills    *latest[[]string]                          // housekeeping -> supervision
+	suspects *latest[suspectSnap]                       // housekeeping -> supervision
 	releases *fifo[*releaseReq]                         // supervision -> housekeeping
 	// duties -> alerts is the alerts service's own queue (alerts.offer).
 
@@ -157,13 +159,22 @@ func New(st *store.Store, supervisors []supervisor.Supervisor, opts ...Option) (
 	m.state = newLatest[stateSnap]()
 	m.workload = newLatest[map[string]balancer.QueueWorkload]()
 	m.kills = newLatest[[]string]()
+	m.suspects = newLatest[suspectSnap]()
 	m.releases = &fifo[*releaseReq]{}
+	var queues []string
+	for _, sup := range supervisors {
+		for _, q := range sup.Queues {
+			if !slices.Contains(queues, q) {
+				queues = append(queues, q)
+			}
+		}
+	}
 
 	alerts := newAlerts(m.set.OnLongWait, m.log, m.budget)
-	m.supervision = newSupervision(m.spawner, supervisors, m.set, m.log, member, m.status, m.state, m.workload, m.kills, m.releases)
+	m.supervision = newSupervision(m.spawner, supervisors, m.set, m.log, member, m.status, m.state, m.workload, m.kills, m.releases, m.suspects)
 	m.services = []service{
 		member,
-		newHousekeeping(st, m.set, m.log, member, m.budget, m.releases, m.kills),
+		newHousekeeping(st, m.set, m.log, member, m.budget, m.releases, m.kills, m.suspects, queues),
 		newSharedState(st, m.set.Tick, m.log, member.StartedAt, m.state),
 		newWorkload(st, m.set.BalanceCooldown, m.log, m.workload),
 		alerts,

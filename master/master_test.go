@@ -332,7 +332,12 @@ func TestMasterTerminate(t *testing.T) {
 	}
 }
 
-func TestMasterReleasesJobsOfDeadWorker(t *testing.T) {
+// A job whose workers die under it: the first two deaths charge it
+// nothing (released at once, one more try each); then it is a suspect, an
+// isolation process is started for it, and each death of that process is
+// its own, until its tries are spent and it fails with how the process
+// ended. The supervisor's ordinary process is replaced throughout.
+func TestMasterIsolatesAJobThatKeepsKillingItsWorkers(t *testing.T) {
 	t.Parallel()
 	sups := resolve(t, map[string]supervisor.SupervisorOptions{"solo": {Queues: []string{"q"}, MaxProcesses: intp(1), Tries: intp(2)}})
 	b := start(t, nil, sups, nil)
@@ -344,26 +349,49 @@ func TestMasterReleasesJobsOfDeadWorker(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := idRes.ID
-	// The fake process "holds" the job as a real worker would.
-	for i := range 2 {
+	// The fake process "holds" the job as a real worker would, and dies.
+	hold := func(i int, suspects bool) {
+		t.Helper()
 		spec := b.fake.Specs()[i]
-		jobs, err := b.st.JobClaim(ctx, store.JobClaimParams{Queue: "q", Limit: 1, Worker: spec.Worker, Master: spec.Master})
+		if spec.Isolate != suspects || (suspects && spec.Concurrency != 1) {
+			t.Fatalf("process %d: %+v, want isolation %v", i, spec, suspects)
+		}
+		jobs, err := b.st.JobClaim(ctx, store.JobClaimParams{Queue: "q", Limit: 1, Worker: spec.Worker, Master: spec.Master, Suspects: suspects})
 		if err != nil || len(jobs) != 1 {
-			t.Fatalf("claim: %v %v", jobs, err)
+			t.Fatalf("claim of process %d: %v %v", i, jobs, err)
 		}
 		_ = b.fake.Process(i).Kill()
-		if i == 0 {
-			// Released at once, the attempt counted.
-			poll(t, "the dead worker's job to be released", func() bool {
-				return b.count(t, `SELECT count(*) FROM queue_jobs WHERE id = $1 AND reserved_by IS NULL AND attempts = 1 AND last_error LIKE 'worker lost%'`, id) == 1
-			})
-			wait(t, b.fake.WaitSpawned(waitCtx(t), 2))
-		}
 	}
-	// Its tries (2) spent: the job ends in failed jobs instead of looping.
-	poll(t, "a job that killed its worker twice to end in failed jobs", func() bool {
-		return b.count(t, `SELECT count(*) FROM queue_failed_jobs WHERE job_id = $1 AND attempts = 2 AND error LIKE 'worker lost%'`, id) == 1
+	hold(0, false)
+	poll(t, "the dead worker's job released, no try spent", func() bool {
+		return b.count(t, `SELECT count(*) FROM queue_jobs WHERE id = $1 AND reserved_by IS NULL AND attempts = 1 AND max_tries = 3
+			AND crashes = 1 AND last_error LIKE 'lost: its process exited with status -1 while running it and no other job;%'`, id) == 1
 	})
+	wait(t, b.fake.WaitSpawned(waitCtx(t), 2))
+	hold(1, false)
+	// A suspect now: an isolation process runs it (3 the replacement of 1,
+	// 4 the isolation process, in either order).
+	wait(t, b.fake.WaitSpawned(waitCtx(t), 4))
+	iso := 2
+	if !b.fake.Specs()[iso].Isolate {
+		iso = 3
+	}
+	if b.fake.Specs()[5-iso].Isolate {
+		t.Fatalf("specs %+v: want one ordinary process and one isolation process", b.fake.Specs())
+	}
+	hold(iso, true) // attempt 3 of 4 tries: charged, retried
+	wait(t, b.fake.WaitSpawned(waitCtx(t), 5))
+	hold(4, true) // attempt 4 of 4: failed
+	poll(t, "a job that killed its isolation process at its last try to end in failed jobs", func() bool {
+		return b.count(t, `SELECT count(*) FROM queue_failed_jobs WHERE job_id = $1 AND attempts = 4 AND error LIKE
+			'crashed its process: the process exited with status -1 while running this job alone, in an isolation process (attempt 4 of 4 tries)%'`, id) == 1
+	})
+	if n := b.count(t, `SELECT count(*) FROM fleet_jobs WHERE job_id = $1 AND status = 'lost'`, id); n != 2 {
+		t.Errorf("%d lost attempts, want the 2 beside-crash ones", n)
+	}
+	if n := len(b.fake.Running()); n != 1 {
+		t.Errorf("%d processes running, want the ordinary one and no isolation process once no suspect is left", n)
+	}
 }
 
 func TestMasterReleasesJobsOfExpiredMaster(t *testing.T) {

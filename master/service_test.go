@@ -144,7 +144,7 @@ func makers(t *testing.T, e *svcEnv) map[string]func(*stopBudget) service {
 			return ms
 		},
 		"housekeeping": func(b *stopBudget) service {
-			return newHousekeeping(e.st, e.set, e.log, peers, b, &fifo[*releaseReq]{}, newLatest[[]string]())
+			return newHousekeeping(e.st, e.set, e.log, peers, b, &fifo[*releaseReq]{}, newLatest[[]string](), newLatest[suspectSnap](), nil)
 		},
 		"shared state": func(*stopBudget) service {
 			return newSharedState(e.st, e.set.Tick, e.log, time.Now, newLatest[stateSnap]())
@@ -167,7 +167,7 @@ func makers(t *testing.T, e *svcEnv) map[string]func(*stopBudget) service {
 		},
 		"supervision": func(*stopBudget) service {
 			return newSupervision(spawnertest.NewFakeSpawner(), sups, e.set, e.log, peers, &status{},
-				newLatest[stateSnap](), newLatest[map[string]balancer.QueueWorkload](), newLatest[[]string](), &fifo[*releaseReq]{})
+				newLatest[stateSnap](), newLatest[map[string]balancer.QueueWorkload](), newLatest[[]string](), &fifo[*releaseReq]{}, newLatest[suspectSnap]())
 		},
 	}
 }

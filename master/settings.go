@@ -54,8 +54,10 @@ type Settings struct {
 	// is shown in the master's row (fleet:masters). Zero: none.
 	Connections supervisor.Budget
 	// StopTimeout is how long shutdown waits for workers to finish their
-	// running jobs before killing them (default: DefaultTimeout +
-	// TimeoutGrace + 5 s).
+	// running jobs before killing them (default: DefaultTimeout + twice
+	// TimeoutGrace + 5 s: a job ignoring its timeout is given up on after
+	// the grace, and the jobs beside it then have the grace to finish
+	// before their worker interrupts them and exits).
 	StopTimeout time.Duration
 	// RestartBase and RestartMax bound the delay before restarting a
 	// crashed group (default 1 s doubling to 60 s).
@@ -117,7 +119,7 @@ func (s Settings) withDefaults() Settings {
 	s.DefaultTries = cmp.Or(s.DefaultTries, defaults.Tries)
 	s.DefaultTimeout = cmp.Or(s.DefaultTimeout, defaults.Timeout)
 	s.TimeoutGrace = cmp.Or(s.TimeoutGrace, defaults.TimeoutGrace)
-	s.StopTimeout = cmp.Or(s.StopTimeout, s.DefaultTimeout+s.TimeoutGrace+5*time.Second)
+	s.StopTimeout = cmp.Or(s.StopTimeout, s.DefaultTimeout+2*s.TimeoutGrace+5*time.Second)
 	s.StartTimeout = cmp.Or(s.StartTimeout, defaults.StartTimeout)
 	s.Version = cmp.Or(s.Version, "dev")
 	s.LongWaitCooldown = cmp.Or(s.LongWaitCooldown, defaults.LongWaitCooldown)

@@ -52,7 +52,7 @@ func TestStopCancelsStatementsInFlight(t *testing.T) {
 			instance := membership.NewInstance()
 			e.member(t, instance, time.Minute)
 			releases := &fifo[*releaseReq]{}
-			h := newHousekeeping(e.st, e.set, e.log, &fakePeers{instance: instance, trusted: true}, e.budget, releases, newLatest[[]string]())
+			h := newHousekeeping(e.st, e.set, e.log, &fakePeers{instance: instance, trusted: true}, e.budget, releases, newLatest[[]string](), newLatest[suspectSnap](), nil)
 			if err := h.Start(context.Background()); err != nil {
 				t.Fatal(err)
 			}

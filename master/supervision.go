@@ -19,10 +19,12 @@ import (
 
 // supervision is the service that runs the children: it starts them to
 // meet each group's allocation, balances the allocation across queues,
-// replaces recycled workers at once and crashed ones after a backoff,
-// kills workers that never get ready or hold a job far past its timeout,
-// applies pause and terminate requests, and publishes the state and
-// report the membership beats. It runs no statement itself, so a slow
+// replaces recycled workers at once and crashed ones after the backoff of
+// their process slot, starts an isolation process for a group whose queues
+// have suspect jobs ready (see reconcileIsolation), kills workers that
+// never get ready or hold a job far past its timeout, applies pause and
+// terminate requests, and publishes the state and report the membership
+// beats. It runs no statement itself, so a slow
 // query delays neither a beat nor a child's event: it takes what the
 // other services last read from its mailboxes (pause state, workload,
 // overdue workers) and queues what exited workers held for housekeeping
@@ -44,6 +46,7 @@ type supervision struct {
 	state    *latest[stateSnap]                         // from shared state
 	workload *latest[map[string]balancer.QueueWorkload] // from workload
 	kills    *latest[[]string]                          // from housekeeping
+	suspects *latest[suspectSnap]                       // from housekeeping
 	releases *fifo[*releaseReq]                         // to housekeeping
 
 	// Its own state, used only by its goroutine (and by New before it
@@ -58,6 +61,7 @@ type supervision struct {
 	seq          int             // numbers worker names
 	load         map[string]balancer.QueueWorkload
 	jobSamples   []jobSample
+	suspectsNow  suspectSnap // the suspects housekeeping last read
 
 	// Set by its goroutine before it ends.
 	sum Summary
@@ -73,11 +77,19 @@ type supervision struct {
 }
 
 type supState struct {
-	sup      supervisor.Supervisor
-	groups   []supervisor.Group
-	alloc    balancer.Allocation
-	paused   bool
-	restarts map[string]*restarts
+	sup    supervisor.Supervisor
+	groups []supervisor.Group
+	alloc  balancer.Allocation
+	paused bool
+	// slots holds, per group, the restart backoff of each of its process
+	// slots (see slotFor): a crash delays the restart of its own slot
+	// only, so a job that keeps crashing its process never holds back the
+	// group's other processes.
+	slots map[string][]*restarts
+	// isolation holds, per group, the restart backoff of its isolation
+	// process's slot, and isoEnded when its last isolation process exited.
+	isolation map[string]*restarts
+	isoEnded  map[string]time.Time
 	// ceiling is the process ceiling this master confirmed for the
 	// supervisor's fleet-wide budget (-1: no budget).
 	ceiling int
@@ -89,6 +101,8 @@ type proc struct {
 	p        spawner.Process
 	sup      *supState
 	group    string
+	slot     int  // its process slot in the group (see supState.slots)
+	isolated bool // an isolation process (see reconcileIsolation), in no slot
 	started  time.Time
 	ready    bool // it reported ready (or beat)
 	killed   bool // killed for not getting ready in time
@@ -97,9 +111,20 @@ type proc struct {
 	// or a free connection) before getting ready; waiting says for what.
 	waitingAt time.Time
 	waiting   string
-	jobs      int64
-	memoryMB  float64
+	// unwritten is how many finished jobs its last heartbeat said wait
+	// for a write that fails, unwrittenAt when it said so, and spared
+	// whether the log said it is not killed for them.
+	unwritten   int
+	unwrittenAt time.Time
+	spared      bool
+	jobs        int64
+	memoryMB    float64
 }
+
+// unwrittenFresh is how long a worker's word that its finished jobs wait
+// for a write that fails holds (it says so in every heartbeat, one a
+// second, while they wait).
+const unwrittenFresh = 10 * time.Second
 
 type jobSample struct {
 	at   time.Time
@@ -107,16 +132,18 @@ type jobSample struct {
 }
 
 func newSupervision(sp spawner.Spawner, sups []supervisor.Supervisor, set Settings, log *slog.Logger, member beater, st *status,
-	state *latest[stateSnap], workload *latest[map[string]balancer.QueueWorkload], kills *latest[[]string], releases *fifo[*releaseReq]) *supervision {
+	state *latest[stateSnap], workload *latest[map[string]balancer.QueueWorkload], kills *latest[[]string], releases *fifo[*releaseReq],
+	suspects *latest[suspectSnap]) *supervision {
 	s := &supervision{
 		spawner: sp, set: set, log: log, now: set.Now, member: member, status: st,
-		state: state, workload: workload, kills: kills, releases: releases,
+		state: state, workload: workload, kills: kills, releases: releases, suspects: suspects,
 		procs: map[spawner.Process]*proc{},
 	}
 	for _, sup := range sups {
-		ss := &supState{sup: sup, groups: sup.Groups(), alloc: balancer.Allocation{}, restarts: map[string]*restarts{}, ceiling: -1, claim: -1}
+		ss := &supState{sup: sup, groups: sup.Groups(), alloc: balancer.Allocation{}, slots: map[string][]*restarts{},
+			isolation: map[string]*restarts{}, isoEnded: map[string]time.Time{}, ceiling: -1, claim: -1}
 		for _, g := range ss.groups {
-			ss.restarts[g.Key] = newRestarts(set.RestartBase, set.RestartMax)
+			ss.isolation[g.Key] = newRestarts(set.RestartBase, set.RestartMax)
 		}
 		if sup.FleetMaxProcesses > 0 {
 			ss.ceiling, ss.claim = 0, 0
@@ -184,6 +211,9 @@ func (s *supervision) supervise(ctx context.Context) (Summary, error) {
 			s.sig.applied.Send(snap)
 		case ws := <-s.kills.c():
 			s.killOverdue(ws)
+		case snap := <-s.suspects.c():
+			s.suspectsNow = snap
+			s.reconcileAll(ctx, events)
 		case <-tick.C:
 			s.killUnready()
 			s.applyWorkload()
@@ -198,19 +228,29 @@ func (s *supervision) supervise(ctx context.Context) (Summary, error) {
 	}
 }
 
-// armWake points the wake timer at the earliest restart that is waiting
-// out its backoff, so a replacement starts on time rather than at the next
-// tick.
+// armWake points the wake timer at the earliest restart of an empty slot
+// that is waiting out its backoff, so a replacement starts on time rather
+// than at the next tick.
 func (s *supervision) armWake(t *time.Timer) {
 	var next time.Time
 	now := s.now()
 	for _, ss := range s.sups {
-		for key, r := range ss.restarts {
-			if r.ready(now) || s.alive(ss, key) >= ss.alloc[key] {
+		for _, g := range ss.groups {
+			if s.alive(ss, g.Key) >= ss.alloc[g.Key] {
 				continue
 			}
-			if next.IsZero() || r.next.Before(next) {
+			if r := ss.isolation[g.Key]; s.isolationWanted(ss, g) && !r.ready(now) && (next.IsZero() || r.next.Before(next)) {
 				next = r.next
+			}
+			taken := s.slotsTaken(ss, g.Key)
+			for i := range ss.alloc[g.Key] {
+				r := s.slotFor(ss, g.Key, i)
+				if taken[i] || r.ready(now) {
+					continue
+				}
+				if next.IsZero() || r.next.Before(next) {
+					next = r.next
+				}
 			}
 		}
 	}
@@ -305,24 +345,39 @@ func (s *supervision) killUnready() {
 	}
 }
 
-// killOverdue kills this master's workers named in overdue.
+// killOverdue kills this master's workers named in overdue, but not one
+// that keeps saying that its finished jobs wait for a write that fails
+// (the database is away or has no connection to give): those jobs are
+// done, and a kill would run them again with a try spent. A handler that
+// ignores its timeout is the worker's own watchdog's to end.
 func (s *supervision) killOverdue(overdue []string) {
+	now := s.now()
 	for _, w := range overdue {
 		for _, p := range s.procs {
-			if p.p.Spec().Worker == w {
-				s.log.Error("worker holds a job past its timeout and grace: killing it", "worker", w, "pid", p.p.PID())
-				_ = p.p.Kill()
+			if p.p.Spec().Worker != w {
+				continue
 			}
+			if p.unwritten > 0 && now.Sub(p.unwrittenAt) < unwrittenFresh {
+				if !p.spared {
+					p.spared = true
+					s.log.Warn("worker holds jobs past their timeout, but they are finished and wait for the database to take their outcomes: not killing it",
+						"worker", w, "pid", p.p.PID(), "unwritten", p.unwritten)
+				}
+				continue
+			}
+			s.log.Error("worker holds a job past its timeout and grace: killing it", "worker", w, "pid", p.p.PID())
+			_ = p.p.Kill()
 		}
 	}
 }
 
 // alive counts the processes of a group that are not stopping: a process
-// that is on its way out is never counted as capacity.
+// that is on its way out is never counted as capacity, nor is an isolation
+// process, which runs no ordinary job.
 func (s *supervision) alive(ss *supState, group string) int {
 	n := 0
 	for _, p := range s.procs {
-		if p.sup == ss && p.group == group && !p.stopping {
+		if p.sup == ss && p.group == group && !p.stopping && !p.isolated {
 			n++
 		}
 	}
@@ -347,39 +402,68 @@ func (s *supervision) reconcileAll(ctx context.Context, events chan<- spawner.Ev
 	for _, ss := range s.sups {
 		for _, g := range ss.groups {
 			s.reconcile(ctx, events, ss, g)
+			s.reconcileIsolation(ctx, events, ss, g)
 		}
 	}
 }
 
+// slotFor returns the restart backoff of process slot i of a group,
+// making the group's slots up to i as needed.
+func (s *supervision) slotFor(ss *supState, group string, i int) *restarts {
+	for len(ss.slots[group]) <= i {
+		ss.slots[group] = append(ss.slots[group], newRestarts(s.set.RestartBase, s.set.RestartMax))
+	}
+	return ss.slots[group][i]
+}
+
+// slotsTaken returns the slots of a group that a process holds: every
+// ordinary process of the group that is not stopping holds its own.
+func (s *supervision) slotsTaken(ss *supState, group string) map[int]bool {
+	taken := map[int]bool{}
+	for _, p := range s.procs {
+		if p.sup == ss && p.group == group && !p.stopping && !p.isolated {
+			taken[p.slot] = true
+		}
+	}
+	return taken
+}
+
 // reconcile starts or stops processes of one group to meet its allocation.
-// Under a fleet-wide budget a start also waits until the supervisor's
-// processes, stopping ones included, are below the ceiling.
+// A group of n processes has n slots, numbered from 0, each with its own
+// crash backoff: a start takes the lowest free slot whose backoff has
+// passed, so that a crash delays the replacement of the process that
+// crashed and nothing else. Under a fleet-wide budget a start also waits
+// until the supervisor's processes, stopping ones included, are below the
+// ceiling.
 func (s *supervision) reconcile(ctx context.Context, events chan<- spawner.Event, ss *supState, g supervisor.Group) {
 	want, have := ss.alloc[g.Key], s.alive(ss, g.Key)
-	for ; have < want; have++ {
-		r := ss.restarts[g.Key]
-		if !r.ready(s.now()) {
-			return
-		}
-		if ss.ceiling >= 0 && s.runningOf(ss) >= ss.ceiling {
-			return
-		}
-		if limit := s.set.Connections.Limit; limit > 0 && len(s.procs) >= limit {
-			// The connection cap: a process still finishing its jobs
-			// holds its connections until it exits.
-			return
-		}
-		if err := s.spawn(ctx, events, ss, g); err != nil {
-			s.summary.Crashed++
-			s.failed(ss, g.Key, 0, "spawn failed", err)
-			return
+	if have < want {
+		taken := s.slotsTaken(ss, g.Key)
+		for slot := 0; slot < want && have < want; slot++ {
+			if taken[slot] || !s.slotFor(ss, g.Key, slot).ready(s.now()) {
+				continue
+			}
+			if ss.ceiling >= 0 && s.runningOf(ss) >= ss.ceiling {
+				return
+			}
+			if limit := s.set.Connections.Limit; limit > 0 && len(s.procs) >= limit {
+				// The connection cap: a process still finishing its jobs
+				// holds its connections until it exits.
+				return
+			}
+			if err := s.spawn(ctx, events, ss, g, slot, false); err != nil {
+				s.summary.Crashed++
+				s.failed(ss, g.Key, slot, 0, "spawn failed", err)
+				return
+			}
+			have++
 		}
 	}
 	if have > want {
 		// Stop the newest first: the oldest are closest to recycling anyway.
 		var group []*proc
 		for _, p := range s.procs {
-			if p.sup == ss && p.group == g.Key && !p.stopping {
+			if p.sup == ss && p.group == g.Key && !p.stopping && !p.isolated {
 				group = append(group, p)
 			}
 		}
@@ -398,7 +482,72 @@ func (s *supervision) stop(p *proc) {
 	}
 }
 
-func (s *supervision) spawn(ctx context.Context, events chan<- spawner.Event, ss *supState, g supervisor.Group) error {
+// isolationWanted reports whether a group wants an isolation process now:
+// its supervisor is not paused, housekeeping read ready suspects on its
+// queues (those not paused) after the group's last isolation process
+// exited, and none runs or is stopping.
+func (s *supervision) isolationWanted(ss *supState, g supervisor.Group) bool {
+	if s.stopping || ss.paused || !s.suspectsNow.at.After(ss.isoEnded[g.Key]) {
+		return false
+	}
+	n := 0
+	for _, q := range g.Queues {
+		if !s.pausedQueues[q] {
+			n += s.suspectsNow.counts[q]
+		}
+	}
+	if n == 0 {
+		return false
+	}
+	for _, p := range s.procs {
+		if p.sup == ss && p.group == g.Key && p.isolated {
+			return false
+		}
+	}
+	return true
+}
+
+// reconcileIsolation starts the isolation process of a group that wants
+// one (isolationWanted) once its slot's backoff has passed. It counts
+// against a fleet-wide budget and the connection cap like any process,
+// and outside the allocation.
+//
+// A job that was in two processes that died (a suspect, see
+// store.SuspectCrashes) is no longer claimed by ordinary workers: it runs
+// alone, in an isolation process of its group (spawner.Spec.Isolate: one
+// slot, suspects only, exiting once none is ready), which supervision
+// starts when housekeeping reads ready suspects on the group's queues.
+// A crash of an isolation process is its one job's: housekeeping charges
+// the attempt to that job, which fails after its tries with how its
+// process ended and the end of its stderr, while the jobs that were beside
+// the crashes that made it a suspect lost no try. An isolation process
+// that crashed after it got ready is replaced as soon as suspects are
+// ready again, with no backoff of its slot: the job it ran carries the
+// crash, and that job's own backoff and tries pace it. One that crashed
+// before it got ready is backed off like any process.
+func (s *supervision) reconcileIsolation(ctx context.Context, events chan<- spawner.Event, ss *supState, g supervisor.Group) {
+	if !s.isolationWanted(ss, g) || !ss.isolation[g.Key].ready(s.now()) {
+		return
+	}
+	if ss.ceiling >= 0 && s.runningOf(ss) >= ss.ceiling {
+		return
+	}
+	if limit := s.set.Connections.Limit; limit > 0 && len(s.procs) >= limit {
+		return
+	}
+	if err := s.spawn(ctx, events, ss, g, 0, true); err != nil {
+		s.summary.Crashed++
+		r := ss.isolation[g.Key]
+		r.fail(s.now(), 0)
+		s.log.Warn("isolation process spawn failed; retrying after backoff", "supervisor", ss.sup.Name, "queues", g.Key,
+			"retry_in", r.retryIn(), "err", err)
+		return
+	}
+	s.log.Info("started an isolation process: jobs that were in two crashed processes run in it, alone",
+		"supervisor", ss.sup.Name, "queues", g.Key, "suspects", s.suspectsNow.counts)
+}
+
+func (s *supervision) spawn(ctx context.Context, events chan<- spawner.Event, ss *supState, g supervisor.Group, slot int, isolated bool) error {
 	s.seq++
 	instance := s.member.Instance()
 	spec := spawner.Spec{
@@ -422,29 +571,33 @@ func (s *supervision) spawn(ctx context.Context, events chan<- spawner.Event, ss
 	if s.set.Connections.Worker > 0 {
 		spec.MaxConns = s.set.Connections.WorkerPool()
 	}
+	if isolated {
+		spec.Isolate, spec.Concurrency = true, 1
+		spec.Worker += "-isolation"
+	}
 	p, err := s.spawner.Spawn(ctx, spec, events)
 	if err != nil {
 		return err
 	}
 	s.summary.Started++
-	s.procs[p] = &proc{p: p, sup: ss, group: g.Key, started: s.now()}
-	s.log.Debug("started worker", "supervisor", ss.sup.Name, "queues", g.Key, "pid", p.PID(), "worker", spec.Worker)
+	s.procs[p] = &proc{p: p, sup: ss, group: g.Key, slot: slot, isolated: isolated, started: s.now()}
+	s.log.Debug("started worker", "supervisor", ss.sup.Name, "queues", g.Key, "slot", slot, "pid", p.PID(), "worker", spec.Worker)
 	return nil
 }
 
-// failed records a crash or failed spawn of a group and logs an error when
-// the group crash-loops.
-func (s *supervision) failed(ss *supState, group string, lived time.Duration, what string, err error) {
-	r := ss.restarts[group]
+// failed records a crash or failed spawn in a process slot of a group and
+// logs an error when the slot crash-loops.
+func (s *supervision) failed(ss *supState, group string, slot int, lived time.Duration, what string, err error) {
+	r := s.slotFor(ss, group, slot)
 	looping := r.fail(s.now(), lived)
-	attrs := []any{"supervisor", ss.sup.Name, "queues", group, "retry_in", r.retryIn()}
+	attrs := []any{"supervisor", ss.sup.Name, "queues", group, "retry_in", r.retryIn(), "slot", slot}
 	if err != nil {
 		attrs = append(attrs, "err", err)
 	}
 	s.log.Warn("worker "+what+"; restarting after backoff", attrs...)
 	if looping {
 		s.log.Error("workers keep failing: five failures within a minute", "supervisor", ss.sup.Name,
-			"queues", group, "failures", len(r.recent), "retry_in", r.retryIn())
+			"queues", group, "failures", len(r.recent), "retry_in", r.retryIn(), "slot", slot)
 	}
 }
 
@@ -457,6 +610,12 @@ func (s *supervision) handle(ev spawner.Event) {
 	if r := ev.Report; r != nil {
 		if r.Type == spawner.ReportHeartbeat || r.Type == spawner.ReportExiting {
 			p.jobs, p.memoryMB = r.Jobs, r.MemoryMB
+		}
+		if r.Type == spawner.ReportHeartbeat {
+			p.unwritten, p.unwrittenAt = r.Unwritten, s.now()
+			if r.Unwritten == 0 {
+				p.spared = false
+			}
 		}
 		if r.Type == spawner.ReportExiting && r.Unsaved > 0 {
 			s.summary.Unsaved += r.Unsaved
@@ -481,24 +640,50 @@ func (s *supervision) handle(ev spawner.Event) {
 	s.summary.Jobs += p.jobs
 	spec := p.p.Spec()
 	lived := s.now().Sub(p.started)
-	// Whatever the worker still held is released by housekeeping, soon;
-	// its attempt counts. The row keeps beating until that is done.
-	s.releases.push(&releaseReq{worker: spec.Worker, tries: cmp.Or(spec.Tries, s.set.DefaultTries), reason: string(exit.Reason)})
+	// Whatever the worker still held is released by housekeeping, at once;
+	// the row keeps beating until that is done. After a crash no job of a
+	// process that ran several is charged, and the one job of an isolation
+	// process is (see reconcileIsolation); after any other exit (the
+	// worker stopped by itself and gave back what it could) the attempt
+	// counts.
+	req := &releaseReq{worker: spec.Worker, tries: cmp.Or(spec.Tries, s.set.DefaultTries), reason: string(exit.Reason)}
+	if exit.Reason == spawner.ExitCrash {
+		req.crash = &crashInfo{isolated: p.isolated, exit: exit.Describe(), stderr: exit.Stderr, backoff: spec.Backoff}
+	}
+	s.releases.push(req)
+	if p.isolated {
+		p.sup.isoEnded[p.group] = s.now()
+	}
 	switch {
+	case p.isolated && (exit.Reason == spawner.ExitCrash || exit.Reason == spawner.ExitError):
+		s.summary.Crashed++
+		r := p.sup.isolation[p.group]
+		if !p.ready {
+			r.fail(s.now(), lived)
+			s.log.Warn("isolation process "+exit.Describe()+" before it got ready; restarting after backoff", "supervisor", spec.Supervisor,
+				"queues", p.group, "retry_in", r.retryIn())
+		} else {
+			r.ok()
+			s.log.Warn("isolation process "+exit.Describe()+": the job it ran alone is charged with the crash", "supervisor", spec.Supervisor,
+				"queues", p.group, "pid", p.p.PID(), "worker", spec.Worker)
+		}
+	case p.isolated:
+		p.sup.isolation[p.group].ok()
+		s.log.Debug("isolation process exited", "supervisor", spec.Supervisor, "queues", p.group, "pid", p.p.PID(), "reason", string(exit.Reason))
 	case exit.Reason.Recycled():
 		s.summary.Recycled++
-		p.sup.restarts[p.group].ok()
+		s.slotFor(p.sup, p.group, p.slot).ok()
 		s.log.Info("worker recycled", "supervisor", spec.Supervisor, "queues", p.group, "pid", p.p.PID(), "reason", string(exit.Reason), "jobs", p.jobs)
 	case exit.Reason == spawner.ExitCrash || exit.Reason == spawner.ExitError:
 		s.summary.Crashed++
 		if !s.stopping {
-			s.failed(p.sup, p.group, lived, exit.Describe(), exit.Err)
+			s.failed(p.sup, p.group, p.slot, lived, exit.Describe(), exit.Err)
 		}
 	case exit.Reason == spawner.ExitFenced:
-		p.sup.restarts[p.group].ok()
+		s.slotFor(p.sup, p.group, p.slot).ok()
 		s.log.Warn("worker stopped: this master was out of the fleet's view for a ttl", "supervisor", spec.Supervisor, "queues", p.group, "pid", p.p.PID())
 	default:
-		p.sup.restarts[p.group].ok()
+		s.slotFor(p.sup, p.group, p.slot).ok()
 		s.log.Debug("worker exited", "supervisor", spec.Supervisor, "queues", p.group, "pid", p.p.PID(), "reason", string(exit.Reason))
 	}
 }
@@ -535,7 +720,7 @@ func (s *supervision) shutdown(events chan spawner.Event, why string) (Summary, 
 		}
 	}
 	if s.summary.Unsaved > 0 {
-		return s.summary, fmt.Errorf("%d finished jobs' outcomes were not written before the workers exited (the database was unreachable): their jobs are released later and run again", s.summary.Unsaved)
+		return s.summary, fmt.Errorf("%d finished jobs' outcomes were not written before the workers exited (the database did not take them within the drain timeout): their jobs are released later and run again", s.summary.Unsaved)
 	}
 	return s.summary, nil
 }

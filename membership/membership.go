@@ -45,6 +45,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fleet-go/fleet/internal/backoff"
 	"github.com/fleet-go/fleet/internal/defaults"
 	"github.com/fleet-go/fleet/internal/lifecycle"
 	"github.com/fleet-go/fleet/store"
@@ -143,10 +144,11 @@ type Service struct {
 	startedAt   time.Time // the row's started_at, database clock
 	leaveErr    error
 
-	beatErrors atomic.Uint64
-	duplicates atomic.Uint64
-	durations  *histogram
-	stopOnce   sync.Once
+	beatErrors  atomic.Uint64
+	beatRetries atomic.Uint64
+	duplicates  atomic.Uint64
+	durations   *histogram
+	stopOnce    sync.Once
 }
 
 // New validates cfg and returns a member service.
@@ -296,6 +298,13 @@ func (s *Service) loop(ctx context.Context) {
 	}
 }
 
+// Pauses before a beat the database refused for now is tried again
+// within its time limit (see beatWithin).
+const (
+	beatRetryBase = 5 * time.Millisecond
+	beatRetryMax  = 100 * time.Millisecond
+)
+
 // FirstBeatTimeout is the least time limit of the first beat, Start's boot
 // check. No peer relies on the row before it exists, so a first beat
 // slowed by a cold pool or a busy server is waited for rather than failed
@@ -316,10 +325,25 @@ func (s *Service) beatWithin(ctx context.Context, d time.Duration) error {
 	bctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	start := s.cfg.Now()
-	v, err := s.st.MemberBeat(bctx, store.MemberBeatParams{
+	params := store.MemberBeatParams{
 		Instance: s.instance, Kind: s.cfg.Kind, Name: s.cfg.Name, Host: s.host, PID: os.Getpid(),
 		Version: s.cfg.Version, State: state, Report: report, TTL: s.cfg.TTL,
-	}, s.Trusted())
+	}
+	trusted := s.Trusted()
+	v, err := s.st.MemberBeat(bctx, params, trusted)
+	// A database that answered with a passing refusal (the statement
+	// timeout of a busy server, a deadlock) is asked again at once, after
+	// a short pause, within the beat's time limit: the row must not expire
+	// because statements are slow.
+	pause := backoff.Exponential{Base: beatRetryBase, Max: beatRetryMax}
+	for err != nil && store.ClassifyError(err) == store.ErrorTransient && bctx.Err() == nil {
+		d := pause.Next()
+		if backoff.Sleep(bctx, backoff.Between(d/2, d)) != nil {
+			break
+		}
+		s.beatRetries.Add(1)
+		v, err = s.st.MemberBeat(bctx, params, trusted)
+	}
 	s.durations.observe(s.cfg.Now().Sub(start).Seconds())
 	if err != nil {
 		s.beatErrors.Add(1)
@@ -420,6 +444,11 @@ func (s *Service) Trusted() bool {
 
 // BeatErrors counts failed beats.
 func (s *Service) BeatErrors() uint64 { return s.beatErrors.Load() }
+
+// BeatRetries counts the statements of beats tried again within their
+// time limit after the database refused them for now (a statement
+// timeout, a deadlock): see store.ErrorTransient.
+func (s *Service) BeatRetries() uint64 { return s.beatRetries.Load() }
 
 // Duplicates counts other live instances seen under this member's name.
 func (s *Service) Duplicates() uint64 { return s.duplicates.Load() }

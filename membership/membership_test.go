@@ -222,3 +222,42 @@ func TestLostBeatsLoseTrust(t *testing.T) {
 		t.Errorf("%d lines about lost beats, want 1:\n%s", n, logs.String())
 	}
 }
+
+// A beat the database answers with a statement timeout (or a deadlock) is
+// tried again within the beat's time limit, not given up until the next
+// interval: three timed-out statements in a row cost the first beat
+// nothing but three retries, and the row is written.
+func TestBeatRetriesAStatementTimeout(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	for _, sql := range []string{
+		`CREATE SEQUENCE slow_beat`,
+		`CREATE FUNCTION slow_beat() RETURNS trigger LANGUAGE plpgsql AS $$
+		 BEGIN
+		     IF nextval('slow_beat') <= 3 THEN
+		         RAISE EXCEPTION 'canceling statement due to statement timeout' USING ERRCODE = '57014';
+		     END IF;
+		     RETURN NULL;
+		 END $$`,
+		`CREATE TRIGGER slow_beat BEFORE INSERT ON fleet_masters FOR EACH STATEMENT EXECUTE FUNCTION slow_beat()`,
+	} {
+		if _, err := pool.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	s, err := membership.New(store.New(pool), membership.Config{Name: "slow", TTL: time.Hour, Interval: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(ctx); err != nil {
+		t.Fatalf("first beat: %v", err)
+	}
+	defer s.Stop()
+	if s.BeatRetries() != 3 || s.BeatErrors() != 0 {
+		t.Errorf("%d retries and %d failed beats, want 3 and 0", s.BeatRetries(), s.BeatErrors())
+	}
+	if _, ok := s.View().Find(s.Instance()); !ok {
+		t.Error("the first beat wrote no row")
+	}
+}

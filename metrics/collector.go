@@ -13,8 +13,8 @@
 //	fleet_processes{[master,]supervisor,group}   gauge: worker processes of this master (of the live masters without Options.Instance)
 //	fleet_jobs_processed_total{queue}            counter: attempts (not jobs) processed, from fleet_counters
 //	fleet_jobs_failed_total{queue}               counter: attempts failed, timed out or lost, from fleet_counters
-//	fleet_attempts_total{queue,outcome}          counter: attempts by outcome: completed, failed, timed_out, lost, cancelled
-//	fleet_jobs_total{queue,outcome}              counter: jobs by what an attempt made of them: completed, failed (for good), retried, cancelled, lost (released after its worker died)
+//	fleet_attempts_total{queue,outcome}          counter: attempts by outcome: completed, failed, timed_out, lost, cancelled, interrupted
+//	fleet_jobs_total{queue,outcome}              counter: jobs by what an attempt made of them: completed, failed (for good), retried, cancelled, lost (released after its worker died), interrupted (released after its worker stopped it)
 //	fleet_job_runtime_seconds{queue,name}        histogram: attempts' runtimes, from fleet_runtime_counters (name: a queue's 20 busiest, else "other")
 //	fleet_masters{state}                         gauge: masters by liveness on the database clock: online, draining, offline (expired, not yet deleted); all three always
 //	fleet_supervisor_paused{supervisor}          gauge: 1 for each paused supervisor, 0 for the others
@@ -255,10 +255,10 @@ func NewCollector(pool *pgxpool.Pool, opts Options) *Collector {
 			"Attempts (not jobs) of the queue that failed, timed out or were lost.",
 			[]string{"queue"}, nil),
 		attempts: prometheus.NewDesc("fleet_attempts_total",
-			"Attempts of the queue by outcome: completed, failed, timed_out, lost (its worker died) or cancelled.",
+			"Attempts of the queue by outcome: completed, failed, timed_out, lost (its worker died), cancelled, or interrupted (its worker stopped it as it exited).",
 			[]string{"queue", "outcome"}, nil),
 		jobs: prometheus.NewDesc("fleet_jobs_total",
-			"Jobs of the queue by what their attempt made of them: completed, failed (for good: moved to failed jobs), retried (to run again after a failed or timed out attempt), cancelled, or lost (to run again after its worker died).",
+			"Jobs of the queue by what their attempt made of them: completed, failed (for good: moved to failed jobs), retried (to run again after a failed or timed out attempt), cancelled, lost (to run again after its worker died), or interrupted (to run again after its worker stopped it as it exited, no try spent).",
 			[]string{"queue", "outcome"}, nil),
 		runtime: prometheus.NewDesc("fleet_job_runtime_seconds",
 			"Runtime of the attempts a worker timed, by queue and job name (a queue's 20 busiest names; the others as \"other\").",
@@ -403,13 +403,13 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		for _, o := range []struct {
 			outcome string
 			n       int64
-		}{{"completed", n.Completed}, {"failed", n.AttemptFailed}, {"timed_out", n.TimedOut}, {"lost", n.Lost}, {"cancelled", n.Cancelled}} {
+		}{{"completed", n.Completed}, {"failed", n.AttemptFailed}, {"timed_out", n.TimedOut}, {"lost", n.Lost}, {"cancelled", n.Cancelled}, {"interrupted", n.Interrupted}} {
 			ch <- prometheus.MustNewConstMetric(c.attempts, prometheus.CounterValue, float64(o.n), n.Queue, o.outcome)
 		}
 		for _, o := range []struct {
 			outcome string
 			n       int64
-		}{{"completed", n.Completed}, {"failed", n.FailedFinal}, {"retried", n.Retried}, {"cancelled", n.Cancelled}, {"lost", n.Requeued}} {
+		}{{"completed", n.Completed}, {"failed", n.FailedFinal}, {"retried", n.Retried}, {"cancelled", n.Cancelled}, {"lost", n.Requeued}, {"interrupted", n.Interrupted}} {
 			ch <- prometheus.MustNewConstMetric(c.jobs, prometheus.CounterValue, float64(o.n), n.Queue, o.outcome)
 		}
 	}

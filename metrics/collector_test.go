@@ -56,8 +56,8 @@ func seed(t *testing.T, pool *pgxpool.Pool) {
 			('mail', 'm', now() - interval '1 hour', 'w1', 'm1', now(), 1),
 			('mail', 'm', now() - interval '1 hour', 'w2', 'm1', now(), 1),
 			('default', 'd', now() - interval '1 hour', 'w3', 'm1', now(), 1)`,
-		`INSERT INTO fleet_counters (queue, processed, failed, completed, attempt_failed, timed_out, lost, cancelled, retried, failed_final, requeued)
-		 VALUES ('mail', 40, 3, 36, 1, 1, 1, 1, 2, 0, 1), ('default', 12, 0, 12, 0, 0, 0, 0, 0, 0, 0), ('drained', 7, 1, 6, 1, 0, 0, 0, 0, 1, 0)`,
+		`INSERT INTO fleet_counters (queue, processed, failed, completed, attempt_failed, timed_out, lost, cancelled, retried, failed_final, requeued, interrupted)
+		 VALUES ('mail', 42, 3, 36, 1, 1, 1, 1, 2, 0, 1, 2), ('default', 12, 0, 12, 0, 0, 0, 0, 0, 0, 0, 0), ('drained', 7, 1, 6, 1, 0, 0, 0, 0, 1, 0, 0)`,
 		`INSERT INTO fleet_masters (instance, name, host, pid, state, report, expires_at) VALUES
 			('i-m1', 'm1', 'h1', 1, 'running', '{"supervisors":[
 				{"name":"default","queues":["default","mail"],"balance":"auto","paused":false,"processes":{"default":1,"mail":3}},
@@ -133,8 +133,8 @@ fleet_jobs_failed_total{queue="mail"} 3
 # TYPE fleet_jobs_processed_total counter
 fleet_jobs_processed_total{queue="default"} 12
 fleet_jobs_processed_total{queue="drained"} 7
-fleet_jobs_processed_total{queue="mail"} 40
-# HELP fleet_attempts_total Attempts of the queue by outcome: completed, failed, timed_out, lost (its worker died) or cancelled.
+fleet_jobs_processed_total{queue="mail"} 42
+# HELP fleet_attempts_total Attempts of the queue by outcome: completed, failed, timed_out, lost (its worker died), cancelled, or interrupted (its worker stopped it as it exited).
 # TYPE fleet_attempts_total counter
 fleet_attempts_total{outcome="cancelled",queue="default"} 0
 fleet_attempts_total{outcome="cancelled",queue="drained"} 0
@@ -145,13 +145,16 @@ fleet_attempts_total{outcome="completed",queue="mail"} 36
 fleet_attempts_total{outcome="failed",queue="default"} 0
 fleet_attempts_total{outcome="failed",queue="drained"} 1
 fleet_attempts_total{outcome="failed",queue="mail"} 1
+fleet_attempts_total{outcome="interrupted",queue="default"} 0
+fleet_attempts_total{outcome="interrupted",queue="drained"} 0
+fleet_attempts_total{outcome="interrupted",queue="mail"} 2
 fleet_attempts_total{outcome="lost",queue="default"} 0
 fleet_attempts_total{outcome="lost",queue="drained"} 0
 fleet_attempts_total{outcome="lost",queue="mail"} 1
 fleet_attempts_total{outcome="timed_out",queue="default"} 0
 fleet_attempts_total{outcome="timed_out",queue="drained"} 0
 fleet_attempts_total{outcome="timed_out",queue="mail"} 1
-# HELP fleet_jobs_total Jobs of the queue by what their attempt made of them: completed, failed (for good: moved to failed jobs), retried (to run again after a failed or timed out attempt), cancelled, or lost (to run again after its worker died).
+# HELP fleet_jobs_total Jobs of the queue by what their attempt made of them: completed, failed (for good: moved to failed jobs), retried (to run again after a failed or timed out attempt), cancelled, lost (to run again after its worker died), or interrupted (to run again after its worker stopped it as it exited, no try spent).
 # TYPE fleet_jobs_total counter
 fleet_jobs_total{outcome="cancelled",queue="default"} 0
 fleet_jobs_total{outcome="cancelled",queue="drained"} 0
@@ -162,6 +165,9 @@ fleet_jobs_total{outcome="completed",queue="mail"} 36
 fleet_jobs_total{outcome="failed",queue="default"} 0
 fleet_jobs_total{outcome="failed",queue="drained"} 1
 fleet_jobs_total{outcome="failed",queue="mail"} 0
+fleet_jobs_total{outcome="interrupted",queue="default"} 0
+fleet_jobs_total{outcome="interrupted",queue="drained"} 0
+fleet_jobs_total{outcome="interrupted",queue="mail"} 2
 fleet_jobs_total{outcome="lost",queue="default"} 0
 fleet_jobs_total{outcome="lost",queue="drained"} 0
 fleet_jobs_total{outcome="lost",queue="mail"} 1

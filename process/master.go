@@ -76,10 +76,15 @@ func masterSettings(cfg *config.Config, sups []supervisor.Supervisor, version st
 // open (see supervisor.ConnectionBudget), from database.max_conns and
 // fleet.max_connections.
 func ConnectionBudget(cfg *config.Config, sups []supervisor.Supervisor) (supervisor.Budget, error) {
-	return supervisor.ConnectionBudget(sups, supervisor.BudgetOptions{
+	return supervisor.ConnectionBudget(sups, budgetOptions(cfg))
+}
+
+// budgetOptions are the options of cfg's connection budget.
+func budgetOptions(cfg *config.Config) supervisor.BudgetOptions {
+	return supervisor.BudgetOptions{
 		Pool: cfg.Database.MaxConns, Cap: cfg.Fleet.MaxConnections,
 		Dashboard: cfg.Fleet.HTTP.Addr != "" && cfg.Fleet.Dashboard,
-	})
+	}
 }
 
 // MasterName is fleet.name, else the variable fleet.name_env names (looked
@@ -139,6 +144,10 @@ type MasterOptions struct {
 	// Periodic are the app's periodic schedules, of the configuration and
 	// of its code.
 	Periodic []periodic.Schedule
+	// Budget, when set, is the connection budget already fitted to the
+	// server (RunMaster reads the server's room first); nil: the budget of
+	// the configuration alone (ConnectionBudget).
+	Budget *supervisor.Budget
 }
 
 func (o MasterOptions) getenv(key string) string {
@@ -146,6 +155,14 @@ func (o MasterOptions) getenv(key string) string {
 		return ""
 	}
 	return o.Getenv(key)
+}
+
+// budget is o.Budget, else the budget of the configuration for sups.
+func (o MasterOptions) budget(sups []supervisor.Supervisor) (supervisor.Budget, error) {
+	if o.Budget != nil {
+		return *o.Budget, nil
+	}
+	return ConnectionBudget(o.Config, sups)
 }
 
 // BuildMaster builds the master the configuration describes over st, sups
@@ -158,7 +175,7 @@ func BuildMaster(st *store.Store, sups []supervisor.Supervisor, sp spawner.Spawn
 	}
 	settings := masterSettings(cfg, sups, o.Version)
 	settings.Name = o.Name
-	budget, err := ConnectionBudget(cfg, sups)
+	budget, err := o.budget(sups)
 	if err != nil {
 		return nil, settings, err
 	}

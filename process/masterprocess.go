@@ -54,8 +54,14 @@ type MasterProcess struct {
 }
 
 // RunMaster runs the master process until ctx ends or a terminate request
-// arrives. The process is an ordered list of services, started in this
-// order and stopped in the reverse (package internal/lifecycle):
+// arrives. It first connects once to read what the server has room for
+// (its max_connections, reserved slots and sessions open: not behind a
+// pooler), and fits the pools and the processes in it so that
+// database.reserve_connections stay free, warning when the configuration
+// does not fit (see supervisor.FitServer); a database that does not
+// answer fails there, with a clear error (ErrUnreachable), before anything
+// is built. The process is then an ordered list of services, started in
+// this order and stopped in the reverse (package internal/lifecycle):
 //
 //  1. pool: the master's database pool, which its start checks (a clear
 //     error when the database does not answer);
@@ -77,12 +83,26 @@ type MasterProcess struct {
 // It returns the master's summary and error; when a service fails to
 // start, every service is stopped and its error returned.
 func RunMaster(ctx context.Context, p MasterProcess) (master.Summary, error) {
+	// The name is settled before the first connection, which carries it
+	// in application_name (so fleet:masters can count the connections of
+	// this master and of its workers, whose names start with it).
+	if err := checkNameEnv(p.Config, p.getenv); err != nil {
+		return master.Summary{}, err
+	}
+	p.Name = cmp.Or(p.Name, MasterName(p.Config, p.getenv), master.DefaultName())
+	p, err := fitMaster(ctx, p, masterAppName(p.Name))
+	if err != nil {
+		return master.Summary{}, err
+	}
 	mp, err := newMasterProcess(ctx, p)
 	if err != nil {
 		return master.Summary{}, err
 	}
 	return mp.run(ctx)
 }
+
+// masterAppName is the application_name of a master's sessions.
+func masterAppName(name string) string { return "fleet master " + name }
 
 // masterProcess is a master process built and not started.
 type masterProcess struct {
@@ -93,7 +113,7 @@ type masterProcess struct {
 
 func newMasterProcess(ctx context.Context, p MasterProcess) (*masterProcess, error) {
 	cfg := p.Config
-	budget, err := ConnectionBudget(cfg, p.Supervisors)
+	budget, err := p.budget(p.Supervisors)
 	if err != nil {
 		return nil, err
 	}
@@ -101,11 +121,8 @@ func newMasterProcess(ctx context.Context, p MasterProcess) (*masterProcess, err
 	if err != nil {
 		return nil, err
 	}
-	// The name is settled before the first connection, which carries it
-	// in application_name (so fleet:masters can count the connections of
-	// this master and of its workers, whose names start with it).
 	p.Name = cmp.Or(p.Name, MasterName(cfg, p.getenv), master.DefaultName())
-	appName := "fleet master " + p.Name
+	appName := masterAppName(p.Name)
 	log := p.Logger
 	pool, err := NewPool(ctx, db, budget.Master, appName)
 	if err != nil {

@@ -152,28 +152,36 @@ func TestMasterProcessPortInUse(t *testing.T) {
 	}
 }
 
-// A database that does not answer fails the pool's start with
-// ErrUnreachable; nothing else starts, the master's hooks are not called,
-// and every service is stopped, in reverse.
+// A database that does not answer fails the read of the server's room
+// with ErrUnreachable, before any service is built: none starts or
+// stops, and the master's hooks are not called. Behind a pooler nothing
+// is read; the pool's start fails then, and every service is stopped, in
+// reverse.
 func TestMasterProcessUnreachableDatabase(t *testing.T) {
 	t.Parallel()
-	var mu sync.Mutex
-	var calls []string
-	p, _ := testMasterProcess(t, "postgres://postgres@127.0.0.1:1/none?connect_timeout=2", "", &calls, &mu)
-	_, err := RunMaster(t.Context(), p)
-	if !errors.Is(err, ErrUnreachable) {
-		t.Fatalf("RunMaster on an unreachable database: %v, want ErrUnreachable", err)
-	}
-	var got []string
-	for range 2 {
-		got = append(got, p.lifecycle.Wait(t))
-	}
-	if want := []string{"stop master", "stop pool"}; !slices.Equal(got, want) {
-		t.Errorf("services: %q, want %q", got, want)
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(calls) != 0 {
-		t.Errorf("hooks called: %q", calls)
+	for _, pooler := range []string{config.PoolerNone, config.PoolerSession} {
+		var mu sync.Mutex
+		var calls []string
+		p, _ := testMasterProcess(t, "postgres://postgres@127.0.0.1:1/none?connect_timeout=2", "", &calls, &mu)
+		p.Config.Database.Pooler = pooler
+		_, err := RunMaster(t.Context(), p)
+		if !errors.Is(err, ErrUnreachable) {
+			t.Fatalf("pooler %s: RunMaster on an unreachable database: %v, want ErrUnreachable", pooler, err)
+		}
+		var got []string
+		if pooler != config.PoolerNone {
+			for range 2 {
+				got = append(got, p.lifecycle.Wait(t))
+			}
+		}
+		if want := map[string][]string{config.PoolerNone: nil, config.PoolerSession: {"stop master", "stop pool"}}[pooler]; !slices.Equal(got, want) {
+			t.Errorf("pooler %s: services: %q, want %q", pooler, got, want)
+		}
+		p.lifecycle.None(t, "pooler "+pooler+": a service event after the failure")
+		mu.Lock()
+		if len(calls) != 0 {
+			t.Errorf("pooler %s: hooks called: %q", pooler, calls)
+		}
+		mu.Unlock()
 	}
 }

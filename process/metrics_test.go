@@ -64,8 +64,8 @@ func dbTotals(t *testing.T, pool *pgxpool.Pool) map[string]float64 {
 	err := pool.QueryRow(context.Background(), `
 		SELECT (SELECT count(*) FROM queue_jobs WHERE reserved_by IS NULL AND available_at <= now())::float8,
 		       (SELECT COALESCE(sum(processed), 0) FROM fleet_counters)::float8,
-		       (SELECT COALESCE(sum(completed + attempt_failed + timed_out + lost + cancelled), 0) FROM fleet_counters)::float8,
-		       (SELECT COALESCE(sum(completed + failed_final + retried + cancelled + requeued), 0) FROM fleet_counters)::float8,
+		       (SELECT COALESCE(sum(completed + attempt_failed + timed_out + lost + cancelled + interrupted), 0) FROM fleet_counters)::float8,
+		       (SELECT COALESCE(sum(completed + failed_final + retried + cancelled + requeued + interrupted), 0) FROM fleet_counters)::float8,
 		       (SELECT COALESCE(sum(n), 0) FROM fleet_runtime_counters)::float8,
 		       (SELECT COALESCE(sum(p.value::numeric), 0) FROM fleet_masters m
 		        CROSS JOIN LATERAL jsonb_array_elements(m.report->'supervisors') s

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -64,7 +65,7 @@ func newConnectError(key, url, user, db string, err error) error {
 	}
 	switch pg.Code {
 	case "53300": // too_many_connections
-		e.reason = fmt.Sprintf("the server has no connection left (%s): raise its max_connections or the role's connection limit, cap the fleet with fleet.max_connections or lower database.max_conns, or put a pooler in front", said)
+		e.reason = tooManyConnections(pg)
 	case "08P01": // protocol_violation
 		e.reason = fmt.Sprintf("the server, or a pooler in front of it, rejected the connection's startup (%s); fleet sends no startup parameter but application_name, so a pooler refusing one refuses a parameter of %s itself (remove it from the URL, or list it in PgBouncer's ignore_startup_parameters)", said, key)
 	case "28P01", "28000": // invalid_password, invalid_authorization_specification
@@ -75,6 +76,50 @@ func newConnectError(key, url, user, db string, err error) error {
 		e.reason = fmt.Sprintf("the server refused the connection (%s)", said)
 	}
 	return e
+}
+
+// tooManyConnections explains a connection the server refused for want
+// of a free slot (SQLSTATE 53300): which limit it met, when its message
+// (in English) says so, and what to do.
+func tooManyConnections(pg *pgconn.PgError) string {
+	which := "the server's max_connections, or the role's or the database's connection limit, is reached"
+	switch m := pg.Message; {
+	case strings.Contains(m, "too many clients already"):
+		which = "every slot of the server's max_connections is taken"
+	case strings.Contains(m, "reserved"):
+		which = "the slots left are reserved for privileged roles (superuser_reserved_connections, reserved_connections)"
+	case strings.Contains(m, "for role"):
+		which = "the role's connection limit is reached"
+	case strings.Contains(m, "for database"):
+		which = "the database's connection limit is reached"
+	}
+	return fmt.Sprintf("the database refused a connection: too many connections (%s; SQLSTATE 53300: %s): "+
+		"raise max_connections or the connection limit, leave more free for the application with database.reserve_connections "+
+		"or fleet.max_connections, or put a pooler in front", which, pg.Message)
+}
+
+// refusedError is a connection refused with SQLSTATE 53300 after a
+// command's first one (a pool opening a second): the same explanation as
+// a first connection's, and ErrUnreachable too.
+type refusedError struct {
+	reason string
+	err    error
+}
+
+func (e *refusedError) Error() string        { return e.reason }
+func (e *refusedError) Unwrap() error        { return e.err }
+func (e *refusedError) Is(target error) bool { return target == ErrUnreachable }
+
+// ExplainRefused returns err explained when a connection it holds was
+// refused for want of a free slot (SQLSTATE 53300, see
+// tooManyConnections), and err itself otherwise or when it is explained
+// already (a first connection's connectError).
+func ExplainRefused(err error) error {
+	var pg *pgconn.PgError
+	if err == nil || !errors.As(err, &pg) || pg.Code != "53300" || errors.Is(err, ErrUnreachable) {
+		return err
+	}
+	return &refusedError{reason: tooManyConnections(pg), err: err}
 }
 
 // Database is where fleet's connections go, from the [database] section:

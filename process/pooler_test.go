@@ -2,9 +2,14 @@ package process
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"net"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/fleet-go/fleet/internal/syncbuf"
 	"github.com/fleet-go/fleet/spawner"
@@ -54,5 +59,30 @@ func TestChildEnvCarriesTheDatabase(t *testing.T) {
 	}
 	if line := strings.Join(args, " "); strings.Contains(line, "pw1") || strings.Contains(line, "pw2") || strings.Contains(line, "transaction") {
 		t.Errorf("the command line carries the database: %s", line)
+	}
+}
+
+// A worker under a master waits for a database that did not answer, or
+// answered with a passing refusal (no connection slot left, a statement
+// timeout as the session opened), and exits on one that refused it for
+// good: bad credentials, no such database.
+func TestWorkerWaitsOnlyForADatabaseThatMayComeBack(t *testing.T) {
+	t.Parallel()
+	url := "postgres://u:secret@db.example:5432/app"
+	for _, c := range []struct {
+		err  error
+		wait bool
+	}{
+		{newConnectError("database.url", url, "u", "app", &net.OpError{Op: "dial", Err: errors.New("connection refused")}), true},
+		{newConnectError("database.url", url, "u", "app", &pgconn.PgError{Code: "53300"}), true},
+		{newConnectError("database.url", url, "u", "app", fmt.Errorf("turn JIT off for the session: %w", &pgconn.PgError{Code: "57014"})), true},
+		{newConnectError("database.url", url, "u", "app", &pgconn.PgError{Code: "57P03"}), true},
+		{newConnectError("database.url", url, "u", "app", &pgconn.PgError{Code: "28P01"}), false},
+		{newConnectError("database.url", url, "u", "app", &pgconn.PgError{Code: "3D000"}), false},
+		{errors.New("database.url is not a valid connection string"), false},
+	} {
+		if got := waitForDatabase(c.err); got != c.wait {
+			t.Errorf("waitForDatabase(%v) = %v, want %v", c.err, got, c.wait)
+		}
 	}
 }

@@ -105,7 +105,9 @@ type WorkerProcess struct {
 // RunWorker runs the worker process until it stops: at a limit, when
 // empty with StopWhenEmpty, on SIGTERM or SIGINT (a second one kills the
 // process at once), or, under a master (Spec.Master), when stdin closes.
-// It waits for the database while it does not answer, reporting so. Its
+// It waits for the database while it does not answer, reporting so, and
+// shrinks its pool when the server has no room for it with
+// database.reserve_connections kept free (see fitWorkerPool). Its
 // reports go to the master's pipe, else stdout under a master (or with
 // Reports), else a progress line in the log every few seconds.
 //
@@ -181,9 +183,19 @@ func runWorker(ctx context.Context, p WorkerProcess, exit *worker.Exit) error {
 	}
 	var pool *pgxpool.Pool
 	connected, err := proc.Connect(ctx, func(ctx context.Context) (err error) {
-		pool, err = OpenPool(ctx, db, maxConns, appName)
-		return err
-	}, func(err error) bool { return errors.Is(err, ErrUnreachable) })
+		if pool, err = OpenPool(ctx, db, maxConns, appName); err != nil {
+			return err
+		}
+		// Fit in what the server has free, keeping the reserve: the
+		// pool's one open connection reads it.
+		if n := fitWorkerPool(ctx, pool, db, cfg, maxConns, log); n < maxConns {
+			ClosePool(pool)
+			if pool, err = OpenPool(ctx, db, n, appName); err != nil {
+				return err
+			}
+		}
+		return nil
+	}, waitForDatabase)
 	if err != nil {
 		return err
 	}
@@ -198,6 +210,17 @@ func runWorker(ctx context.Context, p WorkerProcess, exit *worker.Exit) error {
 	log.Info("database pooler", "pooler", db.Pooler, "wake_up", db.Wakeups(wcfg.PollInterval))
 	_, err = proc.Run(ctx, st, p.Jobs)
 	return err
+}
+
+// waitForDatabase reports whether a worker under a master waits for the
+// database after a first connection that failed with err (see
+// worker.Process.Connect): when the server did not answer, or answered
+// with a passing refusal, such as no connection slot left or a statement
+// timeout as the session opened (store.ErrorTransient); not when it
+// refused the connection for good (bad credentials, no such database),
+// which the worker's exit reports to its master.
+func waitForDatabase(err error) bool {
+	return errors.Is(err, ErrUnreachable) && store.ClassifyError(err) != store.ErrorRejected
 }
 
 // WorkerConfig is the worker spec asks for, logging to log, with what the

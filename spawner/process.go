@@ -162,7 +162,8 @@ func (s *ProcessSpawner) environ() []string {
 //
 // followed, each only when non-zero or non-empty, by --master-ttl 10s, --max-jobs N,
 // --max-time SECS (rounded up to whole seconds), --max-memory-mb MB,
-// --tries N, --backoff 1,5,30, --timeout 30s (a Go duration) and --paused.
+// --tries N, --backoff 1,5,30, --timeout 30s (a Go duration), --paused,
+// --paused-queues a,b, --max-conns N and --isolate.
 // The supervisor and queues come first so that ps shows what each process
 // works.
 func WorkArgs(spec Spec) []string {
@@ -212,6 +213,9 @@ func WorkArgs(spec Spec) []string {
 	if spec.MaxConns > 0 {
 		args = append(args, "--max-conns", strconv.Itoa(spec.MaxConns))
 	}
+	if spec.Isolate {
+		args = append(args, "--isolate")
+	}
 	return args
 }
 
@@ -250,7 +254,10 @@ func (s *ProcessSpawner) Spawn(ctx context.Context, spec Spec, events chan<- Eve
 	cmd.WaitDelay = s.waitDelay
 	p := &process{s: s, spec: spec, cmd: cmd, queue: newEventQueue(), reportsDone: make(chan struct{})}
 	p.stdout = NewLineWriter(p.outputLine)
-	p.stderr = NewLineWriter(p.outputLine)
+	p.stderr = NewLineWriter(func(line string, truncated bool) {
+		p.tail.add(line)
+		p.outputLine(line, truncated)
+	})
 	cmd.Stdout = p.stdout
 	cmd.Stderr = p.stderr
 
@@ -298,6 +305,7 @@ type process struct {
 	cmd  *exec.Cmd // cmd.Process is set before any goroutine of the process starts
 
 	stdout, stderr *LineWriter
+	tail           stderrTail // what its exit reports of its stderr
 	queue          *eventQueue
 
 	reports     *os.File      // the read end of the report pipe
@@ -399,7 +407,7 @@ func (p *process) wait() {
 	reported := p.reported
 	p.mu.Unlock()
 	p.queue.push(Event{Process: p, Exit: &Exit{Reason: ExitFor(reported, code), Reported: reported, Code: code,
-		Signal: killedBy(p.cmd.ProcessState), Err: waitErr}})
+		Signal: killedBy(p.cmd.ProcessState), Err: waitErr, Stderr: p.tail.String()}})
 }
 
 // readReports reads the report pipe until its end, handing each line to

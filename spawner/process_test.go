@@ -159,7 +159,24 @@ func runChild(modes []string) int {
 		report(Report{Type: ReportExiting, Reason: ExitStopped})
 		return 0
 	case has("crash"):
+		fmt.Fprintln(os.Stderr, "crash line: exiting with status 3")
 		return 3
+	case has("longcrash"):
+		// Far more than an exit keeps: only the last lines are.
+		for n := range 200 {
+			fmt.Fprintf(os.Stderr, "stderr line %03d %s\n", n, strings.Repeat("y", 60))
+		}
+		fmt.Println("a last line on stdout, which is no part of the tail")
+		return 3
+	case has("panic"):
+		// A panic no recover sees, in a goroutine of its own: the runtime
+		// prints it and its stack on stderr, after a long stderr, and
+		// exits 2.
+		for n := range 200 {
+			fmt.Fprintf(os.Stderr, "stderr line %03d %s\n", n, strings.Repeat("y", 60))
+		}
+		go childPanic(strings.Repeat("deep ", 3))
+		select {}
 	case has("maxjobs"):
 		report(Report{Type: ReportExiting, Reason: ExitMaxJobs, Jobs: 7})
 		fmt.Print("last words")
@@ -339,6 +356,9 @@ type child struct {
 	p      Process
 	events chan Event
 	exit   *Exit
+	// stderr is the Stderr of the exit waitExit returned, which it clears
+	// so that tests compare the rest of an exit as a value.
+	stderr string
 }
 
 // start spawns a process for spec; cleanup kills it and waits for its exit
@@ -413,7 +433,9 @@ func (c *child) waitExit() (Exit, []Report) {
 	for {
 		e := c.next()
 		if e.Exit != nil {
-			return *e.Exit, reports
+			exit := *e.Exit
+			c.stderr, exit.Stderr = exit.Stderr, ""
+			return exit, reports
 		}
 		reports = append(reports, *e.Report)
 	}
@@ -483,6 +505,49 @@ func TestProcessCrash(t *testing.T) {
 	c := ts.start(t, testSpec)
 	if exit, _ := c.waitExit(); exit != (Exit{Reason: ExitCrash, Code: 3}) {
 		t.Fatalf("exit = %+v, want crash with code 3", exit)
+	}
+}
+
+// childPanic panics after a few frames of its own.
+func childPanic(s string) {
+	if s != "" {
+		childPanic(s[1:])
+		return
+	}
+	panic("child: a panic that escaped its handler")
+}
+
+// The exit of a process that dies carries the end of its stderr: its last
+// lines, at most MaxStderrTail bytes and never its stdout; for a Go panic
+// that escaped every recover, the panic's message and its goroutine's
+// stack, however much came before.
+func TestProcessExitCarriesTheEndOfItsStderr(t *testing.T) {
+	t.Parallel()
+	c := newTestSpawner(t, ProcessOptions{}, "crash").start(t, testSpec)
+	if exit, _ := c.waitExit(); exit.Code != 3 || c.stderr != "warning line\ncrash line: exiting with status 3" {
+		t.Errorf("exit %+v with stderr %q, want status 3 and both of its stderr lines", exit, c.stderr)
+	}
+
+	c = newTestSpawner(t, ProcessOptions{}, "longcrash").start(t, testSpec)
+	exit, _ := c.waitExit()
+	lines := strings.Split(c.stderr, "\n")
+	if exit.Code != 3 || len(c.stderr) > MaxStderrTail || len(c.stderr) < MaxStderrTail-100 ||
+		!strings.HasPrefix(lines[len(lines)-1], "stderr line 199 ") || strings.Contains(c.stderr, "stdout") {
+		t.Errorf("exit %+v with %d bytes of stderr ending %q, want status 3 and the last 4 KiB of stderr lines",
+			exit, len(c.stderr), lines[len(lines)-1])
+	}
+	for i, l := range lines {
+		if !strings.HasPrefix(l, "stderr line ") || len(l) != len(lines[0]) {
+			t.Errorf("line %d of the tail is %q: not a whole line", i, l)
+		}
+	}
+
+	c = newTestSpawner(t, ProcessOptions{}, "panic").start(t, testSpec)
+	exit, _ = c.waitExit()
+	if exit.Code != 2 || len(c.stderr) > MaxStderrTail ||
+		!strings.HasPrefix(c.stderr, "panic: child: a panic that escaped its handler\n") ||
+		!strings.Contains(c.stderr, "goroutine ") || !strings.Contains(c.stderr, ".childPanic(") {
+		t.Errorf("exit %+v with stderr:\n%s\nwant status 2 and the panic with its stack", exit, c.stderr)
 	}
 }
 
@@ -898,10 +963,10 @@ func TestWorkArgs(t *testing.T) {
 		{"everything", Spec{
 			Supervisor: "sup", Queues: []string{"mail", "default"}, Master: "m1", Worker: "w1", Concurrency: 4,
 			MaxJobs: 500, MaxTime: time.Hour, MaxMemoryMB: 256, Tries: 3, Backoff: []int{1, 5, 30},
-			Timeout: 90 * time.Second, Paused: true, PausedQueues: []string{"mail"}, MaxConns: 2,
+			Timeout: 90 * time.Second, Paused: true, PausedQueues: []string{"mail"}, MaxConns: 2, Isolate: true,
 		}, append(slices.Clone(base),
 			"--max-jobs", "500", "--max-time", "3600", "--max-memory-mb", "256", "--tries", "3",
-			"--backoff", "1,5,30", "--timeout", "1m30s", "--paused", "--paused-queues", "mail", "--max-conns", "2")},
+			"--backoff", "1,5,30", "--timeout", "1m30s", "--paused", "--paused-queues", "mail", "--max-conns", "2", "--isolate")},
 		{"sub-second max time rounds up", Spec{
 			Supervisor: "s", Queues: []string{"q"}, Master: "m", Worker: "w", Concurrency: 1,
 			MaxTime: 1500 * time.Millisecond, Timeout: 250 * time.Millisecond,

@@ -166,6 +166,11 @@ type Report struct {
 	// before exiting (exiting; the database was away): their jobs stay
 	// reserved until released, and run again.
 	Unsaved int `json:"unsaved,omitempty"`
+	// Unwritten counts finished attempts whose outcome waits because
+	// writing it fails (heartbeat): the database is away, or has no
+	// connection to give. Their jobs are done, not stuck: the master does
+	// not kill the worker for their age while it keeps saying so.
+	Unwritten int `json:"unwritten,omitempty"`
 }
 
 // CommandType is the kind of a master command.

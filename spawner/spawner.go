@@ -42,6 +42,11 @@ type Spec struct {
 	// MaxConns is the size of the worker's connection pool, its listener
 	// aside (0: database.max_conns, or the default).
 	MaxConns int
+	// Isolate makes the worker an isolation process: it runs suspect jobs
+	// (jobs that were in two or more processes that died), one at a time
+	// and nothing else, and exits once none is ready (see
+	// worker.Config.Isolate).
+	Isolate bool
 }
 
 // Group is the key of the process group the spec belongs to: its queues,
@@ -96,6 +101,12 @@ type Exit struct {
 	Signal string
 	// Err says what went wrong when the process could not be waited for.
 	Err error
+	// Stderr is the end of what the process wrote on its stderr: its last
+	// lines, at most MaxStderrTail bytes, or the head of the Go runtime's
+	// crash report (a panic that escaped every recover, a fatal error)
+	// when it printed one (see stderrTail). Empty for a spawner whose
+	// workers have no stderr of their own.
+	Stderr string
 }
 
 // Describe says how the process ended, for a log line: "killed by signal

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -19,7 +17,8 @@ import (
 // counterShard as the shard: one of 16 rows per queue picked by backend, so
 // that concurrent writers rarely wait on one another's row; readers sum the
 // shards. Rows are taken in queue order so concurrent writers never
-// deadlock.
+// deadlock. sql/fragments/attempt_counters.sql writes the same columns and
+// conflict clause for the finish statements.
 const (
 	counterUpsert = `INSERT INTO fleet_counters AS c (queue, shard, processed, failed,
 		completed, attempt_failed, timed_out, lost, cancelled, retried, failed_final, requeued)`
@@ -31,73 +30,28 @@ const (
 		    lost = c.lost + EXCLUDED.lost, cancelled = c.cancelled + EXCLUDED.cancelled,
 		    retried = c.retried + EXCLUDED.retried, failed_final = c.failed_final + EXCLUDED.failed_final,
 		    requeued = c.requeued + EXCLUDED.requeued, updated_at = now()`
-	// counterIncrements counts, over rows with a status and a kind column
-	// (the outcome's kind), the processed attempts (all but snoozed ones,
-	// which do not count as attempts), the failed ones (failed, timed out
-	// or lost: a cancelled or snoozed attempt is no failure), the attempts
-	// by status, and the jobs retried and moved to failed jobs. Lost
-	// attempts and requeued jobs come from releaseLost only.
-	counterIncrements = `count(*) FILTER (WHERE status <> 'snoozed'),
-		count(*) FILTER (WHERE status IN ('failed', 'timed_out', 'lost')),
-		count(*) FILTER (WHERE status = 'completed'), count(*) FILTER (WHERE status = 'failed'),
-		count(*) FILTER (WHERE status = 'timed_out'), 0, count(*) FILTER (WHERE status = 'cancelled'),
-		count(*) FILTER (WHERE kind = 'retried' AND status IN ('failed', 'timed_out')),
-		count(*) FILTER (WHERE kind = 'failed'), 0`
 )
 
 // RuntimeBoundsMs are the upper bounds, in milliseconds, of the runtime
 // histogram kept in fleet_runtime_counters (fleet_job_runtime_seconds);
 // an attempt counts in the first bucket whose bound is at or above its
-// runtime, or in the one past the last bound.
+// runtime, or in the one past the last bound. The finish statements spell
+// them out (sql/fragments/runtime_histogram.sql); a test keeps the two
+// equal.
 var RuntimeBoundsMs = []float64{5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000, 300000, 1800000}
 
-// runtimeBucketSQL is the bucket of runtime (ms): how many bounds lie below
-// it, counted as len(bounds) minus the bounds at or above it (width_bucket
-// over the negated bounds, smallest first).
-func runtimeBucketSQL(runtime string) string {
-	neg := make([]string, len(RuntimeBoundsMs))
-	for i, b := range RuntimeBoundsMs {
-		neg[len(neg)-1-i] = strconv.FormatFloat(-b, 'f', -1, 64)
-	}
-	return fmt.Sprintf("(%d - width_bucket(-(%s)::float8, '{%s}'::float8[]))",
-		len(RuntimeBoundsMs), runtime, strings.Join(neg, ","))
-}
-
-// runtimeCounted returns the CTE body that adds the attempts of rows (with
-// queue, name, status and runtime columns; snoozed ones aside) to
-// fleet_runtime_counters on shard, rows taken in key order so concurrent
-// writers never deadlock.
-func runtimeCounted(rows, shard string) string {
-	return `INSERT INTO fleet_runtime_counters AS r (queue, name, shard, bucket, n, sum_ms)
-		SELECT queue, name, ` + shard + `, bucket, count(*), sum(runtime)
-		FROM (SELECT queue, name, GREATEST(runtime, 0) AS runtime, ` + runtimeBucketSQL("GREATEST(runtime, 0)") + ` AS bucket
-		      FROM ` + rows + ` WHERE status <> 'snoozed' AND runtime IS NOT NULL) t
-		GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3, 4
-		ON CONFLICT (queue, name, shard, bucket) DO UPDATE SET n = r.n + EXCLUDED.n, sum_ms = r.sum_ms + EXCLUDED.sum_ms`
-}
-
 // historyColumns are the columns of the history that fleet's statements
-// write, in the order historyInsert takes them.
+// write, in the order the CTE history_rows holds them for
+// historyInsertCTEs.
 const historyColumns = `job_id, queue, name, attempt, status, reserved_at, started_at, finished_at, runtime_ms, error, master, worker, tags`
 
-// historyInsert returns the CTEs that write the rows of query (a SELECT of
-// historyColumns, in order) to the history: name+"_rows" holds them, name
-// inserts the completed attempts into fleet_jobs_completed and
-// name+"_other" the others into fleet_jobs_failed. Both are tables in
-// either layout (partitions of fleet_jobs, or TimescaleDB hypertables
-// behind the view fleet_jobs), so the statement is the same on both and no
-// row goes through the view's trigger. A row without a status goes to
-// fleet_jobs_failed, whose NOT NULL refuses it.
-func historyInsert(name, query string) string {
-	return name + `_rows (` + historyColumns + `) AS (` + query + `
-	), ` + name + ` AS (
-		INSERT INTO fleet_jobs_completed (` + historyColumns + `)
-		SELECT * FROM ` + name + `_rows WHERE status = 'completed'
-	), ` + name + `_other AS (
-		INSERT INTO fleet_jobs_failed (` + historyColumns + `)
-		SELECT * FROM ` + name + `_rows WHERE status IS DISTINCT FROM 'completed'
-	)`
-}
+// historyInsertCTEs is sql/fragments/history_insert.sql, for a statement
+// built in Go: after a CTE history_rows (historyColumns, in order), it
+// writes its rows to the history's two tables, defining the CTEs history
+// (the completed attempts, into fleet_jobs_completed) and history_other
+// (the others, into fleet_jobs_failed). As every fragment, it opens with
+// "), " and leaves its last CTE for the text after it to close.
+var historyInsertCTEs = mustFragment("history_insert")
 
 // PartitionsEnsure creates the missing history partitions from the hour
 // (day) before now up to hoursAhead hours (daysAhead days) ahead, and those
@@ -288,8 +242,9 @@ const snapshotLockKey = 0x666d6574
 // per job name, from the attempts' real finish times. Jobs counts every
 // attempt but snoozed ones and jobs cancelled before they started; failed
 // counts the failed, timed out and lost ones (a cancelled attempt is no
-// failure); the runtime figures leave out, besides those, lost attempts
-// (no worker timed them; 0 when none is left). Queue rows also carry the
+// failure; nor is an interrupted one); the runtime figures leave out,
+// besides those, lost attempts (no worker timed them) and interrupted ones
+// (their worker cut them short; 0 when none is left). Queue rows also carry the
 // backlog when the writer saw it (SnapshotParams.Watched): pending (ready)
 // jobs, the age of the oldest, and the seconds to clear them at that
 // minute's rate (NULL when nothing finished, 0 with no backlog); a queue
@@ -363,9 +318,10 @@ func (s *Store) MetricsSnapshot(ctx context.Context, p SnapshotParams) (int, err
 			SELECT j.queue, j.name, j.status, j.runtime_ms,
 			       -- ran: an attempt that counts (not snoozed, not a job
 			       -- cancelled before it started); timed: one a worker timed to
-			       -- its end (not lost either)
+			       -- its end (not lost, nor interrupted, which its worker cut
+			       -- short)
 			       j.status <> 'snoozed' AND (j.status <> 'cancelled' OR j.reserved_at IS NOT NULL) AS ran,
-			       j.status NOT IN ('lost', 'snoozed') AND (j.status <> 'cancelled' OR j.reserved_at IS NOT NULL) AS timed
+			       j.status NOT IN ('lost', 'snoozed', 'interrupted') AND (j.status <> 'cancelled' OR j.reserved_at IS NOT NULL) AS timed
 			FROM fleet_jobs j WHERE j.finished_at >= $1::timestamptz AND j.finished_at < $2::timestamptz
 		), per AS (
 			SELECT 'queue' AS kind, queue AS subject, count(*) FILTER (WHERE ran) AS jobs,

@@ -236,6 +236,10 @@ type JobClaimParams struct {
 	Limit  int
 	Worker string // the lease holder
 	Master string // the holder's master; empty for a worker without one
+	// Suspects claims suspects only (jobs that were in SuspectCrashes or
+	// more processes that died), for an isolation process; without it a
+	// claim passes them by (see crash.go).
+	Suspects bool
 }
 
 // JobClaim reserves up to Limit ready jobs of one queue, lowest priority
@@ -259,7 +263,12 @@ func (s *Store) JobClaim(ctx context.Context, p JobClaimParams) ([]ClaimedJob, e
 		return nil, fmt.Errorf("claim jobs on %q: %w", p.Queue, err)
 	}
 	sql, args := jobClaim.sql, []any{p.Queue, p.Limit, p.Worker, p.Master}
-	if p.Master == "" {
+	switch {
+	case p.Suspects && p.Master == "":
+		sql, args = jobClaimSuspectUnfenced.sql, args[:3]
+	case p.Suspects:
+		sql = jobClaimSuspect.sql
+	case p.Master == "":
 		sql, args = jobClaimUnfenced.sql, args[:3]
 	}
 	sent := time.Now()
@@ -344,10 +353,13 @@ func ClaimOrder(a, b ClaimedJob) int {
 
 // The claim, fenced on the holder's master (sql/claim.sql) or, for a
 // holder with none, not (sql/claim_unfenced.sql); the unfenced claim takes
-// the first three parameters of the fenced one.
+// the first three parameters of the fenced one. An isolation process's
+// claims of suspects are sql/claim_suspect.sql and its unfenced variant.
 var (
-	jobClaim         = mustStatement("claim.sql", "queue", "limit", "worker", "master")
-	jobClaimUnfenced = mustStatement("claim_unfenced.sql", "queue", "limit", "worker")
+	jobClaim                = mustStatement("claim.sql", "queue", "limit", "worker", "master")
+	jobClaimUnfenced        = mustStatement("claim_unfenced.sql", "queue", "limit", "worker")
+	jobClaimSuspect         = mustStatement("claim_suspect.sql", "queue", "limit", "worker", "master")
+	jobClaimSuspectUnfenced = mustStatement("claim_suspect_unfenced.sql", "queue", "limit", "worker")
 )
 
 // Lease identifies one claim of one job: a worker holds the job while the
@@ -643,6 +655,20 @@ func (s *Store) JobReadyExists(ctx context.Context, queues []string) (bool, erro
 	err := s.pool.QueryRow(ctx, jobReadyExists.sql, queues).Scan(&ok)
 	if err != nil {
 		return false, fmt.Errorf("look for ready jobs: %w", err)
+	}
+	return ok, nil
+}
+
+// jobSuspectReadyExists is JobSuspectReadyExists's statement.
+var jobSuspectReadyExists = mustStatement("ready_suspect_exists.sql", "queues")
+
+// JobSuspectReadyExists reports whether any of queues has a suspect ready
+// to run now, for an isolation process (sql/ready_suspect_exists.sql).
+func (s *Store) JobSuspectReadyExists(ctx context.Context, queues []string) (bool, error) {
+	var ok bool
+	err := s.pool.QueryRow(ctx, jobSuspectReadyExists.sql, queues).Scan(&ok)
+	if err != nil {
+		return false, fmt.Errorf("look for ready suspect jobs: %w", err)
 	}
 	return ok, nil
 }

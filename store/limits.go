@@ -89,41 +89,14 @@ const jobInsertLimitedSQL = `
 	ORDER BY ord
 	RETURNING id`
 
-// limitHandoffCTEs frees the slots counted by a CTE named "freed" (key, n:
-// how many of the key's unparked jobs just finished, failed or were parked
-// again) and hands each over to a due parked job of its key, oldest due
-// first, in the statement that freed it. It defines the CTEs slots (the
-// freed keys' rows, locked in key order), handoff (the jobs unparked:
-// id, queue, limit_key), handed and slotted. A key's active drops by the
-// slots not handed over; where its limit was lowered, fewer are handed
-// over. Every part reads through an index, from the freed keys: a batch
-// with no limited job (freed empty) reads and writes nothing here, under a
-// generic plan too (ANY of an empty array).
-const limitHandoffCTEs = `
-	slots AS (
-		SELECT l.key, l.limit_n, l.active, f.n
-		FROM queue_limits l JOIN freed f ON f.key = l.key
-		WHERE l.key = ANY (ARRAY(SELECT key FROM freed))
-		ORDER BY l.key
-		FOR UPDATE OF l
-	), handoff AS (
-		UPDATE queue_jobs j SET available_at = now(), limit_due = NULL
-		WHERE j.id = ANY (ARRAY(
-			SELECT p.id FROM slots s, LATERAL (
-				SELECT id FROM queue_jobs
-				WHERE limit_key = s.key AND available_at = 'infinity' AND limit_due <= now()
-				ORDER BY limit_due, id
-				LIMIT least(s.n, greatest(s.limit_n - s.active + s.n, 0))
-				FOR UPDATE SKIP LOCKED) p))
-		  AND j.available_at = 'infinity'
-		RETURNING j.id, j.queue, j.limit_key
-	), handed AS (
-		SELECT limit_key AS key, count(*) AS n FROM handoff GROUP BY limit_key
-	), slotted AS (
-		UPDATE queue_limits l SET active = greatest(s.active - s.n + COALESCE(h.n, 0), 0)
-		FROM slots s LEFT JOIN handed h ON h.key = s.key
-		WHERE l.key = s.key
-	)`
+// limitHandoffCTEs is sql/fragments/slot_handoff.sql, for a statement
+// built in Go: after a CTE freed (key, n: how many of the key's unparked
+// jobs just finished, failed or were parked again), it frees those slots
+// and hands each over to a due parked job of its key, oldest due first,
+// defining the CTEs slots, handoff (the jobs unparked: id, queue,
+// limit_key), handed and slotted. As every fragment, it opens with "), "
+// and leaves its last CTE for the text after it to close.
+var limitHandoffCTEs = mustFragment("slot_handoff")
 
 // limitHandedQueues is the array of the distinct queues of the jobs
 // limitHandoffCTEs unparked (NULL for none), for a statement's result.

@@ -271,24 +271,43 @@ func (s *Store) releaseLost(ctx context.Context, cond string, defaultTries int, 
 // makes the same attempt again. The history row ('lost') and the counters
 // are written either way.
 func (s *Store) releaseLostAs(ctx context.Context, uncount bool, cond string, defaultTries int, errMsg string, args ...any) (LostJobs, error) {
-	n := len(args)
+	sql := releaseLostSQL(uncount, cond, len(args))
+	args = append(args, defaultTries, errMsg)
+	var out LostJobs
+	if err := s.inject(ctx, "releaseLost"); err != nil {
+		return out, fmt.Errorf("release lost jobs: %w", err)
+	}
+	var handed []string
+	if err := s.pool.QueryRow(ctx, sql, args...).Scan(&out.Released, &out.Failed, &out.Cancelled, &handed); err != nil {
+		return out, fmt.Errorf("release lost jobs: %w", err)
+	}
+	s.wakeHanded(ctx, handed)
+	return out, nil
+}
+
+// releaseLostSQL is the statement of releaseLostAs: cond takes the
+// parameters $1 to $n, and the statement adds $n+1, the tries of a job
+// that has none of its own, and $n+2, the error written.
+func releaseLostSQL(uncount bool, cond string, n int) string {
 	// spent: the lost attempt was the job's last try.
 	spent, attempts := fmt.Sprintf(`j.attempts >= COALESCE(j.max_tries, $%d)`, n+1), `j.attempts`
 	if uncount {
 		spent, attempts = `false`, `greatest(j.attempts - 1, 0)`
 	}
-	sql := fmt.Sprintf(`
+	return fmt.Sprintf(`
 		WITH lost AS (
 			SELECT j.id, j.queue, j.name, j.attempts, j.reserved_at, j.reserved_by, j.reserved_master, j.tags,
 			       j.cancel_requested_at IS NOT NULL AS cancel, j.cancelled_by
 			FROM queue_jobs j WHERE %s FOR UPDATE
-		), `+historyInsert("history", `
+		), history_rows (`+historyColumns+`) AS (
 			SELECT id, queue, name, attempts, CASE WHEN cancel THEN 'cancelled' ELSE 'lost' END,
 			       reserved_at, COALESCE(reserved_at, now()), now(),
 			       EXTRACT(EPOCH FROM now() - COALESCE(reserved_at, now())) * 1000,
 			       CASE WHEN cancel THEN 'cancelled by ' || COALESCE(cancelled_by, 'an operator') || '; ' || $%d ELSE $%d END,
 			       reserved_master, reserved_by, tags
-			FROM lost`)+`, cancelled AS (
+			FROM lost
+		`+historyInsertCTEs+`
+		), cancelled AS (
 			DELETE FROM queue_jobs j USING lost
 			WHERE j.id = lost.id AND lost.cancel
 			RETURNING j.id, j.limit_key
@@ -322,21 +341,11 @@ func (s *Store) releaseLostAs(ctx context.Context, uncount bool, cond string, de
 			SELECT limit_key AS key, count(*)::integer AS n
 			FROM (SELECT limit_key FROM failed UNION ALL SELECT limit_key FROM cancelled) x
 			WHERE limit_key IS NOT NULL GROUP BY limit_key
-		), `+limitHandoffCTEs+`
+		`+limitHandoffCTEs+`
+		)
 		SELECT (SELECT count(*) FROM released), (SELECT count(*) FROM moved), (SELECT count(*) FROM cancelled),
 		       `+limitHandedQueues,
 		cond, n+2, n+2, n+1, n+2, n+2)
-	args = append(args, defaultTries, errMsg)
-	var out LostJobs
-	if err := s.inject(ctx, "releaseLost"); err != nil {
-		return out, fmt.Errorf("release lost jobs: %w", err)
-	}
-	var handed []string
-	if err := s.pool.QueryRow(ctx, sql, args...).Scan(&out.Released, &out.Failed, &out.Cancelled, &handed); err != nil {
-		return out, fmt.Errorf("release lost jobs: %w", err)
-	}
-	s.wakeHanded(ctx, handed)
-	return out, nil
 }
 
 // JobReleaseWorker releases the jobs still held by a worker that died.

@@ -101,6 +101,11 @@ type ScrapeCounter struct {
 	Retried       int64 `json:"retried"`        // jobs released to run again after a failed or timed out attempt
 	FailedFinal   int64 `json:"failed_final"`   // jobs moved to failed jobs, their tries spent
 	Requeued      int64 `json:"requeued"`       // jobs released to run again after a lost attempt
+	// Interrupted counts attempts its worker stopped as it exited (their
+	// handlers did not finish within the grace period after another job
+	// ignored its timeout), and so jobs released to run again with no try
+	// spent.
+	Interrupted int64 `json:"interrupted"`
 }
 
 // ScrapeRuntime is one bucket of the runtime histogram of a queue's job
@@ -142,7 +147,7 @@ var scrapeSQL = `
 		       sum(completed)::bigint AS completed, sum(attempt_failed)::bigint AS attempt_failed,
 		       sum(timed_out)::bigint AS timed_out, sum(lost)::bigint AS lost, sum(cancelled)::bigint AS cancelled,
 		       sum(retried)::bigint AS retried, sum(failed_final)::bigint AS failed_final,
-		       sum(requeued)::bigint AS requeued
+		       sum(requeued)::bigint AS requeued, sum(interrupted)::bigint AS interrupted
 		FROM fleet_counters GROUP BY queue
 	), members AS (
 		SELECT CASE WHEN expires_at < now() THEN 'offline' WHEN state = 'draining' THEN 'draining' ELSE 'online' END AS state,
@@ -207,7 +212,8 @@ var scrapeSQL = `
 			SELECT COALESCE(json_agg(json_build_object(
 				'queue', queue, 'processed', processed, 'failed', failed,
 				'completed', completed, 'attempt_failed', attempt_failed, 'timed_out', timed_out, 'lost', lost,
-				'cancelled', cancelled, 'retried', retried, 'failed_final', failed_final, 'requeued', requeued
+				'cancelled', cancelled, 'retried', retried, 'failed_final', failed_final, 'requeued', requeued,
+				'interrupted', interrupted
 			) ORDER BY queue), '[]')
 			FROM counters) ELSE '[]' END,
 		'runtimes', CASE WHEN (SELECT exporting FROM flag) THEN (

@@ -2,7 +2,10 @@ package store
 
 import (
 	"embed"
+	"errors"
 	"fmt"
+	"io/fs"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -18,35 +21,279 @@ import (
 // text is constant, so pgx prepares and caches it as before, and a pooler
 // in transaction mode (which runs unnamed statements, see cmd/db.go) gets
 // the same text every time.
+//
+// A step that several statements share (the history insert, the handoff
+// of concurrency slots, ...) is written once, in a fragment of
+// store/sql/fragments, and each statement that takes it says so on a line
+// of its own:
+//
+//	-- @include slot_handoff
+//
+// The line stands for the lines of fragments/slot_handoff.sql, whose own
+// includes are expanded in turn. A fragment is a run of whole lines cut
+// out of a statement, so it follows the files' layout: each of its CTEs
+// opens with "), name AS (" and the next line of the includer closes the
+// last one. Its first comment says which CTEs it reads and defines; a
+// fragment that uses parameters declares them, by the names every
+// statement gives them, on one or more lines
+//
+//	-- @params @master @worker
+//
+// and it may use no other, nor leave one of them unused; a statement (or
+// fragment) that includes it must take each of them. An unknown fragment,
+// an include cycle or a parameter that does not match is an error naming
+// the file and line at fault, and makes the package's initialization
+// panic, so every test of the package reports it. Statements still built
+// in Go take a fragment without parameters as text (mustFragment).
 
-//go:embed sql/*.sql
+//go:embed sql/*.sql sql/fragments/*.sql
 var sqlFiles embed.FS
+
+// fragmentDir is where the fragments are, in sqlFiles.
+const fragmentDir = "sql/fragments/"
 
 // statement is one text of store/sql compiled to positional parameters.
 type statement struct {
 	// file is the text's file name in store/sql.
 	file string
 	// sql is the text as PostgreSQL runs it: $n for the n-th declared
-	// parameter, comments and blank lines left out.
+	// parameter, includes expanded, comments and blank lines left out.
 	sql string
 	// params are the declared parameter names, $1's first.
 	params []string
 }
 
 // mustStatement compiles the file of store/sql with the parameters params
-// ($1 the first). It panics when the file is missing or does not use
-// exactly those parameters: the texts are part of the program, and a
-// mismatch is a bug that every test of the package then reports.
+// ($1 the first). It panics when the file is missing, does not use exactly
+// those parameters, or includes a fragment it cannot (see compileFile):
+// the texts are part of the program, and a mismatch is a bug that every
+// test of the package then reports.
 func mustStatement(file string, params ...string) statement {
-	text, err := sqlFiles.ReadFile("sql/" + file)
-	if err != nil {
-		panic(fmt.Sprintf("store: statement %s: %v", file, err))
-	}
-	sql, err := compileStatement(string(text), params)
+	sql, err := compileFile(sqlFiles, "sql/"+file, params)
 	if err != nil {
 		panic(fmt.Sprintf("store: statement %s: %v", file, err))
 	}
 	return statement{file: file, sql: sql, params: params}
+}
+
+// mustFragment returns the fragment name of store/sql/fragments, its
+// includes expanded and its comments and blank lines left out, for a
+// statement built in Go. The fragment must take no parameters: the Go
+// statement numbers its own. It panics as mustStatement does.
+func mustFragment(name string) string {
+	sql, err := compileFragment(sqlFiles, name)
+	if err != nil {
+		panic(fmt.Sprintf("store: fragment %s: %v", name, err))
+	}
+	return sql
+}
+
+// compileFile compiles the statement at path in fsys with the parameters
+// params: its includes expanded (expand), then its named parameters made
+// positional (compileStatement). An error names the file and line at
+// fault (store/sql/finish.sql:12, or the fragment's).
+func compileFile(fsys fs.FS, path string, params []string) (string, error) {
+	text, err := fs.ReadFile(fsys, path)
+	if err != nil {
+		return "", err
+	}
+	x := expander{fsys: fsys}
+	src, err := x.expand(path, string(text), params, false)
+	if err != nil {
+		return "", err
+	}
+	sql, err := compileStatement(src.text(), params)
+	if err != nil {
+		return "", src.locate(path, err)
+	}
+	return sql, nil
+}
+
+// compileFragment compiles the fragment name of fsys on its own, for a
+// statement built in Go: it must declare no parameters.
+func compileFragment(fsys fs.FS, name string) (string, error) {
+	x := expander{fsys: fsys}
+	f, err := x.fragment(name)
+	if err != nil {
+		return "", err
+	}
+	if len(f.params) > 0 {
+		return "", fmt.Errorf("%s: takes @%s: only a fragment without parameters can be used from Go",
+			position{fragmentDir + name + ".sql", f.paramsLine}, strings.Join(f.params, ", @"))
+	}
+	return compileStatement(f.src.text(), nil)
+}
+
+// position is a line of a file of store/sql.
+type position struct {
+	file string // as in sqlFiles: sql/finish.sql
+	line int    // from 1
+}
+
+func (p position) String() string { return fmt.Sprintf("store/%s:%d", p.file, p.line) }
+
+// source is a text with its includes expanded: its lines, and where each
+// came from.
+type source struct {
+	lines []string
+	at    []position
+}
+
+func (s *source) add(line string, at position) {
+	s.lines = append(s.lines, line)
+	s.at = append(s.at, at)
+}
+
+func (s *source) text() string { return strings.Join(s.lines, "\n") }
+
+// locate returns err, an error of compileStatement on s.text(), with the
+// file and line it is at in place of its line in s (or, for an error of
+// no line, the file path).
+func (s *source) locate(path string, err error) error {
+	var te *textError
+	if errors.As(err, &te) && te.line > 0 && te.line <= len(s.at) {
+		return fmt.Errorf("%s: %s", s.at[te.line-1], te.msg)
+	}
+	return fmt.Errorf("store/%s: %w", path, err)
+}
+
+// fragment is a fragment of store/sql/fragments, its includes expanded.
+type fragment struct {
+	// params are the parameters its @params lines declare, and paramsLine
+	// the first of them (0 for none).
+	params     []string
+	paramsLine int
+	src        source
+}
+
+// expander expands the includes of a statement; including, the fragments
+// being expanded, outermost first, catches a cycle.
+type expander struct {
+	fsys      fs.FS
+	including []string
+}
+
+// expand returns the lines of text (the file path) with every include
+// directive replaced by the lines of its fragment. takes are the
+// parameters text may use: a statement's declared ones, or a fragment's
+// @params; each fragment included must take no other. Only a fragment
+// (isFragment) may hold an @params line, which expand leaves as a comment.
+func (x *expander) expand(path, text string, takes []string, isFragment bool) (source, error) {
+	var src source
+	for i, line := range strings.Split(text, "\n") {
+		at := position{path, i + 1}
+		word, arg, ok := directive(line)
+		switch {
+		case !ok:
+			src.add(line, at)
+		case word == "params" && !isFragment:
+			return src, fmt.Errorf("%s: @params in a statement: a statement's parameters are declared in Go", at)
+		case word == "params":
+			src.add(line, at)
+		default: // include
+			if !isParamName(arg) {
+				return src, fmt.Errorf("%s: @include %s: want the name of one fragment of %s", at, arg, fragmentDir)
+			}
+			f, err := x.fragment(arg)
+			if err != nil {
+				return src, fmt.Errorf("%s: @include %s: %w", at, arg, err)
+			}
+			for _, p := range f.params {
+				if !slices.Contains(takes, p) {
+					return src, fmt.Errorf("%s: @include %s: the fragment takes @%s, which store/%s does not", at, arg, p, path)
+				}
+			}
+			src.lines = append(src.lines, f.src.lines...)
+			src.at = append(src.at, f.src.at...)
+		}
+	}
+	return src, nil
+}
+
+// fragment reads, expands and checks the fragment name: it must exist, not
+// include itself through any chain, and use exactly the parameters of its
+// @params lines.
+func (x *expander) fragment(name string) (*fragment, error) {
+	if i := slices.Index(x.including, name); i >= 0 {
+		return nil, fmt.Errorf("an include cycle: %s includes %s", strings.Join(x.including[i:], " includes "), name)
+	}
+	path := fragmentDir + name + ".sql"
+	text, err := fs.ReadFile(x.fsys, path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("no fragment store/%s", path)
+	}
+	if err != nil {
+		return nil, err
+	}
+	f := &fragment{}
+	for i, line := range strings.Split(string(text), "\n") {
+		word, arg, ok := directive(line)
+		if !ok || word != "params" {
+			continue
+		}
+		at := position{path, i + 1}
+		if f.paramsLine == 0 {
+			f.paramsLine = i + 1
+		}
+		for _, p := range strings.FieldsFunc(arg, func(r rune) bool { return r == ' ' || r == ',' || r == '\t' }) {
+			param, isName := strings.CutPrefix(p, "@")
+			if !isName || !isParamName(param) {
+				return nil, fmt.Errorf("%s: @params: %q is no @name", at, p)
+			}
+			if slices.Contains(f.params, param) {
+				return nil, fmt.Errorf("%s: @params: @%s twice", at, param)
+			}
+			f.params = append(f.params, param)
+		}
+	}
+	x.including = append(x.including, name)
+	defer func() { x.including = x.including[:len(x.including)-1] }()
+	f.src, err = x.expand(path, string(text), f.params, true)
+	if err != nil {
+		return nil, err
+	}
+	// Compiled on its own, the fragment must use exactly its @params.
+	if _, err := compileStatement(f.src.text(), f.params); err != nil {
+		var te *textError
+		if errors.As(err, &te) && te.line == 0 && f.paramsLine > 0 {
+			return nil, fmt.Errorf("%s: %s", position{path, f.paramsLine}, te.msg)
+		}
+		return nil, f.src.locate(path, err)
+	}
+	return f, nil
+}
+
+// directive returns the directive a line holds, alone on it after "--":
+// "include" and the fragment's name for "-- @include name", "params" and
+// the rest of the line for "-- @params @a @b". Any other comment is no
+// directive.
+func directive(line string) (word, arg string, ok bool) {
+	s, ok := strings.CutPrefix(strings.TrimSpace(line), "--")
+	if !ok {
+		return "", "", false
+	}
+	s = strings.TrimSpace(s)
+	for _, w := range []string{"include", "params"} {
+		rest, found := strings.CutPrefix(s, "@"+w)
+		if found && (rest == "" || rest[0] == ' ' || rest[0] == '\t') {
+			return w, strings.TrimSpace(rest), true
+		}
+	}
+	return "", "", false
+}
+
+// textError is an error of compileStatement, at a line of its text (from
+// 1; 0 for an error of the whole text).
+type textError struct {
+	line int
+	msg  string
+}
+
+func (e *textError) Error() string {
+	if e.line == 0 {
+		return e.msg
+	}
+	return fmt.Sprintf("line %d: %s", e.line, e.msg)
 }
 
 // compileStatement returns text with each named parameter (@name: a
@@ -57,15 +304,16 @@ func mustStatement(file string, params ...string) statement {
 // twice, or holds a positional parameter of its own. String literals,
 // quoted identifiers and dollar-quoted strings are copied as they are; an
 // "@" followed by anything but a letter or underscore (the operators @>,
-// <@, @@) is no parameter.
+// <@, @@) is no parameter. Its errors are *textError, at the line of text
+// at fault where there is one.
 func compileStatement(text string, params []string) (string, error) {
 	pos := make(map[string]int, len(params))
 	for i, p := range params {
 		if !isParamName(p) {
-			return "", fmt.Errorf("parameter %q: not a name", p)
+			return "", &textError{msg: fmt.Sprintf("parameter %q: not a name", p)}
 		}
 		if _, dup := pos[p]; dup {
-			return "", fmt.Errorf("parameter @%s declared twice", p)
+			return "", &textError{msg: fmt.Sprintf("parameter @%s declared twice", p)}
 		}
 		pos[p] = i + 1
 	}
@@ -84,12 +332,12 @@ func compileStatement(text string, params []string) (string, error) {
 		case c == '\'' || c == '"':
 			end := closingQuote(text, i+1, c)
 			if end < 0 {
-				return "", fmt.Errorf("unterminated %c at offset %d", c, i)
+				return "", &textError{lineAt(text, i), fmt.Sprintf("unterminated %c", c)}
 			}
 			out.WriteString(text[i:end])
 			i = end
 		case c == '$' && i+1 < len(text) && text[i+1] >= '0' && text[i+1] <= '9':
-			return "", fmt.Errorf("positional parameter at offset %d: name it instead", i)
+			return "", &textError{lineAt(text, i), fmt.Sprintf("positional parameter %s: name it instead", positional(text[i:]))}
 		case c == '$':
 			tag, ok := dollarTag(text[i:])
 			if !ok {
@@ -99,7 +347,7 @@ func compileStatement(text string, params []string) (string, error) {
 			}
 			end := strings.Index(text[i+len(tag):], tag)
 			if end < 0 {
-				return "", fmt.Errorf("unterminated %s at offset %d", tag, i)
+				return "", &textError{lineAt(text, i), fmt.Sprintf("unterminated %s", tag)}
 			}
 			end += i + 2*len(tag)
 			out.WriteString(text[i:end])
@@ -112,7 +360,7 @@ func compileStatement(text string, params []string) (string, error) {
 			name := text[i+1 : j]
 			n, ok := pos[name]
 			if !ok {
-				return "", fmt.Errorf("unknown parameter @%s at offset %d", name, i)
+				return "", &textError{lineAt(text, i), fmt.Sprintf("unknown parameter @%s", name)}
 			}
 			used[n-1] = true
 			out.WriteString("$" + strconv.Itoa(n))
@@ -124,7 +372,7 @@ func compileStatement(text string, params []string) (string, error) {
 	}
 	for i, u := range used {
 		if !u {
-			return "", fmt.Errorf("parameter @%s is never used", params[i])
+			return "", &textError{msg: fmt.Sprintf("parameter @%s is never used", params[i])}
 		}
 	}
 	// Trailing blanks, and lines that held only a comment, go.
@@ -136,6 +384,18 @@ func compileStatement(text string, params []string) (string, error) {
 		}
 	}
 	return strings.Join(kept, "\n"), nil
+}
+
+// lineAt is the line (from 1) of text that offset i is on.
+func lineAt(text string, i int) int { return 1 + strings.Count(text[:i], "\n") }
+
+// positional returns the positional parameter ($ and digits) s starts with.
+func positional(s string) string {
+	j := 1
+	for j < len(s) && s[j] >= '0' && s[j] <= '9' {
+		j++
+	}
+	return s[:j]
 }
 
 // closingQuote returns the offset just past the quote q that closes a

@@ -87,10 +87,10 @@ func TestTimescaleMigrateMakesHypertables(t *testing.T) {
 	exec(t, pool, `
 		INSERT INTO fleet_jobs (job_id, queue, name, attempt, status, started_at, finished_at, runtime_ms)
 		SELECT g, 'q', 'n', 1, s, now(), now() - g * interval '1 hour', 1
-		FROM generate_series(1, 3) g, unnest(ARRAY['completed', 'failed', 'lost', 'cancelled']) s`)
+		FROM generate_series(1, 3) g, unnest(ARRAY['completed', 'failed', 'lost', 'cancelled', 'interrupted']) s`)
 	exec(t, pool, `INSERT INTO fleet_metrics (taken_at, kind, subject) VALUES (date_trunc('minute', now()), 'queue', 'q')`)
-	if c, f := scalar[int](t, pool, `SELECT count(*) FROM fleet_jobs_completed`), scalar[int](t, pool, `SELECT count(*) FROM fleet_jobs_failed`); c != 3 || f != 9 {
-		t.Fatalf("%d completed and %d other rows, want 3 and 9", c, f)
+	if c, f := scalar[int](t, pool, `SELECT count(*) FROM fleet_jobs_completed`), scalar[int](t, pool, `SELECT count(*) FROM fleet_jobs_failed`); c != 3 || f != 12 {
+		t.Fatalf("%d completed and %d other rows, want 3 and 12", c, f)
 	}
 	if n := scalar[int](t, pool, `SELECT count(*) FROM fleet_jobs WHERE status = 'completed'`); n != 3 {
 		t.Fatalf("the view shows %d completed attempts, want 3", n)
@@ -109,6 +109,53 @@ func TestTimescaleMigrateMakesHypertables(t *testing.T) {
 	// Chunks are made as rows arrive: there is nothing to create ahead.
 	if n, err := st.PartitionsEnsure(ctx, 48, 8); err != nil || n != 0 {
 		t.Fatalf("ensure on hypertables = %d, %v; want 0", n, err)
+	}
+}
+
+// TestTimescaleInterruptedStatus: on hypertables, migration 11's status
+// check holds on both tables: an interrupted attempt is written to
+// fleet_jobs_failed, an unknown status is refused; rolled back, the
+// interrupted rows go and the status is refused; migrated again, it is
+// taken.
+func TestTimescaleInterruptedStatus(t *testing.T) {
+	t.Parallel()
+	url := pgtest.TimescaleURL(t)
+	pool := poolAt(t, url)
+	ctx := t.Context()
+	insert := func(status string) error {
+		_, err := pool.Exec(ctx, `INSERT INTO fleet_jobs_failed (job_id, queue, name, attempt, status, started_at, finished_at, runtime_ms)
+			VALUES (1, 'q', 'n', 1, $1, now(), now(), 1)`, status)
+		return err
+	}
+	if err := insert("interrupted"); err != nil {
+		t.Fatalf("an interrupted attempt: %v", err)
+	}
+	if err := insert("bogus"); err == nil || !strings.Contains(err.Error(), "fleet_jobs_status_check") {
+		t.Fatalf("an unknown status: %v", err)
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO fleet_jobs_completed (job_id, queue, name, attempt, status, started_at, finished_at, runtime_ms)
+		VALUES (1, 'q', 'n', 1, 'interrupted', now(), now(), 1)`); err == nil {
+		t.Fatal("an interrupted attempt went into fleet_jobs_completed")
+	}
+	pool.Reset() // the migration locks the tables: no idle session may hold them
+	if err := migrations.Down(ctx, url, "fleet", 1); err != nil {
+		t.Fatal(err)
+	}
+	if n := scalar[int](t, pool, `SELECT count(*) FROM fleet_jobs`); n != 0 {
+		t.Fatalf("%d history rows after the rollback, want the interrupted one gone", n)
+	}
+	if err := insert("interrupted"); err == nil {
+		t.Fatal("an interrupted attempt was taken after the rollback")
+	}
+	pool.Reset()
+	if _, err := migrations.Up(ctx, url); err != nil {
+		t.Fatal(err)
+	}
+	if err := insert("interrupted"); err != nil {
+		t.Fatalf("an interrupted attempt after migrating again: %v", err)
+	}
+	if l := scalar[string](t, pool, `SELECT fleet_history_layout()`); l != store.LayoutHypertables {
+		t.Fatalf("layout %s after the round trip", l)
 	}
 }
 
@@ -357,16 +404,21 @@ func TestTimescaleConvertsAnExistingDatabase(t *testing.T) {
 	}
 
 	// A database at version 9 (before this layout existed) with TimescaleDB
-	// installed: migration 10 itself converts it.
-	if err := migrations.Down(ctx, url, "fleet", 1); err != nil {
+	// installed: migration 10 itself converts it, and the later ones apply.
+	past9, err := migrations.Count("fleet")
+	if err != nil {
 		t.Fatal(err)
 	}
-	if res := up("auto"); res.ConvertedFrom != migrations.LayoutPartitions || res.Applied != 1 || fingerprint() != before {
+	past9 -= 9
+	if err := migrations.Down(ctx, url, "fleet", past9); err != nil {
+		t.Fatal(err)
+	}
+	if res := up("auto"); res.ConvertedFrom != migrations.LayoutPartitions || res.Applied != past9 || fingerprint() != before {
 		t.Fatalf("migrate up from version 9: %+v, rows %s", res, fingerprint())
 	}
 	// Down from hypertables: back to version 9's partitions, which its
 	// upkeep keeps as it always did.
-	if err := migrations.Down(ctx, url, "fleet", 1); err != nil {
+	if err := migrations.Down(ctx, url, "fleet", past9); err != nil {
 		t.Fatal(err)
 	}
 	if l := scalar[string](t, pool, `SELECT relkind::text FROM pg_class WHERE oid = 'fleet_jobs'::regclass`); l != "p" || fingerprint() != before {

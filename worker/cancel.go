@@ -24,8 +24,9 @@ import (
 // written as cancelled (unless it returned nil: then its work is done, and
 // it completed). A handler that ignores its context is given up on
 // TimeoutGrace after the cancel, as one ignoring its timeout is: the
-// attempt is written as cancelled, the worker's other jobs are released
-// and Run returns ErrJobIgnoredCancel. Should the process die before the
+// attempt is written as cancelled, the worker stops, its other running
+// jobs get the grace period to finish (those still running then are
+// interrupted, see claimer.giveUp) and Run returns ErrJobIgnoredCancel. Should the process die before the
 // outcome is written, the master's release of its jobs ends the job as
 // cancelled too (store.JobReleaseWorker).
 
@@ -42,7 +43,8 @@ const cancelPollTimeout = 5 * time.Second
 
 // ErrJobIgnoredCancel is returned by Run when a cancelled job kept running
 // past the grace period: the worker recorded the attempt as cancelled,
-// released its other jobs and gave up. It wraps ErrJobTimedOut, so the
+// gave its other running jobs the grace period to finish, interrupted
+// those still running then, and gave up. It wraps ErrJobTimedOut, so the
 // process exits as for a job ignoring its timeout and its supervisor
 // replaces it.
 var ErrJobIgnoredCancel = fmt.Errorf("a cancelled job ignored its cancellation: %w", ErrJobTimedOut)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -44,6 +45,9 @@ type claimer struct {
 	now  func() time.Time
 	// order is the order held jobs start in (see startOrder).
 	order func(a, b store.ClaimedJob) int
+	// size bounds a claim while claims time out on the server (see
+	// batchSize); the loop's own.
+	size batchSize
 
 	// The roles and services it drives, given when it is built (see
 	// claimerDeps): the nudges wake it, the completer takes outcomes, the
@@ -86,6 +90,7 @@ type claimer struct {
 		stopping lifecycle.Signal[spawner.ExitReason] // the stop began, and why
 		polled   lifecycle.Signal[struct{}]           // the poll timer fired and was handled
 		claimed  lifecycle.Signal[int]                // a claim's jobs (how many, never 0) joined the buffer
+		split    lifecycle.Signal[int]                // a claim of that many jobs timed out and shrank
 		started  lifecycle.Signal[int64]              // the id of a job started, in start order
 	}
 }
@@ -106,6 +111,7 @@ func newClaimer(st *store.Store, cfg Config, log *slog.Logger, d claimerDeps) *c
 		log:       log,
 		now:       cfg.Now,
 		order:     startOrder(queueRanks(cfg.Queues)),
+		size:      batchSize{ceiling: cfg.Concurrency + cfg.Prefetch},
 		nudges:    d.nudges,
 		completer: d.completer,
 		exec:      d.exec,
@@ -200,6 +206,25 @@ type loopState struct {
 	// seen: the loop and await both watch them, so that a stop is heard
 	// while a statement hangs.
 	ctxDone, stopC <-chan struct{}
+	// stuck is set once the worker gave up on a job that ignored its
+	// timeout or cancel (see giveUp): the error Run returns. grace fires
+	// TimeoutGrace after the first such give-up; the jobs still running
+	// then are interrupted. beside is how many jobs were running beside
+	// the first job given up on, interrupted how many of them were still
+	// running when the grace period ended.
+	stuck       error
+	grace       *time.Timer
+	beside      int
+	interrupted int
+}
+
+// graceC is the channel of the grace period beside a stuck job (nil
+// before one).
+func (s *loopState) graceC() <-chan time.Time {
+	if s.grace == nil {
+		return nil
+	}
+	return s.grace.C
 }
 
 // stopSignal begins the stop when Run's context ended or Stop was
@@ -232,6 +257,11 @@ func (c *claimer) loop(ctx, jobBase context.Context) (Result, error) {
 	defer poll.Stop()
 	cancelPoll := time.NewTicker(c.cfg.CancelPollInterval)
 	defer cancelPoll.Stop()
+	defer func() {
+		if s.grace != nil {
+			s.grace.Stop()
+		}
+	}()
 	reconcile := time.NewTicker(c.cfg.HeartbeatInterval)
 	defer reconcile.Stop()
 	var maxTime <-chan time.Time
@@ -258,13 +288,15 @@ func (c *claimer) loop(ctx, jobBase context.Context) (Result, error) {
 			break
 		}
 		// The watchdog only ticks while jobs run, and the heartbeat while
-		// there is news for the master: an idle worker wakes for its poll
-		// alone, and beats from there now and then.
+		// there is news for the master (or outcomes wait for a write that
+		// fails, which the master must keep hearing of): an idle worker
+		// wakes for its poll alone, and beats from there now and then.
 		var watchdogC, heartbeatC, cancelPollC <-chan time.Time
 		if len(s.running) > 0 {
 			watchdogC, cancelPollC = watchdog.C, cancelPoll.C
 		}
-		if len(s.running) > 0 || c.finished.Load() != last.Jobs || c.paused.Load() != last.Paused {
+		if len(s.running) > 0 || c.finished.Load() != last.Jobs || c.paused.Load() != last.Paused ||
+			c.completer.Stalled() > 0 || last.Unwritten > 0 {
 			heartbeatC = heartbeat.C
 		}
 		var reconcileC <-chan time.Time
@@ -306,12 +338,18 @@ func (c *claimer) loop(ctx, jobBase context.Context) (Result, error) {
 				c.reconcile(c.cut, s)
 			}
 		case <-watchdogC:
-			if r := c.overdue(s, c.now()); r != nil {
-				return c.abandon(s, r)
+			for r := c.overdue(s, c.now()); r != nil; r = c.overdue(s, c.now()) {
+				c.giveUp(s, r)
 			}
+		case <-s.graceC():
+			c.interrupt(s)
 		}
 	}
-	return c.exit(s, nil)
+	if s.stuck != nil && s.beside > 0 {
+		c.log.Info("the jobs running beside the job given up on are done: exiting so a fresh worker takes over",
+			"jobs", s.beside, "interrupted", s.interrupted)
+	}
+	return c.exit(s, s.stuck)
 }
 
 // heartbeat reports the worker's state to its master and checks its
@@ -319,7 +357,7 @@ func (c *claimer) loop(ctx, jobBase context.Context) (Result, error) {
 func (c *claimer) heartbeat(s *loopState, last *spawner.Report) {
 	mem := c.cfg.MemoryMB()
 	*last = spawner.Report{Type: spawner.ReportHeartbeat, Jobs: c.finished.Load(),
-		Running: len(s.running), MemoryMB: mem, Paused: c.paused.Load()}
+		Running: len(s.running), MemoryMB: mem, Paused: c.paused.Load(), Unwritten: c.completer.Stalled()}
 	c.report(*last)
 	if c.cfg.MaxMemoryMB > 0 && mem > float64(c.cfg.MaxMemoryMB) {
 		c.log.Info("memory limit reached", "memory_mb", mem, "max_memory_mb", c.cfg.MaxMemoryMB)
@@ -383,15 +421,26 @@ func (c *claimer) claim(ctx, jobBase context.Context, s *loopState, poll *time.T
 		}
 		var jobs []store.ClaimedJob
 		var err error
+		want := c.size.limit(limit)
 		c.await(s, func() {
-			jobs, err = c.st.JobClaim(claimCtx, store.JobClaimParams{Queue: q, Limit: limit, Worker: c.cfg.Name, Master: c.cfg.Master})
+			jobs, err = c.st.JobClaim(claimCtx, store.JobClaimParams{Queue: q, Limit: want, Worker: c.cfg.Name, Master: c.cfg.Master,
+				Suspects: c.cfg.Isolate})
 		})
 		if err != nil {
 			c.resyncSoon()
-			c.logs.Fail(c.log, "claim", "claim failed; retrying at the next poll", "queue", q, "err", err)
+			if store.StatementTimedOut(err) && ctx.Err() == nil {
+				// The database answered: a smaller claim may pass, and is
+				// tried at once.
+				return c.claimTimedOut(want)
+			}
+			c.logs.Fail(c.log, "claim", "claim failed; retrying at the next poll", "queue", q, "err", err,
+				"database", store.ClassifyError(err).String())
 			return false
 		}
 		c.logs.OK(c.log, "claim", "the database answers again: claiming resumes")
+		if c.size.ok(want) {
+			c.logs.OK(c.log, "claim split", "claims pass at their full size again")
+		}
 		if ctx.Err() != nil || c.paused.Load() {
 			// Stopped or paused while claiming: these jobs never start.
 			c.release(jobs, "")
@@ -402,9 +451,13 @@ func (c *claimer) claim(ctx, jobBase context.Context, s *loopState, poll *time.T
 			c.sig.claimed.Send(len(jobs))
 		}
 		s.claimed += int64(len(jobs))
+		held := want < limit && len(jobs) == want // the claim size held it back
 		limit -= len(jobs)
 		// Start them now, not after the rest of the round.
 		c.startBuffered(jobBase, s)
+		if held {
+			return true // more may be waiting in this queue: claim again at once
+		}
 	}
 	if c.cfg.MaxJobs > 0 && s.claimed >= int64(c.cfg.MaxJobs) {
 		return false // the last of them start from the buffer; then the worker stops
@@ -426,6 +479,19 @@ func (c *claimer) claim(ctx, jobBase context.Context, s *loopState, poll *time.T
 		}
 	}
 	return false
+}
+
+// claimTimedOut shrinks the claim size after a claim of n jobs timed out
+// on the server (it claimed nothing: the server rolled it back), logs it
+// once per episode, then once a minute, and reports whether to claim again
+// at once: yes while the claim can still shrink; a claim of one job that
+// timed out waits for the next poll or wake-up.
+func (c *claimer) claimTimedOut(n int) bool {
+	size := c.size.timedOut(n)
+	c.logs.Fail(c.log, "claim split", fmt.Sprintf("statement timeout on a claim of %d jobs; claiming at most %d at a time", n, size),
+		"batch_size", size)
+	c.sig.split.Send(n)
+	return n > 1
 }
 
 // await runs one statement of a claim (fn) on its own goroutine and, until
@@ -546,12 +612,17 @@ func (c *claimer) schedule(poll *time.Timer, next time.Duration) {
 }
 
 // empty reports, once every outcome is written (a written retry may be
-// ready at once), whether no job is ready on the worker's queues.
+// ready at once), whether no job is ready on the worker's queues (no
+// suspect, for an isolation process).
 func (c *claimer) empty(ctx context.Context) bool {
 	if err := c.completer.drain(ctx); err != nil {
 		return false
 	}
-	ready, err := c.st.JobReadyExists(ctx, c.cfg.Queues)
+	look := c.st.JobReadyExists
+	if c.cfg.Isolate {
+		look = c.st.JobSuspectReadyExists
+	}
+	ready, err := look(ctx, c.cfg.Queues)
 	return err == nil && !ready
 }
 
@@ -619,36 +690,102 @@ func (c *claimer) overdue(s *loopState, now time.Time) *running {
 	return nil
 }
 
-// abandon gives up on a job that ignores its cancellation: its attempt is
-// recorded as timed out (as cancelled, when an operator cancelled it), the
-// worker's other jobs are released for another worker (their attempt not
-// counted), and Run returns ErrJobTimedOut (ErrJobIgnoredCancel).
-func (c *claimer) abandon(s *loopState, r *running) (Result, error) {
-	c.log.Error("job ignored its timeout or cancel; giving up on it and exiting so a fresh worker takes over",
-		"job_id", r.job.ID, "job", r.job.Name, "timeout", r.deadline.Sub(r.started), "grace", c.cfg.TimeoutGrace,
-		"cancelled", !r.cancelAt.IsZero())
+// giveUp gives up on a job that ignores its cancellation (its timeout, or
+// an operator's cancel) past the grace period: its attempt is recorded as
+// timed out (as cancelled, when an operator cancelled it), and its runner
+// is left in the handler. The worker then stops as it does on a stop
+// signal, claiming nothing more and giving back the jobs it claimed but
+// had not started, and Run will return ErrJobTimedOut
+// (ErrJobIgnoredCancel), so that its supervisor replaces it: a handler
+// that ignores its context may hold its goroutine, and whatever it locked,
+// for good. The jobs running beside it get the grace period (TimeoutGrace,
+// from the first give-up) to finish, and their outcomes are written as
+// usual; those still running then are interrupted (see interrupt). Another
+// job found overdue meanwhile is given up on the same way.
+func (c *claimer) giveUp(s *loopState, r *running) {
+	cancelled := !r.cancelAt.IsZero()
 	delete(s.running, r.job.ID)
 	c.finished.Add(1)
-	exitErr := ErrJobTimedOut
-	if !r.cancelAt.IsZero() {
-		exitErr = ErrJobIgnoredCancel
-	}
+	c.runners.giveUp(1) // the loop waits for it no more, nor does the runners' Stop
 	c.exec.settle(attemptEnd{finished: finished{job: r.job, timeout: r.deadline.Sub(r.started), ended: c.now()},
 		started: r.started, cancelAt: r.cancelAt, cancelBy: r.cancelBy, abandoned: true, grace: c.cfg.TimeoutGrace})
-	others := make([]store.ClaimedJob, 0, len(s.running))
-	for _, o := range s.running {
-		o.cancel()
-		others = append(others, o.job)
+	first := s.stuck == nil
+	if first {
+		s.stuck = ErrJobTimedOut
+		if cancelled {
+			s.stuck = ErrJobIgnoredCancel
+		}
+		s.beside = len(s.running)
+		s.grace = time.NewTimer(c.cfg.TimeoutGrace)
 	}
+	c.log.Error("job ignored its timeout or cancel; giving up on it: the worker takes no new jobs, gives those running beside it the grace period to finish, and exits so a fresh worker takes over",
+		"job_id", r.job.ID, "job", r.job.Name, "timeout", r.deadline.Sub(r.started), "grace", c.cfg.TimeoutGrace,
+		"cancelled", cancelled, "running", len(s.running))
+	c.beginStop(s, spawner.ExitTimeout)
+	s.reason = spawner.ExitTimeout // also when it was stopping already, for another reason
+}
+
+// interrupt ends the grace period beside a job given up on (see giveUp):
+// the jobs whose end has arrived are finished, and those still running are
+// interrupted. Their contexts are cancelled, their runners are left in
+// their handlers, and each attempt is written as interrupted
+// (store.JobInterrupt): its job is released to run again at once, as its
+// next attempt, with no try spent. A job an operator asked to cancel ends
+// as cancelled instead (store.JobRelease).
+func (c *claimer) interrupt(s *loopState) {
+	for drained := false; !drained; {
+		select {
+		case f := <-c.done:
+			c.finish(s, f)
+		default:
+			drained = true
+		}
+	}
+	if len(s.running) == 0 {
+		return
+	}
+	why := "another job ignored its timeout"
+	if errors.Is(s.stuck, ErrJobIgnoredCancel) {
+		why = "another job ignored its cancel"
+	}
+	cause := fmt.Errorf("interrupted: its worker exits because %s, and this job did not finish within the grace period (%s)", why, c.cfg.TimeoutGrace)
+	attempts := make([]store.InterruptedAttempt, 0, len(s.running))
+	leases := make([]store.Lease, 0, len(s.running))
+	ids := make([]int64, 0, len(s.running))
+	for _, r := range s.running {
+		r.stop(cause)
+		r.cancel()
+		attempts = append(attempts, store.InterruptedAttempt{Lease: r.job.Lease(), Tries: r.job.MaxTries,
+			StartedAt: r.started.Add(r.job.ClockOffset)})
+		leases = append(leases, r.job.Lease())
+		ids = append(ids, r.job.ID)
+	}
+	s.interrupted = len(attempts)
 	clear(s.running)
-	// The loop waits for none of them any more: the runners' Stop does not
-	// either (see runners).
-	c.runners.giveUp(1 + len(others))
-	c.release(others, "released: its worker exited after another job timed out")
-	c.release(s.buffer, "")
-	s.buffer = nil
-	s.reason = spawner.ExitTimeout
-	return c.exit(s, exitErr)
+	c.runners.giveUp(len(attempts))
+	slices.Sort(ids)
+	c.log.Warn("interrupted the jobs still running after the grace period: released to run again as their next attempt, no try spent",
+		"jobs", len(attempts), "why", why, "grace", c.cfg.TimeoutGrace, "job_ids", ids[:min(len(ids), 20)])
+	// As a release: before the stop's cut, as long as a drain; after it, as
+	// long as a reconcile.
+	parent, timeout := c.cut, DrainTimeout
+	if c.cut.Err() != nil {
+		parent, timeout = c.base, reconcileTimeout
+	}
+	ctx, cancel := context.WithTimeout(parent, timeout)
+	defer cancel()
+	n, err := c.st.JobInterrupt(ctx, store.JobInterruptParams{Attempts: attempts, Error: cause.Error()})
+	if err != nil {
+		c.log.Error("writing the interrupted jobs failed: they stay reserved until a master releases them", "jobs", len(attempts), "err", err)
+		return
+	}
+	if n < len(leases) {
+		// The others had a cancel request (or were no longer this worker's):
+		// they end as cancelled.
+		if _, err := c.st.JobRelease(ctx, store.JobReleaseParams{Leases: leases}); err != nil {
+			c.log.Error("release jobs failed: they stay reserved until a master releases them", "jobs", len(leases)-n, "err", err)
+		}
+	}
 }
 
 func (c *claimer) release(jobs []store.ClaimedJob, reason string) {

@@ -24,6 +24,11 @@ type completer interface {
 	// claimer claims nothing while it reaches Config.MaxUnsaved
 	// (backpressure).
 	Unsaved() int
+	// Stalled is how many outcomes wait while writing them fails (the
+	// database is away, or has no connection to give): 0 while writes
+	// succeed. The heartbeat tells the master, which then does not take
+	// the jobs' age for a stuck handler (see spawner.Report.Unwritten).
+	Stalled() int
 	// drain waits until every outcome added so far is written or ctx ends.
 	drain(ctx context.Context) error
 	// holding adds to held the leases of the outcomes not written yet: the

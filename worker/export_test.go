@@ -23,6 +23,9 @@ type Signals struct {
 	// Claimed: a claim's jobs joined the prefetch buffer (how many, never
 	// 0).
 	Claimed *lifecycle.Signal[int]
+	// ClaimSplit: a claim of that many jobs timed out on the server, and
+	// the claim size shrank.
+	ClaimSplit *lifecycle.Signal[int]
 	// Started: the claimer started a job (its id), in the order it started
 	// them; handlers may run in another. A signal keeps SignalBuffer
 	// unread events, so a test that reads them once the worker is done
@@ -43,18 +46,20 @@ func WakePending(w *Worker) bool { return len(w.claimer.wake) > 0 }
 // them; call it before Run.
 func InitSignals(w *Worker) *Signals {
 	s := &Signals{
-		Lifecycle: &w.sig.lifecycle,
-		Stopping:  &w.claimer.sig.stopping,
-		Polled:    &w.claimer.sig.polled,
-		Claimed:   &w.claimer.sig.claimed,
-		Started:   &w.claimer.sig.started,
-		Listening: &w.listener.sig.connected,
-		Vacuumed:  &w.vacuum.sig.round,
+		Lifecycle:  &w.sig.lifecycle,
+		Stopping:   &w.claimer.sig.stopping,
+		Polled:     &w.claimer.sig.polled,
+		Claimed:    &w.claimer.sig.claimed,
+		ClaimSplit: &w.claimer.sig.split,
+		Started:    &w.claimer.sig.started,
+		Listening:  &w.listener.sig.connected,
+		Vacuumed:   &w.vacuum.sig.round,
 	}
 	s.Lifecycle.Init()
 	s.Stopping.Init()
 	s.Polled.Init()
 	s.Claimed.Init()
+	s.ClaimSplit.Init()
 	s.Started.Init()
 	s.Listening.Init()
 	s.Vacuumed.Init()

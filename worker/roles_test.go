@@ -139,6 +139,7 @@ func (f *fakeCompleter) Name() string                 { return "fake completer" 
 func (f *fakeCompleter) Start(context.Context) error  { return nil }
 func (f *fakeCompleter) Stop()                        {}
 func (f *fakeCompleter) Unsaved() int                 { return 0 }
+func (f *fakeCompleter) Stalled() int                 { return 0 }
 func (f *fakeCompleter) drain(context.Context) error  { return nil }
 func (f *fakeCompleter) holding(map[store.Lease]bool) {}
 func (f *fakeCompleter) add(o store.JobOutcome) {

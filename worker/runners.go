@@ -17,7 +17,7 @@ import (
 //
 // It stops after the claimer, which has waited for every job it started
 // but those it gave up on (a handler that ignored its timeout or cancel
-// past the grace period, and the jobs it released then): Stop closes
+// past the grace period, and the jobs it interrupted after it): Stop closes
 // tasks and waits for every runner but the ones still in such a handler,
 // which end when their handler returns. Their late ends go to done, which
 // has room for all of them.

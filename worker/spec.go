@@ -35,6 +35,7 @@ func SpecConfig(spec spawner.Spec, base Config) Config {
 	cfg.Name = spec.Worker
 	cfg.Master = spec.Master
 	cfg.MasterTTL = spec.MasterTTL
+	cfg.Isolate = spec.Isolate
 	if spec.Tries > 0 {
 		cfg.Tries = spec.Tries
 	}

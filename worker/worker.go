@@ -38,8 +38,11 @@ const (
 
 // ErrJobTimedOut is returned by Run when a job kept running past its timeout
 // plus the grace period: the worker recorded the attempt as timed out,
-// released its other jobs and gave up, and its process should exit non-zero
-// so that its supervisor replaces it.
+// claimed nothing more, gave its other running jobs the grace period to
+// finish and interrupted those still running then (each released to run
+// again as its next attempt, with no try spent: see store.JobInterrupt),
+// and gave up; its process should exit non-zero so that its supervisor
+// replaces it.
 var ErrJobTimedOut = errors.New("a job ignored its timeout")
 
 // Config shapes a worker.
@@ -89,6 +92,15 @@ type Config struct {
 	// StopWhenEmpty stops the worker once nothing is running or unwritten and
 	// no job is ready on its queues.
 	StopWhenEmpty bool
+	// Isolate makes the worker an isolation process, which its master
+	// starts for queues with suspect jobs (jobs that were in two or more
+	// processes that died, see store.SuspectCrashes): it claims suspects
+	// and nothing else, one at a time (Concurrency 1, no prefetch, and
+	// MaxUnsaved 1: the next is claimed once the last one's outcome is
+	// written), so that a crash of its process is its one job's doing, and
+	// it stops once no suspect is ready on its queues (StopWhenEmpty).
+	// Ordinary workers never claim a suspect.
+	Isolate bool
 	// Paused starts the worker taking no jobs until Continue.
 	Paused bool
 	// PausedQueues starts the worker skipping these queues until
@@ -105,7 +117,8 @@ type Config struct {
 	DefaultTimeout time.Duration
 	// TimeoutGrace is how long a job may run after its context is cancelled
 	// for its timeout, or for an operator's cancel, before the worker gives
-	// up on it.
+	// up on it; and then how long the jobs running beside it have to
+	// finish before the worker interrupts them and exits.
 	TimeoutGrace time.Duration
 	// CancelPollInterval is how often a worker running jobs asks the
 	// database for cancel requests among them, in case a notification was
@@ -199,6 +212,12 @@ func New(st *store.Store, jobs *queue.Registry, cfg Config) (*Worker, error) {
 		return nil, errors.New("worker concurrency and limits must not be negative")
 	}
 	cfg.Concurrency = cmp.Or(cfg.Concurrency, DefaultConcurrency)
+	if cfg.Isolate {
+		// One job at a time, and the next claimed only once the last one's
+		// outcome is written: when the process dies, the one job it holds
+		// is the one that ran.
+		cfg.Concurrency, cfg.Prefetch, cfg.StopWhenEmpty, cfg.MaxUnsaved = 1, -1, true, 1
+	}
 	if cfg.MasterTTL <= 0 {
 		cfg.MasterTTL = defaults.TTL
 	}

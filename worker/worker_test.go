@@ -374,7 +374,9 @@ func TestWorkerGivesUpOnJobIgnoringTimeout(t *testing.T) {
 	}
 	<-stubbornStarted
 	// The stubborn job's attempt counts and it waits for its retry; the other
-	// job is back in the queue with its attempt not counted.
+	// job, still running after the grace period, was interrupted: it is back
+	// in the queue, its attempt counted and its tries one more, so that it
+	// runs next as attempt 2 with no try spent.
 	var attempts int
 	var lastErr string
 	if err := b.pool.QueryRow(context.Background(),
@@ -384,8 +386,11 @@ func TestWorkerGivesUpOnJobIgnoringTimeout(t *testing.T) {
 	if attempts != 1 || !strings.Contains(lastErr, "did not stop within") {
 		t.Fatalf("stubborn job: %d attempts, %q", attempts, lastErr)
 	}
-	if n := b.count(t, `SELECT count(*) FROM queue_jobs WHERE id = $1 AND reserved_by IS NULL AND attempts = 0`, ids[1]); n != 1 {
-		t.Fatal("the other job was not released with its attempt uncounted")
+	if n := b.count(t, `SELECT count(*) FROM queue_jobs WHERE id = $1 AND reserved_by IS NULL AND attempts = 1 AND max_tries = 4`, ids[1]); n != 1 {
+		t.Fatal("the other job was not released with its attempt counted and a try more")
+	}
+	if n := b.count(t, `SELECT count(*) FROM fleet_jobs WHERE job_id = $1 AND status = 'interrupted' AND attempt = 1`, ids[1]); n != 1 {
+		t.Fatal("the other job has no interrupted attempt")
 	}
 }
 

@@ -2,14 +2,11 @@ package worker
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
 	"time"
-
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/fleet-go/fleet/internal/backoff"
 	"github.com/fleet-go/fleet/internal/lifecycle"
@@ -25,35 +22,68 @@ const (
 	// writeTimeout bounds one write.
 	writeTimeout = 10 * time.Second
 	// writeRetryBase and writeRetryMax bound the backoff between the
-	// tries of a batch.
+	// tries of a batch while the database does not answer.
 	writeRetryBase = 50 * time.Millisecond
 	writeRetryMax  = 5 * time.Second
+	// TransientRetryMax bounds the pause before a write the database
+	// answered with a passing refusal (a deadlock, a serialization
+	// failure, no connection slot left, the statement timeout of a single
+	// outcome) is tried again; the pauses start at transientRetryBase and
+	// double. It is also the most a finished job's outcome waits, beyond
+	// the statements ahead of it, before its own write begins while the
+	// database answers.
+	TransientRetryMax  = 100 * time.Millisecond
+	transientRetryBase = 5 * time.Millisecond
 	// writeTries is how many times a batch the database rejects is tried
 	// before it is split in two.
 	writeTries = 3
+	// pingTimeout bounds the ping that tells a write the client gave up
+	// on (no reply within writeTimeout) from a database that is away.
+	pingTimeout = 2 * time.Second
 )
 
 // writer is the worker's outcome writer: a service with one loop that
 // writes finished attempts in batches of at most writeBatch, one statement
 // per batch, while the next batch accumulates; under load batches grow and
-// the hot path never waits for a write per job.
+// the hot path never waits for a write per job. It never waits to fill a
+// batch: an outcome's write begins as soon as the statements ahead of it
+// are done (see DefaultMaxUnsaved for how many may be ahead).
 //
-// A write has a timeout. A batch that fails because the database cannot be
-// reached (connection errors, timeouts, shutdowns, serialization failures)
-// is retried with jittered backoff for as long as it takes: nothing else
-// could be written either, and the worker stops claiming meanwhile
-// (backpressure). A batch the database rejects is retried writeTries times,
-// then split in halves until the outcome at fault is alone; that one is
-// written with its error replaced by a plain note, or else its job is
-// released. It never blocks the others. Retrying is safe: the finish
-// statement matches each job's lease token, so an outcome already written
-// by a try whose answer was lost changes nothing the second time.
+// Outcomes wait in one queue, oldest first; each statement takes the
+// oldest, and a statement that fails puts its outcomes back at the head,
+// so that the next try also takes the outcomes that finished meanwhile.
+// What a failure says about the database decides what comes next (see
+// store.ClassifyError):
+//   - A statement the server cancelled for its statement timeout (SQLSTATE
+//     57014), or that got no reply within writeTimeout from a database
+//     that still answers a ping, did nothing: its outcomes are tried again
+//     at once in statements of half its size, down to single outcomes, and
+//     the size grows back, doubling, over statements that pass (see
+//     batchSize). The log says so once per episode, then once a minute
+//     with a count.
+//   - A passing refusal of a database that answered (a deadlock, a
+//     serialization failure, too many connections, a lock not available,
+//     the timeout of a single outcome) is tried again after a short
+//     pause, at most TransientRetryMax.
+//   - A database that does not answer (a connection error, a server
+//     shutting down) is waited for with jittered backoff, for as long as
+//     it takes: nothing else could be written either, and the worker stops
+//     claiming meanwhile (backpressure).
+//   - A batch the database rejects (bad data, a constraint) is retried
+//     writeTries times, then split in halves until the outcome at fault is
+//     alone; that one is written with its error replaced by a plain note,
+//     or else its job is released. It never blocks the others.
+//
+// Retrying is safe: the finish statement matches each job's lease token, so
+// an outcome already written by a try whose answer was lost changes
+// nothing the second time. None of this stops, fences or slows the
+// worker's claims but the backpressure of outcomes not yet written.
 type writer struct {
 	st        *store.Store
 	worker    string
 	master    string
 	log       *slog.Logger
-	logs      ratelog.Log // failing writes: once per streak, then once a minute
+	logs      ratelog.Log // failing writes and split batches: once per streak, then once a minute
 	onWritten func()      // called after every written batch
 	onFail    func()      // called after every failed write; nil: none
 	// events receives the events of written outcomes (see publish); nil:
@@ -63,17 +93,25 @@ type writer struct {
 	onEvent func(queue.Event)
 
 	mu      sync.Mutex
-	pending []store.JobOutcome
+	pending []store.JobOutcome // oldest first
 	writing []store.JobOutcome // the batch being written, nil between writes
 	unsaved int                // outcomes added but not yet written (pending + in flight)
-	changed chan struct{}      // closed and replaced whenever unsaved drops
+	failing bool               // the last write failed (see Stalled)
+	// retried counts the outcomes at the head of pending that a failed
+	// statement tried already.
+	retried int
+	changed chan struct{} // closed and replaced whenever unsaved drops
 	kick    chan struct{}
 	// sleep waits between tries (backoff.Sleep); tests shorten it.
 	sleep func(ctx context.Context, d time.Duration) error
 
+	// size is the batch size while statements time out; the loop's own.
+	size batchSize
+
 	lc  lifecycle.Lifecycle
 	sig struct {
 		written lifecycle.Signal[int] // a batch written: its size
+		split   lifecycle.Signal[int] // a statement of that many outcomes timed out and was split
 	}
 }
 
@@ -99,6 +137,7 @@ func newWriter(st *store.Store, worker, master string, log *slog.Logger, h write
 		changed:   make(chan struct{}),
 		kick:      make(chan struct{}, 1),
 		sleep:     backoff.Sleep,
+		size:      batchSize{ceiling: writeBatch},
 	}
 }
 
@@ -154,6 +193,24 @@ func (w *writer) Unsaved() int {
 	return w.unsaved
 }
 
+// Stalled is how many finished attempts wait while writing fails: the
+// unsaved ones when the last write failed, else 0.
+func (w *writer) Stalled() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.failing {
+		return 0
+	}
+	return w.unsaved
+}
+
+// setFailing notes whether the last write failed.
+func (w *writer) setFailing(failing bool) {
+	w.mu.Lock()
+	w.failing = failing
+	w.mu.Unlock()
+}
+
 // run writes batches until ctx ends (Stop). Outcomes not written by then are only
 // lost with the process; their jobs are still reserved and get released by
 // a master, never dropped.
@@ -168,70 +225,189 @@ func (w *writer) run(ctx context.Context) {
 	}
 }
 
+// take takes the oldest pending outcomes for the next statement, as many
+// as the batch size allows, and reports whether some of them were tried
+// before.
+func (w *writer) take() (batch []store.JobOutcome, retry bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := min(len(w.pending), w.size.limit(writeBatch))
+	batch = w.pending[:n:n]
+	w.pending = w.pending[n:]
+	if len(w.pending) == 0 {
+		w.pending = nil
+	}
+	if n > 0 {
+		w.writing = batch
+	}
+	return batch, w.retried > 0
+}
+
+// putBack returns a batch whose statement failed to the head of the
+// queue, so that Unsaved stays true and the next statement takes it first.
+func (w *writer) putBack(batch []store.JobOutcome) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.pending = append(batch, w.pending...) // batch's capacity is its length: a new array
+	w.writing = nil
+	w.retried = max(w.retried, len(batch))
+}
+
+// written notes that batch was written.
+func (w *writer) written(batch []store.JobOutcome) {
+	n := len(batch)
+	w.mu.Lock()
+	w.writing = nil
+	w.unsaved -= n
+	w.retried = max(0, w.retried-n)
+	close(w.changed)
+	w.changed = make(chan struct{})
+	w.mu.Unlock()
+	if w.onWritten != nil {
+		w.onWritten()
+	}
+	w.sig.written.Send(n)
+}
+
+// writeAll writes every pending outcome, oldest first, until none is left
+// or ctx ends (see writer for what a failure leads to).
 func (w *writer) writeAll(ctx context.Context) {
+	answered := backoff.Exponential{Base: transientRetryBase, Max: TransientRetryMax}
+	away := backoff.Exponential{Base: writeRetryBase, Max: writeRetryMax}
+	rejected := 0
 	for ctx.Err() == nil {
-		w.mu.Lock()
-		n := min(len(w.pending), writeBatch)
-		batch := w.pending[:n:n]
-		w.pending = w.pending[n:]
-		if len(w.pending) == 0 {
-			w.pending = nil
-		}
-		if n > 0 {
-			w.writing = batch
-		}
-		w.mu.Unlock()
-		if n == 0 {
+		batch, retry := w.take()
+		if len(batch) == 0 {
 			return
 		}
-		if !w.write(ctx, batch) {
-			// Stopped: put the batch back so that Unsaved stays true.
-			w.mu.Lock()
-			w.pending = append(batch, w.pending...)
-			w.writing = nil
-			w.mu.Unlock()
+		err := w.finish(ctx, batch, retry)
+		if err == nil {
+			w.setFailing(false)
+			w.written(batch)
+			w.passed(len(batch))
+			answered.Reset()
+			away.Reset()
+			rejected = 0
+			continue
+		}
+		if ctx.Err() != nil {
+			w.putBack(batch)
 			return
 		}
-		w.mu.Lock()
-		w.writing = nil
-		w.unsaved -= n
-		close(w.changed)
-		w.changed = make(chan struct{})
-		w.mu.Unlock()
-		if w.onWritten != nil {
-			w.onWritten()
+		w.setFailing(true)
+		if w.onFail != nil {
+			w.onFail()
 		}
-		w.sig.written.Send(n)
+		class, timedOut := w.classify(ctx, err)
+		if timedOut && len(batch) > 1 {
+			w.putBack(batch)
+			w.split(len(batch))
+			continue
+		}
+		if class == store.ErrorRejected {
+			if rejected++; rejected >= writeTries {
+				// The head batch holds the outcome at fault: isolate it.
+				rejected = 0
+				if !w.isolate(ctx, batch, err) {
+					w.putBack(batch)
+					return
+				}
+				w.written(batch)
+				continue
+			}
+		}
+		w.putBack(batch)
+		pause := &answered
+		if class == store.ErrorUnreachable {
+			pause = &away
+		}
+		d := pause.Next()
+		w.logs.Fail(w.log, "write", "write finished jobs failed; retrying", "jobs", len(batch), "err", err,
+			"database", class.String(), "retry_in", d)
+		// The jitter keeps many workers that lost the database together
+		// from coming back in step.
+		if w.sleep(ctx, backoff.Between(d/2, d)) != nil {
+			return
+		}
 	}
 }
 
-// write writes batch, splitting it when the database rejects it, and
-// reports false only when ctx ended first.
+// passed notes a statement of n outcomes that passed.
+func (w *writer) passed(n int) {
+	w.logs.OK(w.log, "write", "writing finished jobs works again")
+	if w.size.ok(n) {
+		w.logs.OK(w.log, "split", "finishes pass at their full size again")
+	}
+}
+
+// split shrinks the batch size after a statement of n outcomes timed out,
+// and logs it (once per episode, then once a minute).
+func (w *writer) split(n int) {
+	half := w.size.timedOut(n)
+	how := fmt.Sprintf("split into 2 of %d", half)
+	if n%2 == 1 {
+		how = fmt.Sprintf("split into 2, of %d and %d", half, n-half)
+	}
+	w.logs.Fail(w.log, "split", fmt.Sprintf("statement timeout on a finish of %d jobs; %s", n, how), "batch_size", half)
+	w.sig.split.Send(n)
+}
+
+// classify says what err, a failed write's, tells about the database, and
+// whether the statement timed out: cancelled by the server (57014), or
+// given up by the client with no reply while the database still answers
+// a ping, which only a slow statement explains.
+func (w *writer) classify(ctx context.Context, err error) (store.ErrorClass, bool) {
+	class := store.ClassifyError(err)
+	if store.StatementTimedOut(err) {
+		return class, true
+	}
+	if store.NoReply(err) {
+		pctx, cancel := context.WithTimeout(ctx, pingTimeout)
+		defer cancel()
+		if w.st.Ping(pctx) == nil {
+			return store.ErrorTransient, true
+		}
+	}
+	return class, false
+}
+
+// write writes batch and nothing else, splitting it when the database
+// rejects it or it times out, and reports false only when ctx ended
+// first. It is isolate's; the loop (writeAll) writes everything else.
 func (w *writer) write(ctx context.Context, batch []store.JobOutcome) bool {
-	retry := backoff.Exponential{Base: writeRetryBase, Max: writeRetryMax}
+	answered := backoff.Exponential{Base: transientRetryBase, Max: TransientRetryMax}
+	away := backoff.Exponential{Base: writeRetryBase, Max: writeRetryMax}
 	rejected := 0
-	for try := 0; ; try++ {
-		err := w.finish(ctx, batch, try > 0)
+	for {
+		err := w.finish(ctx, batch, true)
 		if err == nil {
-			w.logs.OK(w.log, "write", "writing finished jobs works again")
+			w.setFailing(false)
 			return true
 		}
 		if ctx.Err() != nil {
 			return false
 		}
+		w.setFailing(true)
 		if w.onFail != nil {
 			w.onFail()
 		}
-		if rejectedByDatabase(err) {
-			rejected++
-			if rejected >= writeTries {
+		class, timedOut := w.classify(ctx, err)
+		if timedOut && len(batch) > 1 {
+			half := len(batch) / 2
+			return w.write(ctx, batch[:half]) && w.write(ctx, batch[half:])
+		}
+		if class == store.ErrorRejected {
+			if rejected++; rejected >= writeTries {
 				return w.isolate(ctx, batch, err)
 			}
 		}
+		retry := &answered
+		if class == store.ErrorUnreachable {
+			retry = &away
+		}
 		d := retry.Next()
-		w.logs.Fail(w.log, "write", "write finished jobs failed; retrying", "jobs", len(batch), "err", err, "retry_in", d)
-		// The jitter keeps many workers that lost the database together
-		// from coming back in step.
+		w.logs.Fail(w.log, "write", "write finished jobs failed; retrying", "jobs", len(batch), "err", err,
+			"database", class.String(), "retry_in", d)
 		if w.sleep(ctx, backoff.Between(d/2, d)) != nil {
 			return false
 		}
@@ -249,7 +425,11 @@ func (w *writer) isolate(ctx context.Context, batch []store.JobOutcome, err erro
 		"job_id", o.ID, "job", o.Name, "attempt", o.Attempt, "err", err)
 	plain := o
 	if plain.Error != "" {
-		plain.Error = fmt.Sprintf("the error text of this attempt could not be stored: %v", sqlState(err))
+		why := "unknown error"
+		if code := store.SQLState(err); code != "" {
+			why = "SQLSTATE " + code
+		}
+		plain.Error = "the error text of this attempt could not be stored: " + why
 	}
 	if err = w.finish(ctx, []store.JobOutcome{plain}, true); err == nil {
 		return true
@@ -319,36 +499,6 @@ func (w *writer) sortInTx(batch []store.JobOutcome, lost []store.Lease) []store.
 		}
 	}
 	return rest
-}
-
-// rejectedByDatabase reports whether err is the server refusing the
-// statement itself (bad data, a constraint), as opposed to the database
-// being unreachable, shutting down, overloaded or timing out, where trying
-// the same statement again later is the answer.
-func rejectedByDatabase(err error) bool {
-	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) || len(pgErr.Code) < 2 {
-		return false
-	}
-	switch pgErr.Code[:2] {
-	case "08", // connection exception
-		"25", // invalid transaction state: a read-only primary (failover, recovery)
-		"40", // transaction rollback: serialization failure, deadlock
-		"53", // insufficient resources
-		"55", // object not in prerequisite state: lock not available
-		"57", // operator intervention: shutdown, query cancelled
-		"58": // system error
-		return false
-	}
-	return true
-}
-
-func sqlState(err error) string {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		return "SQLSTATE " + pgErr.Code
-	}
-	return "unknown error"
 }
 
 // drain waits until every attempt added so far is written or ctx ends.

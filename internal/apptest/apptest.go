@@ -57,6 +57,9 @@ const (
 	EnvPeriodicRuns = "FLEET_TEST_PERIODIC_RUNS"
 )
 
+// CrashLine is what demo.crash writes to stderr before it exits.
+const CrashLine = "demo.crash: exiting the whole process with status 3"
+
 // Main is the TestMain of a package that starts the application: in app
 // mode it runs the application and exits; otherwise it runs the tests
 // (with pgtest's server, see pgtest.Main).
@@ -95,6 +98,13 @@ func Main(m *testing.M) {
 //     per completed run, so a test can tell a job that ran twice.
 //   - test.exit ends its whole process with exit status 3, every time: a
 //     poison job.
+//   - demo.crash does what the example app's demo.crash does: it writes
+//     CrashLine to stderr and ends its whole process with exit status 3.
+//   - test.stuck sleeps {"ms": N}, ignoring its context: a job that
+//     ignores its timeout.
+//   - test.beside runs beside a stuck job (see besideJob): it may wait for
+//     the stuck job's history row, sleeps, and records its attempt and
+//     tries (ReadAttempts).
 //   - test.print writes {"text": T} to stdout as it is, the way a handler
 //     printing what a user sent does: after {"pad": N} bytes of "x", with
 //     a newline when {"newline": true}, {"repeat": N} times (at least once)
@@ -130,7 +140,13 @@ func Jobs() *queue.Registry {
 		os.Exit(3)
 		return nil
 	})
+	jobs.Handle("demo.crash", func(context.Context, *queue.Job) error {
+		fmt.Fprintln(os.Stderr, CrashLine)
+		os.Exit(3)
+		return nil
+	})
 	jobs.Handle("test.print", printJob)
+	stuckJobs(jobs)
 	if f := os.Getenv(EnvPeriodicRuns); f != "" {
 		jobs.Periodic("code-tick", "@every 1s",
 			queue.NewJob("test.sleep", map[string]any{"ms": 0, "file": f}).Priority(-3).Tags("periodic"),

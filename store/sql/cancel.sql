@@ -21,42 +21,16 @@ WITH gone AS (
 ), history_rows (job_id, queue, name, attempt, status, reserved_at, started_at, finished_at, runtime_ms, error, master, worker, tags) AS (
     SELECT id, queue, name, attempts, 'cancelled', NULL::timestamptz, now(), now(), 0, 'cancelled by ' || @who, NULL, NULL, tags
     FROM gone
-), history AS (
-    INSERT INTO fleet_jobs_completed (job_id, queue, name, attempt, status, reserved_at, started_at, finished_at, runtime_ms, error, master, worker, tags)
-    SELECT * FROM history_rows WHERE status = 'completed'
-), history_other AS (
-    INSERT INTO fleet_jobs_failed (job_id, queue, name, attempt, status, reserved_at, started_at, finished_at, runtime_ms, error, master, worker, tags)
-    SELECT * FROM history_rows WHERE status IS DISTINCT FROM 'completed'
+-- @include history_insert
 
 -- The slots of the deleted jobs that held one (a parked job holds none),
--- handed over (see limits.go; the same CTEs as in finish.sql).
+-- handed over (slot_handoff).
 ), freed AS (
     SELECT limit_key AS key, count(*)::integer AS n FROM gone
     WHERE limit_key IS NOT NULL AND available_at <> 'infinity' GROUP BY limit_key
-), slots AS (
-    SELECT l.key, l.limit_n, l.active, f.n
-    FROM queue_limits l JOIN freed f ON f.key = l.key
-    WHERE l.key = ANY (ARRAY(SELECT key FROM freed))
-    ORDER BY l.key
-    FOR UPDATE OF l
-), handoff AS (
-    UPDATE queue_jobs j SET available_at = now(), limit_due = NULL
-    WHERE j.id = ANY (ARRAY(
-        SELECT p.id FROM slots s, LATERAL (
-            SELECT id FROM queue_jobs
-            WHERE limit_key = s.key AND available_at = 'infinity' AND limit_due <= now()
-            ORDER BY limit_due, id
-            LIMIT least(s.n, greatest(s.limit_n - s.active + s.n, 0))
-            FOR UPDATE SKIP LOCKED) p))
-      AND j.available_at = 'infinity'
-    RETURNING j.id, j.queue, j.limit_key
-), handed AS (
-    SELECT limit_key AS key, count(*) AS n FROM handoff GROUP BY limit_key
-), slotted AS (
-    UPDATE queue_limits l SET active = greatest(s.active - s.n + COALESCE(h.n, 0), 0)
-    FROM slots s LEFT JOIN handed h ON h.key = s.key
-    WHERE l.key = s.key
+-- @include slot_handoff
 
+-- The workers of the reserved ones, told at commit.
 ), notified AS (
     SELECT pg_notify('fleet_cancel', json_build_object('id', id, 'lease', lease, 'by', cancelled_by)::text)
     FROM requested

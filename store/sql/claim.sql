@@ -11,6 +11,8 @@
 -- ids, as an array, are updated through the primary key: joining the pick
 -- as a CTE instead lets a generic plan, which guesses LIMIT @limit at a
 -- tenth of the table, hash-join it against a scan of the whole table.
+-- Suspects (crashes >= 2: jobs that were in two processes that died) are
+-- passed by: only an isolation process takes them (claim_suspect.sql).
 UPDATE queue_jobs j
 SET reserved_by = @worker, reserved_master = @master, lease = (SELECT nextval('queue_jobs_lease_seq')),
     reserved_at = clock_timestamp(), attempts = j.attempts + 1
@@ -21,7 +23,7 @@ WHERE j.id = ANY (ARRAY(
     )
     SELECT x.id FROM lv, LATERAL (
         SELECT id FROM queue_jobs
-        WHERE queue = @queue AND priority = lv.p AND reserved_by IS NULL AND available_at <= now()
+        WHERE queue = @queue AND priority = lv.p AND reserved_by IS NULL AND available_at <= now() AND crashes < 2
         ORDER BY available_at, id
         LIMIT @limit
         FOR UPDATE SKIP LOCKED) x

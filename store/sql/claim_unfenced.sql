@@ -11,7 +11,7 @@ WHERE j.id = ANY (ARRAY(
     )
     SELECT x.id FROM lv, LATERAL (
         SELECT id FROM queue_jobs
-        WHERE queue = @queue AND priority = lv.p AND reserved_by IS NULL AND available_at <= now()
+        WHERE queue = @queue AND priority = lv.p AND reserved_by IS NULL AND available_at <= now() AND crashes < 2
         ORDER BY available_at, id
         LIMIT @limit
         FOR UPDATE SKIP LOCKED) x

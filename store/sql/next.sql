@@ -12,7 +12,7 @@ SELECT (SELECT EXTRACT(EPOCH FROM (min(x.available_at) - now()))::float8 * 1000
             )
             SELECT y.available_at FROM lv, LATERAL (
                 SELECT available_at FROM queue_jobs
-                WHERE queue = q.name AND priority = lv.p AND reserved_by IS NULL AND available_at < 'infinity'
+                WHERE queue = q.name AND priority = lv.p AND reserved_by IS NULL AND available_at < 'infinity' AND crashes < 2
                 ORDER BY available_at LIMIT 1) y
         ) x),
        EXISTS (SELECT 1 FROM fleet_masters m WHERE m.instance = @master AND m.expires_at >= now())

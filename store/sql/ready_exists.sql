@@ -9,7 +9,7 @@ SELECT EXISTS (
         )
         SELECT 1 FROM lv, LATERAL (
             SELECT 1 FROM queue_jobs
-            WHERE queue = q.name AND priority = lv.p AND reserved_by IS NULL AND available_at <= now()
+            WHERE queue = q.name AND priority = lv.p AND reserved_by IS NULL AND available_at <= now() AND crashes < 2
             ORDER BY available_at LIMIT 1) y
         LIMIT 1
     ) x

@@ -10,7 +10,7 @@ WITH lv(p) AS (
 )
 SELECT x.id FROM lv, LATERAL (
     SELECT id FROM queue_jobs
-    WHERE queue = @queue AND priority = lv.p AND reserved_by IS NULL AND available_at <= now()
+    WHERE queue = @queue AND priority = lv.p AND reserved_by IS NULL AND available_at <= now() AND crashes < 2
     ORDER BY available_at, id
     LIMIT @limit
     FOR UPDATE SKIP LOCKED) x
