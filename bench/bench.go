@@ -1,5 +1,5 @@
 // Package bench is "app bench": the load-testing scenarios (bound, drain,
-// paths, latency, dispatch, idle, backlog, scale), the raw SQL loop every
+// paths, latency, dispatch, idle, backlog, scale, peers), the raw SQL loop every
 // throughput is compared with, the statements that fill, measure and clean
 // the bench's own queues, and the report it prints. It holds no cobra and
 // does not import cmd: the application's command parses the flags into a
@@ -57,6 +57,11 @@ const (
 // benchScenarios are the scenarios in the order "all" runs them.
 var benchScenarios = []string{"bound", "drain", "paths", "latency", "dispatch", "idle", "backlog", "scale"}
 
+// onlyByName are the scenarios "all" leaves out: they run only when
+// named. peers compares fleet with other queues that the bench does not
+// ship (see bench/peers/install.sh).
+var onlyByName = []string{"peers"}
+
 // Register adds the bench's no-op handler to jobs unless it has one of
 // that name. Call it only in a process that runs the bench or that the
 // bench started (EnvRun set).
@@ -69,9 +74,9 @@ func Register(jobs *queue.Registry) {
 // Flags are the options of "app bench", as its command line gives them.
 type Flags struct {
 	// Scenario is bound, drain, paths, latency, dispatch, idle, backlog,
-	// scale or all.
+	// scale, peers or all.
 	Scenario string
-	// Jobs is the job count of bound, drain, paths and dispatch.
+	// Jobs is the job count of bound, drain, paths, dispatch and peers.
 	Jobs int
 	// Backlog is the pending jobs of the backlog scenario.
 	Backlog int
@@ -85,8 +90,13 @@ type Flags struct {
 	CellSecs int
 	// Samples is the jobs the latency scenario times.
 	Samples int
-	// Rounds is how many times the paths scenario drains each path.
+	// Rounds is how many times the paths and peers scenarios drain each
+	// path.
 	Rounds int
+	// PeersDir is where the peers scenario finds the peers that
+	// bench/peers/install.sh installs (default DefaultPeersDir), relative
+	// to Options.Dir unless absolute.
+	PeersDir string
 	// ScaleBacklogs and ScaleConcurrency list the scale grid's backlogs
 	// and concurrencies, comma-separated.
 	ScaleBacklogs    string
@@ -191,6 +201,7 @@ type benchReport struct {
 	Idle      *idleResult     `json:"idle,omitempty"`
 	Backlog   *backlogResult  `json:"backlog,omitempty"`
 	Scale     *scaleResult    `json:"scale,omitempty"`
+	Peers     *peersResult    `json:"peers,omitempty"`
 	Cleanup   cleanupResult   `json:"cleanup"`
 }
 
@@ -315,13 +326,13 @@ func benchPlan(f *Flags) ([]string, error) {
 		if !f.SustainSet {
 			f.Sustain = 2 * time.Minute
 		}
-	case slices.Contains(benchScenarios, f.Scenario):
+	case slices.Contains(benchScenarios, f.Scenario) || slices.Contains(onlyByName, f.Scenario):
 		want = []string{f.Scenario}
 		if slices.Contains([]string{"drain", "paths", "dispatch", "backlog", "scale"}, f.Scenario) {
 			want = []string{"bound", f.Scenario}
 		}
 	default:
-		return nil, fmt.Errorf("--scenario %q: want one of %s or all", f.Scenario, strings.Join(benchScenarios, ", "))
+		return nil, fmt.Errorf("--scenario %q: want one of %s or all", f.Scenario, strings.Join(append(slices.Clone(benchScenarios), onlyByName...), ", "))
 	}
 	if !f.SustainSet && f.Scenario != "all" {
 		f.Sustain = 10 * time.Minute
@@ -415,6 +426,7 @@ func (b *bench) run(ctx context.Context, scenarios []string) error {
 	run := map[string]func(context.Context) error{
 		"bound": b.bound, "drain": b.drain, "latency": b.latency, "dispatch": b.dispatch,
 		"idle": b.idle, "backlog": b.backlog, "scale": b.scale, "paths": b.paths,
+		"peers": b.peers,
 	}
 	for _, s := range scenarios {
 		b.progressf("== %s", s)

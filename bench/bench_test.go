@@ -43,6 +43,7 @@ func TestPlan(t *testing.T) {
 		{"scale", func(f *Flags) { f.Scenario = "scale" }},
 		{"dispatch", func(f *Flags) { f.Scenario = "dispatch" }},
 		{"bound", func(f *Flags) { f.Scenario = "bound" }},
+		{"peers", func(f *Flags) { f.Scenario = "peers" }},
 		{"nope", func(f *Flags) { f.Scenario = "nope" }},
 		{"jobs", func(f *Flags) { f.Jobs = 99 }},
 		{"backlog-small", func(f *Flags) { f.Backlog = 999 }},
@@ -141,7 +142,8 @@ func keyPaths(prefix string, v any, out *[]string) {
 func TestReportKeys(t *testing.T) {
 	t.Parallel()
 	rep := benchReport{Bound: &boundResult{Durable: &durableResult{}}, Drain: &drainResult{VsDurable: 1}, Latency: &latencyResult{}, Dispatch: &dispatchResult{},
-		Idle: &idleResult{}, Backlog: &backlogResult{}, Scale: &scaleResult{Cells: []scaleCell{{}}, Grid: []string{"x"}}}
+		Idle: &idleResult{}, Backlog: &backlogResult{}, Scale: &scaleResult{Cells: []scaleCell{{}}, Grid: []string{"x"}},
+		Peers: &peersResult{Peers: []peerRates{{Missing: "m", JobsPerSec: []float64{1}, Median: 1, MasterVsPeer: 1, OneVsPeer: 1}}}}
 	doc, err := json.Marshal(rep)
 	if err != nil {
 		t.Fatal(err)
