@@ -52,6 +52,12 @@ const (
 	// (see Register), so the fleet:work children of any app can run the
 	// bench's jobs while no application's normal registry has it.
 	EnvRun = "FLEET_BENCH_RUN"
+	// StampJobName is the latency scenario's handler (see RegisterStamp):
+	// it notes when it starts, on the clock of the process it runs in.
+	StampJobName = "fleet.bench.stamp"
+	// EnvStamps names the variable that gives a process the bench started
+	// the file its StampJobName handler appends to.
+	EnvStamps = "FLEET_BENCH_STAMPS"
 )
 
 // benchScenarios are the scenarios in the order "all" runs them.
@@ -69,6 +75,32 @@ func Register(jobs *queue.Registry) {
 	if _, ok := jobs.Lookup(JobName); !ok {
 		jobs.Handle(JobName, func(context.Context, *queue.Job) error { return nil })
 	}
+}
+
+// RegisterStamp adds, unless jobs has one of that name, the handler
+// StampJobName: it appends "ID UNIX_NANOS" (the job's id, the time it
+// started on this host's clock) to the file path, or does nothing when path
+// is empty. The bench's latency scenario reads the file, on the same host,
+// so that a handler's start is timed on one clock with no estimate between
+// (fleet_jobs.started_at is on the database's clock, through an offset
+// measured within half a claim's round trip). Call it where Register is
+// called, with the value of EnvStamps.
+func RegisterStamp(jobs *queue.Registry, path string) {
+	if _, ok := jobs.Lookup(StampJobName); ok {
+		return
+	}
+	jobs.Handle(StampJobName, func(_ context.Context, job *queue.Job) error {
+		at := time.Now()
+		if path == "" {
+			return nil
+		}
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+		if err != nil {
+			return fmt.Errorf("bench stamp: %w", err)
+		}
+		_, err = fmt.Fprintf(f, "%d %d\n", job.ID, at.UnixNano())
+		return errors.Join(err, f.Close())
+	})
 }
 
 // Flags are the options of "app bench", as its command line gives them.
@@ -185,6 +217,9 @@ type bench struct {
 	ref  float64 // the bound's jobs/s at batch 1000; 0 until measured
 	// durable is the durable bound's jobs/s; 0 until measured.
 	durable float64
+	// stamps is the file the processes the bench starts note their
+	// StampJobName starts in (see RegisterStamp); empty: none.
+	stamps string
 }
 
 // benchReport is the JSON document.
@@ -535,5 +570,8 @@ func (b *bench) childEnv(extra ...string) ([]string, error) {
 		env = append(env, "APP_CONFIG="+abs)
 	}
 	env = append(env, EnvRun+"="+b.runID)
+	if b.stamps != "" {
+		env = append(env, EnvStamps+"="+b.stamps)
+	}
 	return append(env, extra...), nil
 }

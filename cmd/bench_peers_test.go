@@ -132,3 +132,40 @@ func TestBenchPeers(t *testing.T) {
 		}
 	}
 }
+
+// TestBenchLatency: the latency scenario times each job's handler start
+// on the handler's own clock (the stamp its handler notes) as well as by
+// fleet_jobs.started_at, and a durable commit between the samples; every
+// job starts before its outcome is seen written.
+func TestBenchLatency(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	r := runProcess(t, dbEnv(url), "bench", "--scenario", "latency", "--samples", "5", "--json")
+	if r.code != 0 {
+		t.Fatalf("bench latency: %+v", r)
+	}
+	type stats struct{ P50, P95, Max float64 }
+	var doc struct {
+		Latency *struct {
+			Samples     int   `json:"samples"`
+			Start       stats `json:"dispatch_to_start_ms"`
+			StartedAt   stats `json:"dispatch_to_started_at_ms"`
+			Outcome     stats `json:"dispatch_to_outcome_ms"`
+			Commit      stats `json:"durable_commit_ms"`
+			Concurrency int   `json:"concurrency"`
+		} `json:"latency"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &doc); err != nil {
+		t.Fatalf("bench latency: stdout is not one JSON document: %v\n%s", err, r.stdout)
+	}
+	l := doc.Latency
+	if l == nil || l.Samples != 5 || l.Start.P50 <= 0 || l.StartedAt.P50 <= 0 || l.Commit.P50 <= 0 {
+		t.Fatalf("latency figures: %s", r.stdout)
+	}
+	if l.Start.P50 > l.Outcome.P50 || l.Start.Max > l.Outcome.Max {
+		t.Errorf("a handler started after its outcome was seen written: %s", r.stdout)
+	}
+	if n := countJobs(t, url, "queue_jobs"); n != 0 {
+		t.Errorf("%d rows left in queue_jobs after the latency scenario", n)
+	}
+}
