@@ -230,6 +230,18 @@ func (d db) xactCommits(ctx context.Context) (int64, error) {
 	return n, nil
 }
 
+// durableCommit times one small transaction that writes WAL (a
+// transactional logical message, which touches no table) and commits
+// with the session's synchronous_commit: the flush a dispatch and a claim
+// each wait for.
+func (d db) durableCommit(ctx context.Context) (time.Duration, error) {
+	t0 := time.Now()
+	if _, err := d.pool.Exec(ctx, `SELECT pg_logical_emit_message(true, 'fleet.bench', '')`); err != nil {
+		return 0, fmt.Errorf("time a durable commit: %w", err)
+	}
+	return time.Since(t0), nil
+}
+
 // failedCount counts the failed jobs of queue.
 func (d db) failedCount(ctx context.Context, queue string) (int64, error) {
 	var n int64
