@@ -230,11 +230,70 @@ func (d db) xactCommits(ctx context.Context) (int64, error) {
 	return n, nil
 }
 
+// durableCommit times one small transaction that writes WAL (a
+// transactional logical message, which touches no table) and commits
+// with the session's synchronous_commit: the flush a dispatch and a claim
+// each wait for.
+func (d db) durableCommit(ctx context.Context) (time.Duration, error) {
+	t0 := time.Now()
+	if _, err := d.pool.Exec(ctx, `SELECT pg_logical_emit_message(true, 'fleet.bench', '')`); err != nil {
+		return 0, fmt.Errorf("time a durable commit: %w", err)
+	}
+	return time.Since(t0), nil
+}
+
 // failedCount counts the failed jobs of queue.
 func (d db) failedCount(ctx context.Context, queue string) (int64, error) {
 	var n int64
 	if err := d.pool.QueryRow(ctx, `SELECT count(*) FROM queue_failed_jobs WHERE queue = $1`, queue).Scan(&n); err != nil {
 		return 0, fmt.Errorf("count the failed jobs of %s: %w", queue, err)
+	}
+	return n, nil
+}
+
+// heldTx is a transaction another session holds open (the held
+// scenario): it has taken a transaction id, so no row version deleted or
+// updated after it began can be cleaned up until it ends.
+type heldTx struct {
+	conn *pgx.Conn
+	pid  uint32
+}
+
+// hold opens a connection of its own on url (application_name "fleet
+// bench hold"), begins a transaction and takes a transaction id, and
+// keeps it open until release.
+func (d db) hold(ctx context.Context, url string) (*heldTx, error) {
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("hold a transaction: %w", err)
+	}
+	cfg.RuntimeParams["application_name"] = "fleet bench hold"
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("hold a transaction: %w", err)
+	}
+	if _, err := conn.Exec(ctx, `BEGIN; SELECT txid_current()`, pgx.QueryExecModeSimpleProtocol); err != nil {
+		_ = conn.Close(context.WithoutCancel(ctx))
+		return nil, fmt.Errorf("hold a transaction: %w", err)
+	}
+	return &heldTx{conn: conn, pid: conn.PgConn().PID()}, nil
+}
+
+// release ends the held transaction and its connection.
+func (h *heldTx) release() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, _ = h.conn.Exec(ctx, `ROLLBACK`, pgx.QueryExecModeSimpleProtocol)
+	_ = h.conn.Close(ctx)
+}
+
+// deadRows is the server's count of dead row versions in table, from its
+// statistics (they lag the table by a moment).
+func (d db) deadRows(ctx context.Context, table string) (int64, error) {
+	var n int64
+	err := d.pool.QueryRow(ctx, `SELECT COALESCE(n_dead_tup, 0) FROM pg_stat_user_tables WHERE relid = to_regclass($1)`, table).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("read the dead rows of %s: %w", table, err)
 	}
 	return n, nil
 }

@@ -51,7 +51,8 @@ import (
 func Main(m *testing.M) { pgtest.Main(m) }
 
 // URL returns the URL of a fresh database with fleet's tables, used by
-// this test alone and dropped when the test ends. It fails the test when
+// this test alone, closed when the test ends and dropped after it (at the
+// latest when Main ends; see docs/testing.md). It fails the test when
 // no PostgreSQL server can be had, saying how to provide one, and when
 // TestMain does not call Main.
 func URL(t testing.TB) string {

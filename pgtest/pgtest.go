@@ -26,11 +26,18 @@
 // process builds a template database named "fleet_tpl_" +
 // migrations.Fingerprint() (under an advisory lock, as go test runs packages
 // in parallel, and under a temporary name until it is fully migrated), and
-// every test database is a copy of it (CREATE DATABASE ... TEMPLATE, a few
-// milliseconds). The template accepts no connections, so copying it never
-// fails for someone being connected to it. Test databases are dropped WITH
-// (FORCE) when their test ends. On a shared server the template is kept for
-// later runs; Main drops it only from a throwaway cluster.
+// every test database is a copy of it (CREATE DATABASE ... TEMPLATE). The
+// template accepts no connections, so copying it never fails for someone
+// being connected to it. A copy takes the server a few hundred
+// milliseconds, so the harness keeps two copied ahead, in the background,
+// from the first database a process asks for: a test takes one at once.
+// When a test ends, its database is closed (it takes no new connections,
+// and those the test left open are ended) and dropped later, WITH (FORCE),
+// in a batch of eight dropped at once: each DROP DATABASE makes the server
+// write a checkpoint, which drops under way together share. Main drops
+// what is left (the closed databases and the spares no test took) once the
+// tests are done. On a shared server the template is kept for later runs;
+// Main drops it only from a throwaway cluster.
 package pgtest
 
 import (
@@ -90,6 +97,7 @@ type harness struct {
 	source   string // where the server came from, for messages
 	admin    *pgxpool.Pool
 	template string
+	spares   *spares // made ahead and dropped behind the tests
 
 	// A throwaway cluster, when the harness started one.
 	cluster    *pgcluster.Cluster
@@ -124,8 +132,9 @@ func Main(m *testing.M) {
 }
 
 // URL returns the URL of a fresh database, already migrated, used by this
-// test alone and dropped (WITH (FORCE)) when the test ends. It fails the test
-// when no server can be had.
+// test alone, closed when the test ends (its connections ended) and
+// dropped (WITH (FORCE)) with a later batch, at the latest when Main ends.
+// It fails the test when no server can be had.
 func URL(t testing.TB) string {
 	t.Helper()
 	ready(t)
@@ -137,12 +146,13 @@ func URL(t testing.TB) string {
 		t.Fatal(err)
 	}
 	if _, bench := t.(*testing.B); !bench { // benchmarks would print it every time
-		t.Logf("pgtest: database %s created in %v", name, time.Since(began).Round(time.Microsecond))
+		t.Logf("pgtest: database %s ready in %v", name, time.Since(began).Round(time.Microsecond))
 	}
 	t.Cleanup(func() {
-		if err := h.drop(name); err != nil {
+		if err := h.close(name); err != nil {
 			t.Error(err)
 		}
+		h.spares.later(name)
 	})
 	return u
 }
@@ -168,15 +178,15 @@ func NewDatabase(ctx context.Context) (url string, drop func() error, err error)
 	return u, func() error { return h.drop(name) }, nil
 }
 
-// create makes a database from the template and returns its URL and name.
+// create returns the URL and name of a database of its own for a test: a
+// spare made ahead when one is ready, else a copy made now.
 func (h *harness) create(ctx context.Context) (string, string, error) {
-	name := testDBPrefix + randomHex(8)
-	err := retryInUse(ctx, func() error {
-		_, err := h.admin.Exec(ctx, "CREATE DATABASE "+ident(name)+" TEMPLATE "+ident(h.template))
-		return err
-	})
-	if err != nil {
-		return "", "", fmt.Errorf("pgtest: create database %s from template %s on %s: %w", name, h.template, h.source, err)
+	name := h.spares.take()
+	if name == "" {
+		var err error
+		if name, err = h.copyTemplate(ctx); err != nil {
+			return "", "", err
+		}
 	}
 	u, err := withDatabase(h.adminURL, name)
 	if err != nil {
@@ -184,6 +194,42 @@ func (h *harness) create(ctx context.Context) (string, string, error) {
 		return "", "", fmt.Errorf("pgtest: %w", err)
 	}
 	return u, name, nil
+}
+
+// copyTemplate makes a database from the template and returns its name.
+func (h *harness) copyTemplate(ctx context.Context) (string, error) {
+	name := testDBPrefix + randomHex(8)
+	err := retryInUse(ctx, func() error {
+		_, err := h.admin.Exec(ctx, "CREATE DATABASE "+ident(name)+" TEMPLATE "+ident(h.template))
+		return err
+	})
+	if err != nil {
+		return "", fmt.Errorf("pgtest: create database %s from template %s on %s: %w", name, h.template, h.source, err)
+	}
+	return name, nil
+}
+
+// close closes a database create made to new connections and ends those
+// it has, waiting (at most 5 s) for them to go: no one uses it until spares
+// drops it with a later batch.
+func (h *harness) close(name string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := h.admin.Exec(ctx, "ALTER DATABASE "+ident(name)+" WITH ALLOW_CONNECTIONS false"); err != nil {
+		return fmt.Errorf("pgtest: close test database %s: %w", name, err)
+	}
+	const others = "FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()"
+	var ended int
+	if err := h.admin.QueryRow(ctx, "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) "+others, name).Scan(&ended); err != nil {
+		return fmt.Errorf("pgtest: end the connections to test database %s: %w", name, err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); ended > 0 && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond)
+		if err := h.admin.QueryRow(ctx, "SELECT count(*) "+others, name).Scan(&ended); err != nil {
+			return fmt.Errorf("pgtest: end the connections to test database %s: %w", name, err)
+		}
+	}
+	return nil
 }
 
 // drop drops a database create made.
@@ -250,7 +296,7 @@ func (h *harness) setup() {
 		h.err = fmt.Errorf("pgtest: parse admin URL of %s: %w", h.source, err)
 		return
 	}
-	cfg.MaxConns = 8
+	cfg.MaxConns = 2 * dropBatch
 	if h.admin, err = pgxpool.NewWithConfig(ctx, cfg); err != nil {
 		h.err = fmt.Errorf("pgtest: open admin pool on %s: %w", h.source, err)
 		return
@@ -261,6 +307,7 @@ func (h *harness) setup() {
 		h.err = fmt.Errorf("pgtest: template database on %s: %w", h.source, err)
 		return
 	}
+	h.spares = newSpares(h.copyTemplate, h.drop)
 	if built {
 		h.log.Info("pgtest: built template", "template", h.template, "took", time.Since(began).Round(time.Millisecond))
 	}
@@ -483,6 +530,11 @@ func (h *harness) teardown() error {
 	// Wait for a setup still under way, and keep any later one from running.
 	h.once.Do(func() { h.err = errors.New("pgtest: the tests are over") })
 	var errs []error
+	if h.spares != nil {
+		if err := h.spares.stop(); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if h.cluster != nil && h.admin != nil && h.template != "" {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		if _, err := h.admin.Exec(ctx, "DROP DATABASE IF EXISTS "+ident(h.template)+" WITH (FORCE)"); err != nil {

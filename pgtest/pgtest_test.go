@@ -48,6 +48,26 @@ func hasQueueJobs(t *testing.T, conn *pgx.Conn) {
 	}
 }
 
+// closedOrGone reports whether database name refuses new connections or
+// no longer exists.
+func closedOrGone(t *testing.T, admin *pgx.Conn, name string) bool {
+	t.Helper()
+	var open bool
+	err := admin.QueryRow(t.Context(), "SELECT EXISTS (SELECT FROM pg_database WHERE datname = $1 AND datallowconn)", name).Scan(&open)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return !open
+}
+
+// dropClosed drops the databases of the tests that have ended now.
+func dropClosed(t *testing.T) {
+	t.Helper()
+	if err := pgtest.DropClosed(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func databaseExists(t *testing.T, admin *pgx.Conn, name string) bool {
 	t.Helper()
 	var exists bool
@@ -85,8 +105,8 @@ func TestNewDatabase(t *testing.T) {
 	}
 }
 
-// TestURL checks that two URLs are two migrated databases, and that both are
-// gone once their tests have ended.
+// TestURL checks that two URLs are two migrated databases, that both are
+// closed once their tests have ended, and dropped with the next batch.
 func TestURL(t *testing.T) {
 	var names []string
 	for _, sub := range []string{"first", "second"} {
@@ -120,8 +140,17 @@ func TestURL(t *testing.T) {
 	}
 	admin := connect(t, pgtest.AdminURL(t))
 	for _, name := range names {
+		if !closedOrGone(t, admin, name) {
+			t.Errorf("database %s still takes connections after its test ended", name)
+		}
+		if connectsTo(t, name) {
+			t.Errorf("connected to database %s after its test ended", name)
+		}
+	}
+	dropClosed(t)
+	for _, name := range names {
 		if databaseExists(t, admin, name) {
-			t.Errorf("database %s still exists after its test ended", name)
+			t.Errorf("database %s still exists after its batch was dropped", name)
 		}
 	}
 }
@@ -144,8 +173,8 @@ func TestURLTwiceInOneTest(t *testing.T) {
 	}
 }
 
-// TestDroppedWhileConnected checks that cleanup drops a database even when
-// the test left a connection open on it.
+// TestDroppedWhileConnected checks that the end of a test ends the
+// connections it left open on its database, which is then dropped.
 func TestDroppedWhileConnected(t *testing.T) {
 	var name string
 	var leftOpen *pgx.Conn
@@ -158,9 +187,30 @@ func TestDroppedWhileConnected(t *testing.T) {
 		name = currentDatabase(t, leftOpen)
 	})
 	defer leftOpen.Close(context.Background())
-	if databaseExists(t, connect(t, pgtest.AdminURL(t)), name) {
-		t.Fatalf("database %s survived its test", name)
+	if err := leftOpen.Ping(t.Context()); err == nil {
+		t.Errorf("the connection left open on database %s still works after its test ended", name)
 	}
+	dropClosed(t)
+	if databaseExists(t, connect(t, pgtest.AdminURL(t)), name) {
+		t.Fatalf("database %s survived its test and its batch", name)
+	}
+}
+
+// connectsTo reports whether a new connection to database db of the
+// server succeeds.
+func connectsTo(t *testing.T, db string) bool {
+	t.Helper()
+	cfg, err := pgx.ParseConfig(pgtest.AdminURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Database = db
+	conn, err := pgx.ConnectConfig(t.Context(), cfg)
+	if err != nil {
+		return false
+	}
+	_ = conn.Close(t.Context())
+	return true
 }
 
 func TestPool(t *testing.T) {
@@ -259,8 +309,8 @@ func TestTimescaleMissingSkipsOrFails(t *testing.T) {
 	}
 }
 
-// BenchmarkURL measures the cost of a fresh database. The databases are
-// dropped when the benchmark ends.
+// BenchmarkURL measures how long a test waits for a fresh database. The
+// databases are closed when the benchmark ends and dropped by Main.
 func BenchmarkURL(b *testing.B) {
 	pgtest.AdminURL(b) // set the harness up before b.Loop starts the timer
 	for b.Loop() {
