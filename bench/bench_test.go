@@ -145,7 +145,8 @@ func TestReportKeys(t *testing.T) {
 	t.Parallel()
 	rep := benchReport{Bound: &boundResult{Durable: &durableResult{}}, Drain: &drainResult{VsDurable: 1}, Latency: &latencyResult{}, Dispatch: &dispatchResult{},
 		Idle: &idleResult{}, Backlog: &backlogResult{}, Held: &heldResult{}, Scale: &scaleResult{Cells: []scaleCell{{}}, Grid: []string{"x"}},
-		Peers: &peersResult{Peers: []peerRates{{Missing: "m", JobsPerSec: []float64{1}, Median: 1, MasterVsPeer: 1, OneVsPeer: 1}}}}
+		Peers: &peersResult{Paths: []peerPath{{Name: "n", Version: "v", Settings: "s", Missing: "m", JobsPerSec: []float64{1}, FromStart: []float64{1},
+			Median: 1, MedianFromStart: 1, MasterVs: 1, MasterVsFromStart: 1}}}}
 	doc, err := json.Marshal(rep)
 	if err != nil {
 		t.Fatal(err)
