@@ -151,7 +151,8 @@ func TestReportKeys(t *testing.T) {
 		Idle: &idleResult{}, Backlog: &backlogResult{}, Held: &heldResult{},
 		Cold:    &coldResult{Master: coldPath{Rounds: []coldRound{{}}}, One: coldPath{Rounds: []coldRound{{}}}},
 		Masters: &mastersResult{Cases: []mastersCase{{coldPath: coldPath{Rounds: []coldRound{{}}}}}}, Scale: &scaleResult{Cells: []scaleCell{{}}, Grid: []string{"x"}},
-		Peers: &peersResult{Peers: []peerRates{{Missing: "m", JobsPerSec: []float64{1}, Median: 1, MasterVsPeer: 1, OneVsPeer: 1}}}}
+		Peers: &peersResult{Paths: []peerPath{{Name: "n", Version: "v", Settings: "s", Missing: "m", JobsPerSec: []float64{1}, FromStart: []float64{1},
+			Median: 1, MedianFromStart: 1, MasterVs: 1, MasterVsFromStart: 1}}}}
 	doc, err := json.Marshal(rep)
 	if err != nil {
 		t.Fatal(err)
