@@ -95,6 +95,7 @@ func TestLoadFullFile(t *testing.T) {
 			TimeoutSecs:      120,
 			TimeoutGraceSecs: 10,
 			PollIntervalMs:   250,
+			PrefetchHoldMs:   400,
 			MaxPayloadBytes:  65536,
 		},
 		Log: LogConfig{Level: "debug", Format: "json", Redact: []string{"password", "card_number"}},

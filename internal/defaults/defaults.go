@@ -28,6 +28,9 @@ const (
 	// PollInterval is the workers' polling fallback beside LISTEN
 	// (queue.poll_interval_ms).
 	PollInterval = time.Second
+	// PrefetchHold is how long a prefetched job may wait for a slot
+	// before its worker gives it back (queue.prefetch_hold_ms).
+	PrefetchHold = 100 * time.Millisecond
 )
 
 // Backoff is the seconds before each retry of a job that sets none
