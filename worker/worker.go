@@ -83,6 +83,15 @@ type Config struct {
 	// start before that claim returns go first). Running jobs are never
 	// preempted.
 	Prefetch int
+	// PayloadBudget bounds, in bytes, the payloads of the jobs the worker
+	// holds, claimed and running, besides the count of its slots: a claim
+	// takes no more jobs than fit what the held jobs leave of it (the
+	// database measures each payload as it is stored, see
+	// store.JobClaimParams.MaxBytes), and the worker claims nothing while
+	// it is full. A worker that holds nothing claims the next job whatever
+	// its size, so a job larger than the budget runs too, alone. Default
+	// DefaultPayloadBudget; negative: no bound.
+	PayloadBudget int64
 	// MaxJobs stops the worker after it has started this many jobs (0: never).
 	MaxJobs int
 	// MaxTime stops the worker after it has run this long (0: never).
@@ -230,6 +239,12 @@ func New(st *store.Store, jobs *queue.Registry, cfg Config) (*Worker, error) {
 	case cfg.Prefetch < 0:
 		cfg.Prefetch = 0
 	}
+	switch {
+	case cfg.PayloadBudget == 0:
+		cfg.PayloadBudget = DefaultPayloadBudget
+	case cfg.PayloadBudget < 0:
+		cfg.PayloadBudget = 0
+	}
 	cfg.Tries = cmp.Or(cfg.Tries, DefaultTries)
 	cfg.PollInterval = cmp.Or(cfg.PollInterval, DefaultPollInterval)
 	cfg.DefaultTimeout = cmp.Or(cfg.DefaultTimeout, DefaultTimeout)
@@ -331,6 +346,10 @@ func PrefetchFor(concurrency, bound int, runtime time.Duration) int {
 	n := int64(PrefetchWindow) * int64(concurrency) / int64(runtime)
 	return int(min(n, int64(bound)))
 }
+
+// DefaultPayloadBudget is the default byte budget of a worker's claimed
+// and running payloads (Config.PayloadBudget).
+const DefaultPayloadBudget = defaults.PayloadBudget
 
 // DefaultName returns host:pid:random, unique per process (a master's
 // default name has the same form).

@@ -28,6 +28,9 @@ const (
 	// PollInterval is the workers' polling fallback beside LISTEN
 	// (queue.poll_interval_ms).
 	PollInterval = time.Second
+	// PayloadBudget bounds the payload bytes a worker holds, claimed and
+	// running (queue.payload_budget_bytes).
+	PayloadBudget = 32 << 20
 )
 
 // Backoff is the seconds before each retry of a job that sets none
