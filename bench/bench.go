@@ -1,5 +1,5 @@
 // Package bench is "app bench": the load-testing scenarios (bound, drain,
-// paths, latency, dispatch, idle, backlog, scale, peers), the raw SQL loop every
+// paths, held, latency, dispatch, idle, backlog, scale, peers), the raw SQL loop every
 // throughput is compared with, the statements that fill, measure and clean
 // the bench's own queues, and the report it prints. It holds no cobra and
 // does not import cmd: the application's command parses the flags into a
@@ -61,7 +61,7 @@ const (
 )
 
 // benchScenarios are the scenarios in the order "all" runs them.
-var benchScenarios = []string{"bound", "drain", "paths", "latency", "dispatch", "idle", "backlog", "scale"}
+var benchScenarios = []string{"bound", "drain", "paths", "held", "latency", "dispatch", "idle", "backlog", "scale"}
 
 // onlyByName are the scenarios "all" leaves out: they run only when
 // named. peers compares fleet with other queues that the bench does not
@@ -105,10 +105,11 @@ func RegisterStamp(jobs *queue.Registry, path string) {
 
 // Flags are the options of "app bench", as its command line gives them.
 type Flags struct {
-	// Scenario is bound, drain, paths, latency, dispatch, idle, backlog,
-	// scale, peers or all.
+	// Scenario is bound, drain, paths, held, latency, dispatch, idle,
+	// backlog, scale, peers or all.
 	Scenario string
-	// Jobs is the job count of bound, drain, paths, dispatch and peers.
+	// Jobs is the job count of bound, drain, paths, held, dispatch and
+	// peers.
 	Jobs int
 	// Backlog is the pending jobs of the backlog scenario.
 	Backlog int
@@ -123,7 +124,8 @@ type Flags struct {
 	// Samples is the jobs the latency scenario times.
 	Samples int
 	// Rounds is how many times the paths and peers scenarios drain each
-	// path.
+	// path, and the held scenario drains without and with a held
+	// transaction.
 	Rounds int
 	// PeersDir is where the peers scenario finds the peers that
 	// bench/peers/install.sh installs (default DefaultPeersDir), relative
@@ -231,6 +233,7 @@ type benchReport struct {
 	Bound     *boundResult    `json:"bound,omitempty"`
 	Drain     *drainResult    `json:"drain,omitempty"`
 	Paths     *pathsResult    `json:"paths,omitempty"`
+	Held      *heldResult     `json:"held,omitempty"`
 	Latency   *latencyResult  `json:"latency,omitempty"`
 	Dispatch  *dispatchResult `json:"dispatch,omitempty"`
 	Idle      *idleResult     `json:"idle,omitempty"`
@@ -363,7 +366,7 @@ func benchPlan(f *Flags) ([]string, error) {
 		}
 	case slices.Contains(benchScenarios, f.Scenario) || slices.Contains(onlyByName, f.Scenario):
 		want = []string{f.Scenario}
-		if slices.Contains([]string{"drain", "paths", "dispatch", "backlog", "scale"}, f.Scenario) {
+		if slices.Contains([]string{"drain", "paths", "held", "dispatch", "backlog", "scale"}, f.Scenario) {
 			want = []string{"bound", f.Scenario}
 		}
 	default:
@@ -460,7 +463,7 @@ func (b *bench) cleanup(ctx context.Context, what string) error {
 func (b *bench) run(ctx context.Context, scenarios []string) error {
 	run := map[string]func(context.Context) error{
 		"bound": b.bound, "drain": b.drain, "latency": b.latency, "dispatch": b.dispatch,
-		"idle": b.idle, "backlog": b.backlog, "scale": b.scale, "paths": b.paths,
+		"idle": b.idle, "backlog": b.backlog, "scale": b.scale, "paths": b.paths, "held": b.held,
 		"peers": b.peers,
 	}
 	for _, s := range scenarios {

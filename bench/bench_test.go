@@ -38,6 +38,7 @@ func TestPlan(t *testing.T) {
 		{"all-sustain", func(f *Flags) { f.Sustain, f.SustainSet = 30*time.Second, true }},
 		{"drain", func(f *Flags) { f.Scenario = "drain" }},
 		{"paths", func(f *Flags) { f.Scenario = "paths" }},
+		{"held", func(f *Flags) { f.Scenario = "held" }},
 		{"latency", func(f *Flags) { f.Scenario = "latency" }},
 		{"idle", func(f *Flags) { f.Scenario = "idle" }},
 		{"backlog", func(f *Flags) { f.Scenario = "backlog" }},
@@ -143,8 +144,9 @@ func keyPaths(prefix string, v any, out *[]string) {
 func TestReportKeys(t *testing.T) {
 	t.Parallel()
 	rep := benchReport{Bound: &boundResult{Durable: &durableResult{}}, Drain: &drainResult{VsDurable: 1}, Latency: &latencyResult{}, Dispatch: &dispatchResult{},
-		Idle: &idleResult{}, Backlog: &backlogResult{}, Scale: &scaleResult{Cells: []scaleCell{{}}, Grid: []string{"x"}},
-		Peers: &peersResult{Peers: []peerRates{{Missing: "m", JobsPerSec: []float64{1}, Median: 1, MasterVsPeer: 1, OneVsPeer: 1}}}}
+		Idle: &idleResult{}, Backlog: &backlogResult{}, Held: &heldResult{}, Scale: &scaleResult{Cells: []scaleCell{{}}, Grid: []string{"x"}},
+		Peers: &peersResult{Paths: []peerPath{{Name: "n", Version: "v", Settings: "s", Missing: "m", JobsPerSec: []float64{1}, FromStart: []float64{1},
+			Median: 1, MedianFromStart: 1, MasterVs: 1, MasterVsFromStart: 1}}}}
 	doc, err := json.Marshal(rep)
 	if err != nil {
 		t.Fatal(err)

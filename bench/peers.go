@@ -128,28 +128,42 @@ var benchPeers = []peer{
 
 // peersResult is the peers scenario's part of the JSON document.
 type peersResult struct {
-	Jobs   int       `json:"jobs"`
-	Rounds int       `json:"rounds"`
-	Master pathRates `json:"master"`
-	One    pathRates `json:"one_process"`
-	// MasterVsOne is Master's median over One's.
-	MasterVsOne float64     `json:"master_vs_one_process"`
-	Peers       []peerRates `json:"peers"`
+	Jobs   int `json:"jobs"`
+	Rounds int `json:"rounds"`
+	// Paths are fleet's master, fleet's one process, then each peer.
+	Paths []peerPath `json:"paths"`
 }
 
-// peerRates are one peer's rounds, or why it did not run.
-type peerRates struct {
+// peerPath is one path's rounds, or why it did not run. Each drain is
+// timed two ways: from the first job it took (its start-up left out) and
+// from the start of its processes (start-up included, as a deploy meets
+// a backlog).
+type peerPath struct {
 	Name     string `json:"name"`
-	Version  string `json:"version"`
+	Version  string `json:"version,omitempty"`
 	Settings string `json:"settings"`
-	// Missing says what is not installed, and how to install it; the peer
-	// did not run.
-	Missing    string    `json:"missing,omitempty"`
-	JobsPerSec []float64 `json:"jobs_per_sec,omitempty"`
-	Median     float64   `json:"median_jobs_per_sec,omitempty"`
-	// MasterVsPeer and OneVsPeer are fleet's medians over the peer's.
-	MasterVsPeer float64 `json:"master_vs_peer,omitempty"`
-	OneVsPeer    float64 `json:"one_process_vs_peer,omitempty"`
+	// Missing says what is not installed, and how to install it; the
+	// path did not run.
+	Missing         string    `json:"missing,omitempty"`
+	JobsPerSec      []float64 `json:"jobs_per_sec,omitempty"`
+	FromStart       []float64 `json:"jobs_per_sec_from_start,omitempty"`
+	Median          float64   `json:"median_jobs_per_sec,omitempty"`
+	MedianFromStart float64   `json:"median_jobs_per_sec_from_start,omitempty"`
+	// MasterVs and MasterVsFromStart are fleet's master's medians over
+	// this path's (not set on the master's own path).
+	MasterVs          float64 `json:"master_vs,omitempty"`
+	MasterVsFromStart float64 `json:"master_vs_from_start,omitempty"`
+}
+
+// peerDrained is one drain's two rates.
+type peerDrained struct{ fromFirst, fromStart float64 }
+
+// medians sets the path's medians from its rounds.
+func (p *peerPath) medians() {
+	r, s := pathRates{JobsPerSec: p.JobsPerSec}, pathRates{JobsPerSec: p.FromStart}
+	r.median()
+	s.median()
+	p.Median, p.MedianFromStart = r.Median, s.Median
 }
 
 // peersDir is the directory the peers are looked for in.
@@ -164,13 +178,13 @@ func (b *bench) peersDir() string {
 	return dir
 }
 
-// findPeers returns the peers' rates, each with Missing set when it is
+// findPeers returns the peers' paths, each with Missing set when it is
 // not installed at its pinned version.
-func (b *bench) findPeers(ctx context.Context) []peerRates {
+func (b *bench) findPeers(ctx context.Context) []peerPath {
 	dir := b.peersDir()
-	out := make([]peerRates, len(benchPeers))
+	out := make([]peerPath, len(benchPeers))
 	for i, p := range benchPeers {
-		out[i] = peerRates{Name: p.name, Version: p.version, Settings: p.settings}
+		out[i] = peerPath{Name: p.name, Version: p.version, Settings: p.settings}
 		v, err := p.installed(ctx, dir)
 		switch {
 		case err != nil:
@@ -182,22 +196,28 @@ func (b *bench) findPeers(ctx context.Context) []peerRates {
 	return out
 }
 
+// peers drains --jobs no-op jobs, --rounds times each, through fleet's
+// master, one fleet:work and each installed peer; each round starts one
+// path further along the list than the one before, so that no path is
+// always first or always after the same one.
 func (b *bench) peers(ctx context.Context) error {
 	q := Prefix + "peers"
 	n := b.f.Jobs
-	res := &peersResult{Jobs: n, Rounds: b.f.Rounds,
-		Master: pathRates{Processes: peersMasterProcs, Concurrency: peersMasterConc},
-		One:    pathRates{Processes: 1, Concurrency: peersOneConc},
-		Peers:  b.findPeers(ctx)}
-	names := []string{fmt.Sprintf("a master of %d × %d", peersMasterProcs, peersMasterConc), fmt.Sprintf("one fleet:work × %d", peersOneConc)}
-	for _, p := range res.Peers {
+	res := &peersResult{Jobs: n, Rounds: b.f.Rounds, Paths: append([]peerPath{
+		{Name: "fleet master", Settings: fmt.Sprintf("a master of %d fleet:work × %d (balance off)", peersMasterProcs, peersMasterConc)},
+		{Name: "fleet:work", Settings: fmt.Sprintf("one fleet:work × %d", peersOneConc)},
+	}, b.findPeers(ctx)...)}
+	var names []string
+	var run []int // the paths that run, by index in res.Paths
+	for i, p := range res.Paths {
 		if p.Missing != "" {
 			b.progressf("peers: %s", p.Missing)
 			continue
 		}
-		names = append(names, p.Name+" "+p.Version)
+		names = append(names, strings.TrimSpace(p.Name+" "+p.Version))
+		run = append(run, i)
 	}
-	b.progressf("peers: %d rounds of %d no-op jobs through %s; each from its first job taken to the queue empty",
+	b.progressf("peers: %d rounds of %d no-op jobs through %s; each timed from its start and from its first job taken to the queue empty",
 		res.Rounds, n, strings.Join(names, ", "))
 	for _, p := range benchPeers {
 		if err := b.dropPeerSchema(ctx, p); err != nil {
@@ -205,77 +225,82 @@ func (b *bench) peers(ctx context.Context) error {
 		}
 	}
 	for round := range res.Rounds {
-		md, err := b.masterDrain(ctx, q, n, peersMasterProcs, peersMasterConc)
-		if err == nil {
-			err = drainFailed(md.failed)
-		}
-		if err != nil {
-			return fmt.Errorf("round %d, master %d × %d: %w", round+1, peersMasterProcs, peersMasterConc, err)
-		}
-		res.Master.JobsPerSec = append(res.Master.JobsPerSec, md.rate.JobsPerSec)
-		if err := b.cleanup(ctx, "after a peers drain"); err != nil {
-			return err
-		}
-		r, err := b.workDrain(ctx, q, n, peersOneConc)
-		if err != nil {
-			return fmt.Errorf("round %d, one fleet:work × %d: %w", round+1, peersOneConc, err)
-		}
-		res.One.JobsPerSec = append(res.One.JobsPerSec, r.JobsPerSec)
-		if err := b.cleanup(ctx, "after a peers drain"); err != nil {
-			return err
-		}
-		for i, p := range benchPeers {
-			if res.Peers[i].Missing != "" {
-				continue
+		for k := range run {
+			i := run[(round+k)%len(run)]
+			path := &res.Paths[i]
+			var d peerDrained
+			var err error
+			switch i {
+			case 0:
+				d, err = b.peersMaster(ctx, q, n)
+			case 1:
+				d, err = b.peersOne(ctx, q, n)
+			default:
+				d, err = b.peerDrain(ctx, benchPeers[i-2], n)
 			}
-			r, err := b.peerDrain(ctx, p, n)
 			if err != nil {
-				return fmt.Errorf("round %d, %s: %w", round+1, p.name, err)
+				return fmt.Errorf("round %d, %s: %w", round+1, path.Name, err)
 			}
-			res.Peers[i].JobsPerSec = append(res.Peers[i].JobsPerSec, r.JobsPerSec)
+			path.JobsPerSec = append(path.JobsPerSec, d.fromFirst)
+			path.FromStart = append(path.FromStart, d.fromStart)
 		}
 	}
-	res.Master.median()
-	res.One.median()
-	res.MasterVsOne = round(res.Master.Median/res.One.Median, 3)
-	b.rep.Peers = res
-	note := fmt.Sprintf("median of %d rounds of %d jobs", res.Rounds, n)
-	for _, p := range []struct {
-		r    pathRates
-		what string
-	}{{res.Master, "fleet master"}, {res.One, "fleet, one fleet:work"}} {
-		b.addRate("peers", fmt.Sprintf("%s, %d × concurrency %d", p.what, p.r.Processes, p.r.Concurrency),
-			b.withBound(benchRate{Jobs: int64(n), Secs: round(float64(n)/p.r.Median, 3), JobsPerSec: p.r.Median}), note)
+	for _, i := range run {
+		res.Paths[i].medians()
 	}
-	for i := range res.Peers {
-		p := &res.Peers[i]
+	master := res.Paths[0]
+	for _, i := range run[1:] {
+		p := &res.Paths[i]
+		p.MasterVs = round(master.Median/p.Median, 3)
+		p.MasterVsFromStart = round(master.MedianFromStart/p.MedianFromStart, 3)
+	}
+	b.rep.Peers = res
+	note := fmt.Sprintf("median of %d rounds of %d jobs, from the first job taken; from the start of its processes", res.Rounds, n)
+	var ratios []string
+	for _, p := range res.Paths {
+		what := strings.TrimSpace(p.Name + " " + p.Version)
 		if p.Missing != "" {
-			b.addRow("peers", p.Name+" "+p.Version, "not run", p.Missing)
+			b.addRow("peers", what, "not run", p.Missing)
 			continue
 		}
-		pr := pathRates{JobsPerSec: p.JobsPerSec}
-		pr.median()
-		p.Median = pr.Median
-		p.MasterVsPeer = round(res.Master.Median/p.Median, 3)
-		p.OneVsPeer = round(res.One.Median/p.Median, 3)
-		b.addRate("peers", p.Name+" "+p.Version,
-			b.withBound(benchRate{Jobs: int64(n), Secs: round(float64(n)/p.Median, 3), JobsPerSec: p.Median}), note+"; "+p.Settings)
-	}
-	ratios := []string{fmt.Sprintf("master / one process %.3f×", res.MasterVsOne)}
-	for _, p := range res.Peers {
-		if p.Missing == "" {
-			ratios = append(ratios, fmt.Sprintf("master / %s %.3f×", p.Name, p.MasterVsPeer))
+		b.addRate("peers", what, b.withBound(benchRate{Jobs: int64(n), Secs: round(float64(n)/p.Median, 3), JobsPerSec: p.Median}),
+			fmt.Sprintf("%s %.0f jobs/s; %s", note, p.MedianFromStart, p.Settings))
+		if p.MasterVs > 0 {
+			ratios = append(ratios, fmt.Sprintf("master / %s %.3f× (%.3f× from the start)", what, p.MasterVs, p.MasterVsFromStart))
 		}
 	}
 	b.addRow("peers", "ratios", strings.Join(ratios, "; "), "medians")
 	return nil
 }
 
+// peersMaster inserts n jobs into q and drains them through a master of
+// peersMasterProcs × peersMasterConc started onto them.
+func (b *bench) peersMaster(ctx context.Context, q string, n int) (peerDrained, error) {
+	md, err := b.masterDrain(ctx, q, n, peersMasterProcs, peersMasterConc)
+	if err == nil {
+		err = drainFailed(md.failed)
+	}
+	if err != nil {
+		return peerDrained{}, err
+	}
+	return peerDrained{fromFirst: md.rate.JobsPerSec, fromStart: md.fromStart.JobsPerSec}, b.cleanup(ctx, "after a peers drain")
+}
+
+// peersOne inserts n jobs into q and drains them through one fleet:work ×
+// peersOneConc started onto them.
+func (b *bench) peersOne(ctx context.Context, q string, n int) (peerDrained, error) {
+	r, fromStart, err := b.workDrainSince(ctx, q, n, peersOneConc)
+	if err != nil {
+		return peerDrained{}, err
+	}
+	return peerDrained{fromFirst: r.JobsPerSec, fromStart: fromStart.JobsPerSec}, b.cleanup(ctx, "after a peers drain")
+}
+
 // peerDrain drains n jobs through p in a schema of its own: it prepares
-// them, starts p's worker processes, and times from the first job one of
-// them took to the schema found with no job left; then it stops them and
-// drops the schema.
-func (b *bench) peerDrain(ctx context.Context, p peer, n int) (benchRate, error) {
+// them, starts p's worker processes, and times from their start and from
+// the first job one of them took to the schema found with no job left;
+// then it stops them and drops the schema.
+func (b *bench) peerDrain(ctx context.Context, p peer, n int) (peerDrained, error) {
 	dir := b.peersDir()
 	// The schema goes also when ctx ends first.
 	defer func() {
@@ -286,21 +311,21 @@ func (b *bench) peerDrain(ctx context.Context, p peer, n int) (benchRate, error)
 		}
 	}()
 	if _, err := b.opts.Pool.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{p.schema}.Sanitize()); err != nil {
-		return benchRate{}, fmt.Errorf("create schema %s: %w", p.schema, err)
+		return peerDrained{}, fmt.Errorf("create schema %s: %w", p.schema, err)
 	}
 	b.progressf("%s: inserting %d jobs into schema %s", p.name, n, p.schema)
 	prep, err := b.startPeerProc(p.prepare(dir, b.url, p.schema, n))
 	if err != nil {
-		return benchRate{}, err
+		return peerDrained{}, err
 	}
 	select {
 	case <-prep.done:
 	case <-ctx.Done():
 		_ = prep.stop()
-		return benchRate{}, ctx.Err()
+		return peerDrained{}, ctx.Err()
 	}
 	if prep.err != nil {
-		return benchRate{}, fmt.Errorf("%s prepare: %w", p.name, prep.err)
+		return peerDrained{}, fmt.Errorf("%s prepare: %w", p.name, prep.err)
 	}
 	var procs []*peerProc
 	defer func() {
@@ -308,37 +333,39 @@ func (b *bench) peerDrain(ctx context.Context, p peer, n int) (benchRate, error)
 			_ = pp.stop()
 		}
 	}()
+	since := time.Now()
 	for _, argv := range p.work(dir, b.url, p.schema) {
 		pp, err := b.startPeerProc(argv)
 		if err != nil {
-			return benchRate{}, err
+			return peerDrained{}, err
 		}
 		procs = append(procs, pp)
 	}
 	emptyAt, err := b.waitPeerEmpty(ctx, p, procs)
 	if err != nil {
-		return benchRate{}, err
+		return peerDrained{}, err
 	}
 	var first time.Time
 	for _, pp := range procs {
 		if err := pp.stop(); err != nil {
-			return benchRate{}, err
+			return peerDrained{}, err
 		}
 		if f := pp.firstJob(); !f.IsZero() && (first.IsZero() || f.Before(first)) {
 			first = f
 		}
 	}
 	if first.IsZero() {
-		return benchRate{}, fmt.Errorf("%s drained but none of its processes said when it took its first job", p.name)
+		return peerDrained{}, fmt.Errorf("%s drained but none of its processes said when it took its first job", p.name)
 	}
 	var notDone int64
 	if err := b.opts.Pool.QueryRow(ctx, fmt.Sprintf(p.notDone, pgx.Identifier{p.schema}.Sanitize())).Scan(&notDone); err != nil {
-		return benchRate{}, fmt.Errorf("%s: count the jobs not completed: %w", p.name, err)
+		return peerDrained{}, fmt.Errorf("%s: count the jobs not completed: %w", p.name, err)
 	}
 	if notDone > 0 {
-		return benchRate{}, fmt.Errorf("%s: %d of %d jobs did not complete", p.name, notDone, n)
+		return peerDrained{}, fmt.Errorf("%s: %d of %d jobs did not complete", p.name, notDone, n)
 	}
-	return b.rate(int64(n), emptyAt.Sub(first)), nil
+	return peerDrained{fromFirst: b.rate(int64(n), emptyAt.Sub(first)).JobsPerSec,
+		fromStart: b.rate(int64(n), emptyAt.Sub(since)).JobsPerSec}, nil
 }
 
 // waitPeerEmpty polls p's tables every peersPoll until no job is left,
@@ -474,6 +501,14 @@ func (p *peerProc) stop() error {
 		case <-t.C:
 			_ = p.cmd.Process.Kill()
 			<-p.done
+		}
+		// Ended by the stop it was asked for (a runtime may not have had
+		// its handler in place yet): no failure.
+		var ee *exec.ExitError
+		if errors.As(p.err, &ee) {
+			if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() && ws.Signal() == syscall.SIGTERM {
+				p.err = nil
+			}
 		}
 	})
 	if p.err != nil {

@@ -376,9 +376,12 @@ func (b *bench) drain(ctx context.Context) error {
 
 // masterDrained is one drain through a master.
 type masterDrained struct {
-	rate   benchRate
-	sum    master.Summary
-	failed int64
+	rate benchRate
+	// fromStart is the rate from the master's start (just after the
+	// insert) to the queue found empty.
+	fromStart benchRate
+	sum       master.Summary
+	failed    int64
 }
 
 // drainFailed is the error of a drain in which failed jobs failed.
@@ -428,6 +431,7 @@ func (b *bench) masterDrain(ctx context.Context, q string, n, processes, concurr
 		return md, err
 	}
 	md.rate, md.failed, err = b.drained(ctx, q, n, since, emptyAt)
+	md.fromStart = b.rate(int64(n), emptyAt.Sub(since))
 	return md, err
 }
 

@@ -250,3 +250,50 @@ func (d db) failedCount(ctx context.Context, queue string) (int64, error) {
 	}
 	return n, nil
 }
+
+// heldTx is a transaction another session holds open (the held
+// scenario): it has taken a transaction id, so no row version deleted or
+// updated after it began can be cleaned up until it ends.
+type heldTx struct {
+	conn *pgx.Conn
+	pid  uint32
+}
+
+// hold opens a connection of its own on url (application_name "fleet
+// bench hold"), begins a transaction and takes a transaction id, and
+// keeps it open until release.
+func (d db) hold(ctx context.Context, url string) (*heldTx, error) {
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("hold a transaction: %w", err)
+	}
+	cfg.RuntimeParams["application_name"] = "fleet bench hold"
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("hold a transaction: %w", err)
+	}
+	if _, err := conn.Exec(ctx, `BEGIN; SELECT txid_current()`, pgx.QueryExecModeSimpleProtocol); err != nil {
+		_ = conn.Close(context.WithoutCancel(ctx))
+		return nil, fmt.Errorf("hold a transaction: %w", err)
+	}
+	return &heldTx{conn: conn, pid: conn.PgConn().PID()}, nil
+}
+
+// release ends the held transaction and its connection.
+func (h *heldTx) release() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, _ = h.conn.Exec(ctx, `ROLLBACK`, pgx.QueryExecModeSimpleProtocol)
+	_ = h.conn.Close(ctx)
+}
+
+// deadRows is the server's count of dead row versions in table, from its
+// statistics (they lag the table by a moment).
+func (d db) deadRows(ctx context.Context, table string) (int64, error) {
+	var n int64
+	err := d.pool.QueryRow(ctx, `SELECT COALESCE(n_dead_tup, 0) FROM pg_stat_user_tables WHERE relid = to_regclass($1)`, table).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("read the dead rows of %s: %w", table, err)
+	}
+	return n, nil
+}

@@ -20,19 +20,15 @@ type peersDoc struct {
 	Scenarios []string `json:"scenarios"`
 	Peers     *struct {
 		Rounds int `json:"rounds"`
-		Master struct {
-			JobsPerSec []float64 `json:"jobs_per_sec"`
-		} `json:"master"`
-		One struct {
-			JobsPerSec []float64 `json:"jobs_per_sec"`
-		} `json:"one_process"`
-		Peers []struct {
-			Name         string    `json:"name"`
-			Version      string    `json:"version"`
-			Missing      string    `json:"missing"`
-			JobsPerSec   []float64 `json:"jobs_per_sec"`
-			MasterVsPeer float64   `json:"master_vs_peer"`
-		} `json:"peers"`
+		Paths  []struct {
+			Name              string    `json:"name"`
+			Version           string    `json:"version"`
+			Missing           string    `json:"missing"`
+			JobsPerSec        []float64 `json:"jobs_per_sec"`
+			FromStart         []float64 `json:"jobs_per_sec_from_start"`
+			MasterVs          float64   `json:"master_vs"`
+			MasterVsFromStart float64   `json:"master_vs_from_start"`
+		} `json:"paths"`
 	} `json:"peers"`
 }
 
@@ -63,10 +59,17 @@ func runPeersBench(t *testing.T, url, dir string) (peersDoc, result) {
 	if err := json.Unmarshal(out.Bytes(), &doc); err != nil {
 		t.Fatalf("bench peers: stdout is not one JSON document: %v\n%s", err, r.stdout)
 	}
-	if p := doc.Peers; strings.Join(doc.Scenarios, ",") != "peers" || p == nil || p.Rounds != 1 ||
-		len(p.Master.JobsPerSec) != 1 || len(p.One.JobsPerSec) != 1 || len(p.Peers) != 2 ||
-		p.Peers[0].Name != "river" || p.Peers[1].Name != "graphile-worker" {
+	p := doc.Peers
+	if strings.Join(doc.Scenarios, ",") != "peers" || p == nil || p.Rounds != 1 || len(p.Paths) != 4 ||
+		p.Paths[0].Name != "fleet master" || p.Paths[1].Name != "fleet:work" || p.Paths[2].Name != "river" || p.Paths[3].Name != "graphile-worker" {
 		t.Fatalf("peers figures: %s", r.stdout)
+	}
+	// fleet's own paths run whatever is installed; each drain's rate from
+	// its start, start-up included, is below its rate from its first job.
+	for _, f := range p.Paths[:2] {
+		if f.Missing != "" || len(f.JobsPerSec) != 1 || len(f.FromStart) != 1 || f.FromStart[0] <= 0 || f.FromStart[0] > f.JobsPerSec[0] {
+			t.Fatalf("fleet's path %s: %s", f.Name, r.stdout)
+		}
 	}
 	for _, table := range []string{"queue_jobs", "queue_failed_jobs", "fleet_jobs"} {
 		if n := countJobs(t, url, table); n != 0 {
@@ -89,7 +92,7 @@ func TestBenchPeersNotInstalled(t *testing.T) {
 	t.Parallel()
 	url := pgtest.URL(t)
 	doc, r := runPeersBench(t, url, filepath.Join(t.TempDir(), "none"))
-	for _, p := range doc.Peers.Peers {
+	for _, p := range doc.Peers.Paths[2:] {
 		if !strings.Contains(p.Missing, "bench/peers/install.sh") || len(p.JobsPerSec) != 0 {
 			t.Errorf("peer %s not installed: missing %q, rounds %v", p.Name, p.Missing, p.JobsPerSec)
 		}
@@ -126,9 +129,11 @@ func TestBenchPeers(t *testing.T) {
 	t.Parallel()
 	url := pgtest.URL(t)
 	doc, r := runPeersBench(t, url, dir)
-	for _, p := range doc.Peers.Peers {
-		if p.Missing != "" || len(p.JobsPerSec) != 1 || p.JobsPerSec[0] <= 0 || p.MasterVsPeer <= 0 {
-			t.Errorf("peer %s %s: missing %q, rounds %v, master / peer %v\n%s", p.Name, p.Version, p.Missing, p.JobsPerSec, p.MasterVsPeer, r.stderr)
+	for _, p := range doc.Peers.Paths[1:] {
+		if p.Missing != "" || len(p.JobsPerSec) != 1 || len(p.FromStart) != 1 || p.FromStart[0] <= 0 ||
+			p.FromStart[0] > p.JobsPerSec[0] || p.MasterVs <= 0 || p.MasterVsFromStart <= 0 {
+			t.Errorf("path %s %s: missing %q, rounds %v from the first job, %v from the start, master / it %v, %v\n%s",
+				p.Name, p.Version, p.Missing, p.JobsPerSec, p.FromStart, p.MasterVs, p.MasterVsFromStart, r.stderr)
 		}
 	}
 }

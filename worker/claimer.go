@@ -48,6 +48,9 @@ type claimer struct {
 	// size bounds a claim while claims time out on the server (see
 	// batchSize); the loop's own.
 	size batchSize
+	// cursors are where the claims of each queue begin (see
+	// claimCursor); the loop's own.
+	cursors map[string]*claimCursor
 
 	// The roles and services it drives, given when it is built (see
 	// claimerDeps): the nudges wake it, the completer takes outcomes, the
@@ -112,6 +115,7 @@ func newClaimer(st *store.Store, cfg Config, log *slog.Logger, d claimerDeps) *c
 		now:       cfg.Now,
 		order:     startOrder(queueRanks(cfg.Queues)),
 		size:      batchSize{ceiling: cfg.Concurrency + cfg.Prefetch},
+		cursors:   make(map[string]*claimCursor, len(cfg.Queues)),
 		nudges:    d.nudges,
 		completer: d.completer,
 		exec:      d.exec,
@@ -442,11 +446,15 @@ func (c *claimer) claim(ctx, jobBase context.Context, s *loopState, poll *time.T
 		var jobs []store.ClaimedJob
 		var err error
 		want := c.size.limit(limit)
+		cur := c.cursor(q)
+		began := c.now()
+		after := cur.after(began)
 		bytes, alone := c.byteRoom(s)
 		c.await(s, func() {
 			jobs, err = c.st.JobClaim(claimCtx, store.JobClaimParams{Queue: q, Limit: want, Worker: c.cfg.Name, Master: c.cfg.Master,
-				Suspects: c.cfg.Isolate, MaxBytes: bytes, FirstAnySize: alone})
+				Suspects: c.cfg.Isolate, After: after, MaxBytes: bytes, FirstAnySize: alone})
 		})
+		cur.claimed(began, c.since(began), after, jobs)
 		if err != nil {
 			c.resyncSoon()
 			if store.StatementTimedOut(err) && ctx.Err() == nil {
@@ -507,6 +515,20 @@ func (c *claimer) claim(ctx, jobBase context.Context, s *loopState, poll *time.T
 		}
 	}
 	return false
+}
+
+// cursor is where the claims of queue q begin. An isolation process's
+// claims of suspects read from the head, always: a suspect's index has
+// an entry for suspects only.
+func (c *claimer) cursor(q string) *claimCursor {
+	cur, ok := c.cursors[q]
+	if !ok {
+		cur = &claimCursor{}
+		if !c.cfg.Isolate {
+			c.cursors[q] = cur
+		}
+	}
+	return cur
 }
 
 // claimTimedOut shrinks the claim size after a claim of n jobs timed out

@@ -14,6 +14,14 @@
 -- Suspects (crashes >= 2: jobs that were in two processes that died) are
 -- passed by: only an isolation process takes them (claim_suspect.sql).
 --
+-- A priority listed in @after_priorities is read only past its mark, the
+-- (available_at, id) at the same place of @after_at and @after_ids: the
+-- range scan begins there, as an index condition, and steps over none of
+-- the entries before it. A held transaction keeps the entries of claimed
+-- and finished jobs in the index, where every claim from the head of the
+-- range would step over all of them (see store.ClaimMark). Empty arrays
+-- read every priority from its head.
+--
 -- The picked jobs are then cut to the worker's byte budget: in the pick's
 -- order, a job is taken while the payloads up to and including its own
 -- add up to at most @bytes (the size of each as the stored value says it,
@@ -35,9 +43,11 @@ WHERE j.id = ANY (ARRAY(
                 SELECT priority FROM queue_counts WHERE queue = @queue
                 GROUP BY priority HAVING sum(unreserved) > 0 ORDER BY priority
             )
-            SELECT x.id, lv.p, x.available_at, x.payload FROM lv, LATERAL (
+            SELECT x.id, lv.p, x.available_at, x.payload FROM lv, LATERAL (SELECT array_position(@after_priorities::smallint[], lv.p) AS i) mark, LATERAL (
                 SELECT id, available_at, payload FROM queue_jobs
                 WHERE queue = @queue AND priority = lv.p AND reserved_by IS NULL AND available_at <= now() AND crashes < 2
+                  AND (available_at, id) > (COALESCE((@after_at::timestamptz[])[mark.i], '-infinity'),
+                                            COALESCE((@after_ids::bigint[])[mark.i], 0))
                 ORDER BY available_at, id
                 LIMIT @limit
                 FOR UPDATE SKIP LOCKED) x

@@ -12,8 +12,20 @@
 // queue and batched completions and failures (delays 0), prints
 // "first UNIX_NANOS" when its first job starts, and stops gracefully on
 // SIGTERM or SIGINT. The bench counts what is left.
-import { Logger, makeWorkerUtils, run, runMigrations } from "graphile-worker";
-import pg from "pg";
+// A stop may come while the modules below are still loading (a small
+// backlog can be gone before a second process is up): it is heard from
+// the first line on, and carried out once there is a runner to stop.
+let stopRequested = false;
+let onStop = () => process.exit(143); // prepare: nothing to finish
+
+for (const sig of ["SIGTERM", "SIGINT"]) {
+  process.on(sig, () => {
+    stopRequested = true;
+    onStop();
+  });
+}
+const { Logger, makeWorkerUtils, run, runMigrations } = await import("graphile-worker");
+const { default: pg } = await import("pg");
 
 function parse(argv) {
   const [cmd, ...rest] = argv;
@@ -96,23 +108,9 @@ async function prepare(opts) {
 }
 
 async function work(opts) {
-  // A stop may come while the pool is still starting (a small backlog can
-  // be gone before a second process is up): it is heard from the start,
-  // and carried out once there is a runner to stop.
-  let runner;
-  let stopping = false;
-  const stop = () => {
-    if (stopping || !runner) {
-      stopping = true;
-      return;
-    }
-    stopping = true;
-    runner.stop().catch((e) => console.error("stop:", e));
-  };
-  process.on("SIGTERM", stop);
-  process.on("SIGINT", stop);
+  onStop = () => {}; // until the runner is there (stopRequested is kept)
   let first = false;
-  runner = await run({
+  const runner = await run({
     connectionString: opts.url,
     schema: opts.schema,
     logger,
@@ -135,10 +133,13 @@ async function work(opts) {
     },
   });
   console.log("started");
-  if (stopping) {
-    stopping = false;
-    stop();
-  }
+  let stopping = false;
+  onStop = () => {
+    if (stopping) return;
+    stopping = true;
+    runner.stop().catch((e) => console.error("stop:", e));
+  };
+  if (stopRequested) onStop();
   await runner.promise;
 }
 
