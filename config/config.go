@@ -78,6 +78,10 @@ type QueueConfig struct {
 	TimeoutGraceSecs int `toml:"timeout_grace_secs"`
 	// PollIntervalMs is the polling fallback when no notification arrives.
 	PollIntervalMs int `toml:"poll_interval_ms"`
+	// PrefetchHoldMs is how long a job a worker claimed ahead of a free
+	// slot (its prefetch) may wait for one before the worker gives it back
+	// for another worker to take.
+	PrefetchHoldMs int `toml:"prefetch_hold_ms"`
 	// MaxPayloadBytes is the largest job payload a dispatch accepts, in
 	// bytes of JSON.
 	MaxPayloadBytes int `toml:"max_payload_bytes"`
@@ -249,6 +253,7 @@ func Default() Config {
 			TimeoutSecs:        int(defaults.Timeout / time.Second),
 			TimeoutGraceSecs:   int(defaults.TimeoutGrace / time.Second),
 			PollIntervalMs:     int(defaults.PollInterval / time.Millisecond),
+			PrefetchHoldMs:     int(defaults.PrefetchHold / time.Millisecond),
 			MaxPayloadBytes:    1 << 20,
 			PayloadBudgetBytes: defaults.PayloadBudget,
 		},

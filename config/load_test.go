@@ -95,6 +95,7 @@ func TestLoadFullFile(t *testing.T) {
 			TimeoutSecs:        120,
 			TimeoutGraceSecs:   10,
 			PollIntervalMs:     250,
+			PrefetchHoldMs:     400,
 			MaxPayloadBytes:    65536,
 			PayloadBudgetBytes: 16777216,
 		},

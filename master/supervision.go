@@ -649,7 +649,8 @@ func (s *supervision) handle(ev spawner.Event) {
 	// counts.
 	req := &releaseReq{worker: spec.Worker, tries: cmp.Or(spec.Tries, s.set.DefaultTries), reason: string(exit.Reason)}
 	if exit.Reason == spawner.ExitCrash {
-		req.crash = &crashInfo{isolated: p.isolated, exit: exit.Describe(), stderr: exit.Stderr, backoff: spec.Backoff}
+		req.crash = &crashInfo{isolated: p.isolated, exit: exit.Describe(), stderr: exit.Stderr, backoff: spec.Backoff,
+			unstarted: ev.Unstarted}
 	}
 	s.releases.push(req)
 	if p.isolated {

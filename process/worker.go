@@ -206,6 +206,9 @@ func runWorker(ctx context.Context, p WorkerProcess, exit *worker.Exit) error {
 		// Started by hand: a progress line for people instead.
 		wcfg.Reports = progressLogger(log, progressEvery, time.Now)
 	}
+	// Under a master, the worker says which claimed jobs wait for a slot,
+	// so that if it dies its master gives them back without an attempt.
+	wcfg.ReportPrefetch = underMaster
 	// The exiting report says whether outcomes were left unwritten, which
 	// the exit status says too, so that the master counts the exit by its
 	// reason rather than as a crash.
@@ -289,6 +292,7 @@ func WorkerConfig(cfg *config.Config, spec spawner.Spec, log *slog.Logger) worke
 		Queues:         cfg.Queue.Queues,
 		Concurrency:    cfg.Queue.Workers,
 		PollInterval:   time.Duration(cfg.Queue.PollIntervalMs) * time.Millisecond,
+		PrefetchHold:   time.Duration(cfg.Queue.PrefetchHoldMs) * time.Millisecond,
 		Tries:          cfg.Queue.Tries,
 		Backoff:        cfg.Queue.Backoff,
 		DefaultTimeout: time.Duration(cfg.Queue.TimeoutSecs) * time.Second,

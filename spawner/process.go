@@ -323,9 +323,10 @@ type process struct {
 	prefix     []byte
 
 	mu        sync.Mutex
-	reported  ExitReason // reason of the last exiting report
-	badReport logLimit   // malformed or overlong report lines
-	longLine  logLimit   // truncated output lines
+	reported  ExitReason         // reason of the last exiting report
+	waiting   map[int64]struct{} // the jobs it holds not started (ReportPrefetch)
+	badReport logLimit           // malformed or overlong report lines
+	longLine  logLimit           // truncated output lines
 }
 
 // Spec is what the process was started with.
@@ -409,9 +410,13 @@ func (p *process) wait() {
 	}
 	p.mu.Lock()
 	reported := p.reported
+	var unstarted []int64
+	if len(p.waiting) > 0 {
+		unstarted = slices.Sorted(maps.Keys(p.waiting))
+	}
 	p.mu.Unlock()
 	p.queue.push(Event{Process: p, Exit: &Exit{Reason: ExitFor(reported, code), Reported: reported, Code: code,
-		Signal: killedBy(p.cmd.ProcessState), Err: waitErr, Stderr: p.tail.String()}})
+		Signal: killedBy(p.cmd.ProcessState), Err: waitErr, Stderr: p.tail.String()}, Unstarted: unstarted})
 }
 
 // readReports reads the report pipe until its end, handing each line to
@@ -442,12 +447,34 @@ func (p *process) reportLine(line string, truncated bool) {
 		}
 		return
 	}
+	if r.Type == ReportPrefetch {
+		// Kept here, for the exit: as many as the worker claims, they would
+		// crowd the master's events.
+		p.mu.Lock()
+		p.prefetched(r)
+		p.mu.Unlock()
+		return
+	}
 	if r.Type == ReportExiting {
 		p.mu.Lock()
 		p.reported = r.Reason
 		p.mu.Unlock()
 	}
 	p.queue.push(Event{Process: p, Report: &r})
+}
+
+// prefetched applies a prefetch report to the set of jobs the worker holds
+// not started; p.mu is held.
+func (p *process) prefetched(r Report) {
+	if p.waiting == nil {
+		p.waiting = make(map[int64]struct{}, len(r.Prefetched))
+	}
+	for _, id := range r.Prefetched {
+		p.waiting[id] = struct{}{}
+	}
+	for _, id := range r.Dequeued {
+		delete(p.waiting, id)
+	}
 }
 
 // outputLine handles one line of the worker's stdout or stderr: its own

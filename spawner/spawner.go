@@ -87,6 +87,11 @@ type Event struct {
 	Process Process
 	Report  *Report
 	Exit    *Exit
+	// Unstarted, with Exit, lists in id order the jobs the worker said it
+	// held waiting for a slot and had not started when it exited (its
+	// prefetch reports, ReportPrefetch): a crash never ran them. Empty for
+	// a spawner whose workers cannot die apart from their master.
+	Unstarted []int64
 }
 
 // Exit says how a process ended.

@@ -43,8 +43,10 @@ type claimer struct {
 	log  *slog.Logger
 	logs ratelog.Log // failing claims: once per streak, then once a minute
 	now  func() time.Time
-	// order is the order held jobs start in (see startOrder).
-	order func(a, b store.ClaimedJob) int
+	// order is the order held jobs start in (see startOrder), and
+	// bufOrder the same for the buffer's entries.
+	order    func(a, b store.ClaimedJob) int
+	bufOrder func(a, b buffered) int
 	// size bounds a claim while claims time out on the server (see
 	// batchSize); the loop's own.
 	size batchSize
@@ -95,6 +97,7 @@ type claimer struct {
 		claimed  lifecycle.Signal[int]                // a claim's jobs (how many, never 0) joined the buffer
 		split    lifecycle.Signal[int]                // a claim of that many jobs timed out and shrank
 		started  lifecycle.Signal[int64]              // the id of a job started, in start order
+		gaveBack lifecycle.Signal[int]                // that many prefetched jobs waited PrefetchHold and were given back
 	}
 }
 
@@ -125,6 +128,7 @@ func newClaimer(st *store.Store, cfg Config, log *slog.Logger, d claimerDeps) *c
 		done:      d.runners.done,
 		stop:      make(chan struct{}),
 	}
+	c.bufOrder = func(a, b buffered) int { return c.order(a.ClaimedJob, b.ClaimedJob) }
 	c.paused.Store(cfg.Paused)
 	c.pauseQueues(queueSet(cfg.PausedQueues))
 	return c
@@ -191,12 +195,25 @@ type running struct {
 	cancelBy string
 }
 
+// buffered is a claimed job waiting in the prefetch buffer for a slot.
+type buffered struct {
+	store.ClaimedJob
+	// at is when it was claimed, by the worker's clock: it starts within
+	// PrefetchHold of that, or is given back (see giveBackOverdue).
+	at time.Time
+	// told says the master was told it waits (Config.ReportPrefetch), and
+	// must be told before it starts or once it is given back.
+	told bool
+}
+
 type loopState struct {
 	running map[int64]*running
 	// buffer holds claimed jobs waiting for a free slot (prefetch), in
-	// the order they start in (see mergeClaimed).
-	buffer  []store.ClaimedJob
-	claimed int64 // jobs claimed
+	// the order they start in (see mergeClaimed). oldest is at most the
+	// earliest claim time among them (it is not raised as they start).
+	buffer  []buffered
+	oldest  time.Time
+	claimed int64 // jobs claimed, less those given back unstarted
 	started int64 // jobs started
 	// runningBytes is the payload bytes of the running jobs; jobBytes the
 	// smallest payload of the last claim that took any (0 before one),
@@ -205,10 +222,17 @@ type loopState struct {
 	runningBytes int64
 	jobBytes     int64
 	// runtime is a moving average of recent runtimes; negative until the
-	// first attempt finishes.
-	runtime  time.Duration
-	stopping bool
-	reason   spawner.ExitReason
+	// first attempt finishes. lastEnd is when the last attempt finished,
+	// or when the worker, idle, started a job: how long the running jobs
+	// have gone without one finishing (see runtimeNow).
+	runtime time.Duration
+	lastEnd time.Time
+	// gaveBack counts the prefetched jobs given back since the last line
+	// that said so, gaveBackLogged is when that line was written.
+	gaveBack       int
+	gaveBackLogged time.Time
+	stopping       bool
+	reason         spawner.ExitReason
 	// fencedSince is when the worker first found its master's row not
 	// live, in the current run of such answers (zero: not fenced).
 	fencedSince time.Time
@@ -287,6 +311,12 @@ func (c *claimer) loop(ctx, jobBase context.Context) (Result, error) {
 	}()
 	reconcile := time.NewTicker(c.cfg.HeartbeatInterval)
 	defer reconcile.Stop()
+	// hold wakes the loop when a prefetched job has waited PrefetchHold
+	// (see giveBackOverdue); armed while jobs wait in the buffer.
+	hold := time.NewTimer(time.Hour)
+	hold.Stop()
+	defer hold.Stop()
+	holdArmed := false
 	var maxTime <-chan time.Time
 	if c.cfg.MaxTime > 0 {
 		t := time.NewTimer(c.cfg.MaxTime)
@@ -297,6 +327,9 @@ func (c *claimer) loop(ctx, jobBase context.Context) (Result, error) {
 	needClaim, probe := true, false
 	for {
 		c.startBuffered(jobBase, s)
+		if c.giveBackOverdue(s) {
+			needClaim = true
+		}
 		if s.stopping && len(s.running) == 0 {
 			break
 		}
@@ -325,6 +358,14 @@ func (c *claimer) loop(ctx, jobBase context.Context) (Result, error) {
 		var reconcileC <-chan time.Time
 		if c.reconcileDue(s) {
 			reconcileC = reconcile.C
+		}
+		var holdC <-chan time.Time
+		if len(s.buffer) > 0 && c.cfg.PrefetchHold > 0 {
+			if !holdArmed {
+				hold.Reset(max(c.cfg.PrefetchHold-c.since(s.oldest), time.Millisecond))
+				holdArmed = true
+			}
+			holdC = hold.C
 		}
 		select {
 		case <-s.ctxDone:
@@ -366,6 +407,8 @@ func (c *claimer) loop(ctx, jobBase context.Context) (Result, error) {
 			}
 		case <-s.graceC():
 			c.interrupt(s)
+		case <-holdC:
+			holdArmed = false // the loop's next round gives back what waited too long
 		}
 	}
 	if s.stuck != nil && s.beside > 0 {
@@ -476,14 +519,24 @@ func (c *claimer) claim(ctx, jobBase context.Context, s *loopState, poll *time.T
 			return false
 		}
 		if len(jobs) > 0 {
-			s.buffer = mergeClaimed(s.buffer, jobs, c.order)
+			at := c.now()
+			if len(s.buffer) == 0 {
+				s.oldest = at
+			}
+			batch := make([]buffered, len(jobs))
+			for i := range jobs {
+				batch[i] = buffered{ClaimedJob: jobs[i], at: at}
+			}
+			s.buffer = mergeClaimed(s.buffer, batch, c.bufOrder)
 			s.jobBytes = smallestPayload(jobs)
 			c.sig.claimed.Send(len(jobs))
 		}
 		s.claimed += int64(len(jobs))
 		held := want < limit && len(jobs) == want // the claim size held it back
 		limit -= len(jobs)
-		// Start them now, not after the rest of the round.
+		// Start them now, not after the rest of the round; the master
+		// hears first of those left waiting (the jobs past the free slots).
+		c.tellPrefetched(s, c.cfg.Concurrency-len(s.running))
 		c.startBuffered(jobBase, s)
 		if held {
 			return true // more may be waiting in this queue: claim again at once
@@ -599,9 +652,169 @@ func (c *claimer) fenced(s *loopState, live bool) bool {
 }
 
 // prefetch is how many jobs beyond its concurrency the worker may claim
-// now (see PrefetchFor).
+// now (see PrefetchFor), by the runtime its jobs take now (runtimeNow).
 func (c *claimer) prefetch(s *loopState) int {
-	return PrefetchFor(c.cfg.Concurrency, c.cfg.Prefetch, s.runtime)
+	return PrefetchFor(c.cfg.Concurrency, c.cfg.Prefetch, c.runtimeNow(s))
+}
+
+// runtimeNow is the runtime the prefetch is sized by (see RuntimeNow).
+func (c *claimer) runtimeNow(s *loopState) time.Duration {
+	return RuntimeNow(s.runtime, len(s.running), c.since(s.lastEnd))
+}
+
+// RuntimeNow is the runtime a worker's prefetch is sized by: avg, the
+// moving average of its recent runtimes (negative: none finished yet);
+// while jobs run, how long they have gone without one finishing (quiet),
+// when that is longer; and unknown (-1) once the worker has been idle
+// (nothing running) for longer than PrefetchWindow. An average of the
+// jobs that finished says nothing of those that have not: when short jobs
+// give way to long ones, it stays short until the first long one ends,
+// and a claim sized by it would take many long jobs for slots that will
+// not be free for a long while. Running at least PrefetchBelow without a
+// finish thus ends the prefetch until jobs finish again; and after a lull,
+// whatever comes next (a burst of slow jobs, or those another worker just
+// gave back) is claimed for free slots only, until the first of it ends.
+func RuntimeNow(avg time.Duration, running int, quiet time.Duration) time.Duration {
+	switch {
+	case avg < 0:
+		return avg
+	case running > 0:
+		return max(avg, quiet)
+	case quiet > PrefetchWindow:
+		return -1
+	default:
+		return avg
+	}
+}
+
+// giveBackOverdue gives back the prefetched jobs that have waited
+// PrefetchHold since their claim without a slot (see giveBack), and
+// reports whether it gave any back.
+func (c *claimer) giveBackOverdue(s *loopState) bool {
+	hold := c.cfg.PrefetchHold
+	if len(s.buffer) == 0 || hold <= 0 || s.stopping {
+		return false
+	}
+	now := c.now()
+	if now.Sub(s.oldest) < hold {
+		return false
+	}
+	var back []buffered
+	keep := s.buffer[:0]
+	var oldest time.Time
+	for _, b := range s.buffer {
+		if now.Sub(b.at) >= hold {
+			back = append(back, b)
+			continue
+		}
+		keep = append(keep, b)
+		if oldest.IsZero() || b.at.Before(oldest) {
+			oldest = b.at
+		}
+	}
+	clear(s.buffer[len(keep):])
+	s.buffer, s.oldest = keep, oldest
+	if len(s.buffer) == 0 {
+		s.buffer = nil
+	}
+	if len(back) == 0 {
+		return false
+	}
+	c.giveBack(s, back)
+	return true
+}
+
+// giveBack gives back prefetched jobs that waited too long for a slot:
+// their attempt is not counted, and their queues are notified, so that a
+// worker with a free slot takes them at once. This one claims only for
+// its free slots until its running jobs finish (see RuntimeNow): it does
+// not take them back. It logs once, then at most once a minute with the
+// count since.
+func (c *claimer) giveBack(s *loopState, back []buffered) {
+	jobs := c.unbuffer(s, back)
+	c.release(jobs, "")
+	var queues []string
+	for _, j := range jobs {
+		if !slices.Contains(queues, j.Queue) {
+			queues = append(queues, j.Queue)
+		}
+	}
+	ctx, cancel := context.WithTimeout(c.cut, reconcileTimeout)
+	if err := c.st.QueueNotify(ctx, queues); err != nil {
+		c.log.Debug("notifying the queues of given-back jobs failed: other workers find them at their poll", "err", err)
+	}
+	cancel()
+	s.gaveBack += len(jobs)
+	if s.gaveBackLogged.IsZero() || c.since(s.gaveBackLogged) >= time.Minute {
+		c.log.Info("gave back prefetched jobs that waited for a slot longer than the prefetch hold: a worker with a free slot takes them, and this one claims only for free slots until its running jobs finish",
+			"jobs", s.gaveBack, "prefetch_hold", c.cfg.PrefetchHold, "running", len(s.running), "job_ids", jobIDs(jobs, 10))
+		s.gaveBack, s.gaveBackLogged = 0, c.now()
+	}
+	c.sig.gaveBack.Send(len(jobs))
+}
+
+// unbuffer accounts for buffered jobs that leave the buffer without
+// starting (given back, cancelled, or no longer the worker's): their
+// claim no longer counts toward MaxJobs, and the master hears they no
+// longer wait. It returns their jobs.
+func (c *claimer) unbuffer(s *loopState, out []buffered) []store.ClaimedJob {
+	s.claimed -= int64(len(out))
+	c.tellDequeued(out)
+	jobs := make([]store.ClaimedJob, len(out))
+	for i, b := range out {
+		jobs[i] = b.ClaimedJob
+	}
+	return jobs
+}
+
+// tellPrefetched tells the master which buffered jobs, past the first
+// from (those about to start in free slots), wait for a slot and it has not
+// heard of (Config.ReportPrefetch). It is called before they start, so
+// that a job that starts at once from its claim is never reported, and a
+// job that waits is reported before its claim's first job runs. Should the
+// jobs that start not be the first from (a queue paused meanwhile), a
+// reported one that starts is still said to leave first (tellDequeued).
+func (c *claimer) tellPrefetched(s *loopState, from int) {
+	if !c.cfg.ReportPrefetch {
+		return
+	}
+	var ids []int64
+	for i := max(from, 0); i < len(s.buffer); i++ {
+		if b := &s.buffer[i]; !b.told {
+			b.told = true
+			ids = append(ids, b.ID)
+		}
+	}
+	if len(ids) > 0 {
+		c.report(spawner.Report{Type: spawner.ReportPrefetch, Prefetched: ids})
+	}
+}
+
+// tellDequeued tells the master that the jobs of out it heard of no
+// longer wait (Config.ReportPrefetch). It is called before they start:
+// the report is written on the pipe before their handler runs.
+func (c *claimer) tellDequeued(out []buffered) {
+	if !c.cfg.ReportPrefetch {
+		return
+	}
+	var ids []int64
+	for _, b := range out {
+		if b.told {
+			ids = append(ids, b.ID)
+		}
+	}
+	if len(ids) > 0 {
+		c.report(spawner.Report{Type: spawner.ReportPrefetch, Dequeued: ids})
+	}
+}
+
+// jobIDs returns the ids of the first n jobs, for a log line.
+func jobIDs(jobs []store.ClaimedJob, n int) []int64 {
+	ids := make([]int64, 0, min(len(jobs), n))
+	for _, j := range jobs[:cap(ids)] {
+		ids = append(ids, j.ID)
+	}
+	return ids
 }
 
 // roomToClaim reports whether a claim is due: a slot is free and no
@@ -686,12 +899,12 @@ func (c *claimer) startBuffered(jobBase context.Context, s *loopState) {
 		return
 	}
 	if s.stopping || c.paused.Load() {
-		c.release(s.buffer, "")
+		c.release(c.unbuffer(s, s.buffer), "")
 		s.buffer = nil
 		return
 	}
 	if paused := *c.pausedQueues.Load(); len(paused) > 0 {
-		var back []store.ClaimedJob
+		var back []buffered
 		keep := s.buffer[:0]
 		for _, j := range s.buffer {
 			if paused[j.Queue] {
@@ -702,11 +915,12 @@ func (c *claimer) startBuffered(jobBase context.Context, s *loopState) {
 		}
 		clear(s.buffer[len(keep):])
 		s.buffer = keep
-		c.release(back, "")
+		c.release(c.unbuffer(s, back), "")
 	}
 	n := max(min(len(s.buffer), c.cfg.Concurrency-len(s.running)), 0)
+	c.tellDequeued(s.buffer[:n])
 	for _, j := range s.buffer[:n] {
-		c.start(jobBase, s, j)
+		c.start(jobBase, s, j.ClaimedJob)
 	}
 	// The started jobs leave the buffer's array too: their payloads are
 	// the runners' alone from here.
@@ -758,6 +972,9 @@ func (c *claimer) start(jobBase context.Context, s *loopState, j store.ClaimedJo
 	tctx, cancel := context.WithTimeout(jobBase, timeout)
 	jctx, stop := context.WithCancelCause(tctx)
 	now := c.now()
+	if len(s.running) == 0 {
+		s.lastEnd = now // busy from now: no finish yet
+	}
 	held, size := j, int64(len(j.Payload))
 	held.Payload = nil
 	s.running[j.ID] = &running{job: held, bytes: size, started: now, deadline: now.Add(timeout), cancel: cancel, stop: stop}
@@ -791,6 +1008,7 @@ func (c *claimer) finish(s *loopState, f finished) {
 	delete(s.running, f.job.ID)
 	s.runningBytes -= r.bytes
 	c.finished.Add(1)
+	s.lastEnd = f.ended
 	if took := f.ended.Sub(r.started); s.runtime < 0 {
 		s.runtime = took
 	} else {
