@@ -114,6 +114,11 @@ func TestValidate(t *testing.T) {
 			want:   "fleet.held_warn_secs: must be at least 1, got 0",
 		},
 		{
+			name:   "payload budget bytes",
+			modify: func(c *Config) { c.Queue.PayloadBudgetBytes = -1 },
+			want:   "queue.payload_budget_bytes: must be at least 0, got -1",
+		},
+		{
 			name:   "default queue",
 			modify: func(c *Config) { c.Queue.DefaultQueue = "" },
 			want:   "queue.default_queue: must not be empty",
