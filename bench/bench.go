@@ -61,19 +61,23 @@ const (
 )
 
 // benchScenarios are the scenarios in the order "all" runs them.
-var benchScenarios = []string{"bound", "drain", "paths", "held", "latency", "dispatch", "idle", "backlog", "scale"}
+var benchScenarios = []string{"bound", "drain", "paths", "held", "prefetch", "latency", "dispatch", "idle", "backlog", "scale"}
 
 // onlyByName are the scenarios "all" leaves out: they run only when
 // named. peers compares fleet with other queues that the bench does not
 // ship (see bench/peers/install.sh).
 var onlyByName = []string{"peers"}
 
-// Register adds the bench's no-op handler to jobs unless it has one of
-// that name. Call it only in a process that runs the bench or that the
-// bench started (EnvRun set).
+// Register adds the bench's no-op handler, and its sleeping one
+// (SleepJobName), to jobs unless it has handlers of those names. Call it
+// only in a process that runs the bench or that the bench started (EnvRun
+// set).
 func Register(jobs *queue.Registry) {
 	if _, ok := jobs.Lookup(JobName); !ok {
 		jobs.Handle(JobName, func(context.Context, *queue.Job) error { return nil })
+	}
+	if _, ok := jobs.Lookup(SleepJobName); !ok {
+		jobs.Handle(SleepJobName, sleepJob)
 	}
 }
 
@@ -105,8 +109,8 @@ func RegisterStamp(jobs *queue.Registry, path string) {
 
 // Flags are the options of "app bench", as its command line gives them.
 type Flags struct {
-	// Scenario is bound, drain, paths, held, latency, dispatch, idle,
-	// backlog, scale, peers or all.
+	// Scenario is bound, drain, paths, held, prefetch, latency, dispatch,
+	// idle, backlog, scale, peers or all.
 	Scenario string
 	// Jobs is the job count of bound, drain, paths, held, dispatch and
 	// peers.
@@ -124,8 +128,8 @@ type Flags struct {
 	// Samples is the jobs the latency scenario times.
 	Samples int
 	// Rounds is how many times the paths and peers scenarios drain each
-	// path, and the held scenario drains without and with a held
-	// transaction.
+	// path, the held scenario drains without and with a held
+	// transaction, and the prefetch scenario runs each of its settings.
 	Rounds int
 	// PeersDir is where the peers scenario finds the peers that
 	// bench/peers/install.sh installs (default DefaultPeersDir), relative
@@ -234,6 +238,7 @@ type benchReport struct {
 	Drain     *drainResult    `json:"drain,omitempty"`
 	Paths     *pathsResult    `json:"paths,omitempty"`
 	Held      *heldResult     `json:"held,omitempty"`
+	Prefetch  *prefetchResult `json:"prefetch,omitempty"`
 	Latency   *latencyResult  `json:"latency,omitempty"`
 	Dispatch  *dispatchResult `json:"dispatch,omitempty"`
 	Idle      *idleResult     `json:"idle,omitempty"`
@@ -464,7 +469,8 @@ func (b *bench) run(ctx context.Context, scenarios []string) error {
 	run := map[string]func(context.Context) error{
 		"bound": b.bound, "drain": b.drain, "latency": b.latency, "dispatch": b.dispatch,
 		"idle": b.idle, "backlog": b.backlog, "scale": b.scale, "paths": b.paths, "held": b.held,
-		"peers": b.peers,
+		"prefetch": b.prefetch,
+		"peers":    b.peers,
 	}
 	for _, s := range scenarios {
 		b.progressf("== %s", s)

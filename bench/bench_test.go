@@ -39,6 +39,7 @@ func TestPlan(t *testing.T) {
 		{"drain", func(f *Flags) { f.Scenario = "drain" }},
 		{"paths", func(f *Flags) { f.Scenario = "paths" }},
 		{"held", func(f *Flags) { f.Scenario = "held" }},
+		{"prefetch", func(f *Flags) { f.Scenario = "prefetch" }},
 		{"latency", func(f *Flags) { f.Scenario = "latency" }},
 		{"idle", func(f *Flags) { f.Scenario = "idle" }},
 		{"backlog", func(f *Flags) { f.Scenario = "backlog" }},
