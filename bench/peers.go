@@ -378,12 +378,12 @@ func (b *bench) waitPeerEmpty(ctx context.Context, p peer, procs []*peerProc) (t
 	since := time.Now()
 	counted, last, lastMove := since, int64(-1), since
 	for {
-		var any bool
-		if err := b.opts.Pool.QueryRow(ctx, left).Scan(&any); err != nil {
+		var more bool
+		if err := b.opts.Pool.QueryRow(ctx, left).Scan(&more); err != nil {
 			return time.Time{}, fmt.Errorf("%s: look for jobs left: %w", p.name, err)
 		}
 		now := time.Now()
-		if !any {
+		if !more {
 			return now, nil
 		}
 		for _, pp := range procs {

@@ -49,28 +49,27 @@ function parse(argv) {
 // without an sslmode, where libpq's default, prefer, uses TLS when the
 // server offers it and goes without when it does not.
 async function libpqURL(url) {
-  let u;
-  try {
-    u = new URL(url);
-  } catch {
-    throw new Error("--url: want a postgres:// URL");
-  }
-  if (u.searchParams.has("uselibpqcompat")) return url;
-  u.searchParams.set("uselibpqcompat", "true");
-  const mode = u.searchParams.get("sslmode") ?? "prefer";
-  u.searchParams.set("sslmode", mode);
+  const m = /^(postgres(?:ql)?:\/\/[^?]*)(?:\?(.*))?$/s.exec(url);
+  if (!m) throw new Error("--url: want a postgres:// URL");
+  // Not new URL(): a URL with no host before its path (a Unix socket given
+  // as ?host=/dir) is not a WHATWG URL, though libpq takes it.
+  const params = new URLSearchParams(m[2] ?? "");
+  if (params.has("uselibpqcompat")) return url;
+  params.set("uselibpqcompat", "true");
+  const mode = params.get("sslmode") ?? "prefer";
+  params.set("sslmode", mode);
   if (mode === "prefer") {
-    const probe = new pg.Client({ connectionString: u.toString() });
+    const probe = new pg.Client({ connectionString: `${m[1]}?${params}` });
     try {
       await probe.connect();
     } catch (e) {
       if (!/does not support SSL/.test(String(e.message))) throw e;
-      u.searchParams.set("sslmode", "disable");
+      params.set("sslmode", "disable");
     } finally {
       await probe.end().catch(() => {});
     }
   }
-  return u.toString();
+  return `${m[1]}?${params}`;
 }
 
 function int(opts, name, dflt) {
