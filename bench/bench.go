@@ -1,10 +1,11 @@
 // Package bench is "app bench": the load-testing scenarios (bound, drain,
-// paths, held, latency, dispatch, idle, backlog, scale, peers), the raw SQL loop every
-// throughput is compared with, the statements that fill, measure and clean
-// the bench's own queues, and the report it prints. It holds no cobra and
-// does not import cmd: the application's command parses the flags into a
-// Plan and hands Run what only it knows (Options): the configuration, the
-// pool, how its master is built, where its executable and environment are.
+// paths, held, cold, masters, latency, dispatch, idle, backlog, scale,
+// peers), the raw SQL loop every throughput is compared with, the
+// statements that fill, measure and clean the bench's own queues, and the
+// report it prints. It holds no cobra and does not import cmd: the
+// application's command parses the flags into a Plan and hands Run what
+// only it knows (Options): the configuration, the pool, how its master is
+// built, where its executable and environment are.
 //
 // The bench's jobs run the no-op handler JobName. It is registered only
 // where a bench runs: in the bench's own process, and in the processes the
@@ -61,7 +62,7 @@ const (
 )
 
 // benchScenarios are the scenarios in the order "all" runs them.
-var benchScenarios = []string{"bound", "drain", "paths", "held", "prefetch", "latency", "dispatch", "idle", "backlog", "scale"}
+var benchScenarios = []string{"bound", "drain", "paths", "held", "cold", "masters", "prefetch", "latency", "dispatch", "idle", "backlog", "scale"}
 
 // onlyByName are the scenarios "all" leaves out: they run only when
 // named. peers compares fleet with other queues that the bench does not
@@ -109,11 +110,11 @@ func RegisterStamp(jobs *queue.Registry, path string) {
 
 // Flags are the options of "app bench", as its command line gives them.
 type Flags struct {
-	// Scenario is bound, drain, paths, held, prefetch, latency, dispatch,
-	// idle, backlog, scale, peers or all.
+	// Scenario is bound, drain, paths, held, cold, masters, prefetch,
+	// latency, dispatch, idle, backlog, scale, peers or all.
 	Scenario string
-	// Jobs is the job count of bound, drain, paths, held, dispatch and
-	// peers.
+	// Jobs is the job count of bound, drain, paths, held, cold, masters,
+	// dispatch and peers.
 	Jobs int
 	// Backlog is the pending jobs of the backlog scenario.
 	Backlog int
@@ -127,9 +128,10 @@ type Flags struct {
 	CellSecs int
 	// Samples is the jobs the latency scenario times.
 	Samples int
-	// Rounds is how many times the paths and peers scenarios drain each
-	// path, the held scenario drains without and with a held
-	// transaction, and the prefetch scenario runs each of its settings.
+	// Rounds is how many times the paths, cold, masters and peers
+	// scenarios drain each path, the held scenario drains without and
+	// with a held transaction, and the prefetch scenario runs each of its
+	// settings.
 	Rounds int
 	// PeersDir is where the peers scenario finds the peers that
 	// bench/peers/install.sh installs (default DefaultPeersDir), relative
@@ -139,6 +141,9 @@ type Flags struct {
 	// and concurrencies, comma-separated.
 	ScaleBacklogs    string
 	ScaleConcurrency string
+	// Masters lists the numbers of masters the masters scenario compares,
+	// comma-separated, the first being the reference (default 1,2,4,8).
+	Masters string
 	// JSON prints one JSON document instead of the table.
 	JSON bool
 	// Force runs on a database holding jobs of other queues.
@@ -238,6 +243,8 @@ type benchReport struct {
 	Drain     *drainResult    `json:"drain,omitempty"`
 	Paths     *pathsResult    `json:"paths,omitempty"`
 	Held      *heldResult     `json:"held,omitempty"`
+	Cold      *coldResult     `json:"cold,omitempty"`
+	Masters   *mastersResult  `json:"masters,omitempty"`
 	Prefetch  *prefetchResult `json:"prefetch,omitempty"`
 	Latency   *latencyResult  `json:"latency,omitempty"`
 	Dispatch  *dispatchResult `json:"dispatch,omitempty"`
@@ -398,6 +405,9 @@ func benchPlan(f *Flags) ([]string, error) {
 	if _, err := parseInts("--scale-concurrency", f.ScaleConcurrency); err != nil {
 		return nil, err
 	}
+	if _, err := mastersList(f.Masters); err != nil {
+		return nil, err
+	}
 	return want, nil
 }
 
@@ -469,8 +479,7 @@ func (b *bench) run(ctx context.Context, scenarios []string) error {
 	run := map[string]func(context.Context) error{
 		"bound": b.bound, "drain": b.drain, "latency": b.latency, "dispatch": b.dispatch,
 		"idle": b.idle, "backlog": b.backlog, "scale": b.scale, "paths": b.paths, "held": b.held,
-		"prefetch": b.prefetch,
-		"peers":    b.peers,
+		"peers": b.peers, "cold": b.cold, "masters": b.masters, "prefetch": b.prefetch,
 	}
 	for _, s := range scenarios {
 		b.progressf("== %s", s)

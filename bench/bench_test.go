@@ -22,7 +22,7 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 // defaultFlags are the flags of "app bench" left at their defaults.
 func defaultFlags() Flags {
 	return Flags{Scenario: "all", Jobs: 200000, Backlog: 1000000, IdleSecs: 60, CellSecs: 15, Samples: 200, Rounds: 3,
-		ScaleBacklogs: "10000,100000,1000000", ScaleConcurrency: "1,16,64,256,1000"}
+		ScaleBacklogs: "10000,100000,1000000", ScaleConcurrency: "1,16,64,256,1000", Masters: DefaultMasters}
 }
 
 // TestPlan: the scenarios each --scenario runs, the --sustain default and
@@ -58,6 +58,10 @@ func TestPlan(t *testing.T) {
 		{"scale-bad", func(f *Flags) { f.ScaleBacklogs = "10,x" }},
 		{"scale-empty", func(f *Flags) { f.ScaleConcurrency = " , " }},
 		{"scale-zero", func(f *Flags) { f.ScaleConcurrency = "0" }},
+		{"cold", func(f *Flags) { f.Scenario = "cold" }},
+		{"masters", func(f *Flags) { f.Scenario = "masters"; f.Masters = "1,3" }},
+		{"masters-bad", func(f *Flags) { f.Scenario = "masters"; f.Masters = "1,x" }},
+		{"masters-many", func(f *Flags) { f.Scenario = "masters"; f.Masters = "1,1001" }},
 	}
 	var got strings.Builder
 	for _, c := range cases {
@@ -145,7 +149,10 @@ func keyPaths(prefix string, v any, out *[]string) {
 func TestReportKeys(t *testing.T) {
 	t.Parallel()
 	rep := benchReport{Bound: &boundResult{Durable: &durableResult{}}, Drain: &drainResult{VsDurable: 1}, Latency: &latencyResult{}, Dispatch: &dispatchResult{},
-		Idle: &idleResult{}, Backlog: &backlogResult{}, Held: &heldResult{}, Scale: &scaleResult{Cells: []scaleCell{{}}, Grid: []string{"x"}},
+		Idle: &idleResult{}, Backlog: &backlogResult{}, Held: &heldResult{},
+		Prefetch: &prefetchResult{Settings: []prefetchSetting{{Runs: []prefetchRun{{SlowPerWorker: []int{4}, JobsPerWorker: []int{4}}}}}},
+		Cold:     &coldResult{Master: coldPath{Rounds: []coldRound{{}}}, One: coldPath{Rounds: []coldRound{{}}}},
+		Masters:  &mastersResult{Cases: []mastersCase{{coldPath: coldPath{Rounds: []coldRound{{}}}}}}, Scale: &scaleResult{Cells: []scaleCell{{}}, Grid: []string{"x"}},
 		Peers: &peersResult{Paths: []peerPath{{Name: "n", Version: "v", Settings: "s", Missing: "m", JobsPerSec: []float64{1}, FromStart: []float64{1},
 			Median: 1, MedianFromStart: 1, MasterVs: 1, MasterVsFromStart: 1}}}}
 	doc, err := json.Marshal(rep)

@@ -355,3 +355,25 @@ func (d db) prefetchRun(ctx context.Context, queue string, slow []int64) (prefet
 	run.JobsPerWorker, run.SlowPerWorker = perWorker(all), perWorker(slowBy)
 	return run, nil
 }
+
+// fleetBackends returns the process ids of the server processes that serve
+// fleet's masters and workers on the current database (by their
+// application_name: "fleet master ..." and "fleet:work ...").
+func (d db) fleetBackends(ctx context.Context) ([]int, error) {
+	rows, err := d.pool.Query(ctx, `
+		SELECT pid FROM pg_stat_activity
+		WHERE datname = current_database() AND pid <> pg_backend_pid()
+		  AND (application_name LIKE 'fleet master %' OR application_name LIKE 'fleet:work %')`)
+	if err != nil {
+		return nil, fmt.Errorf("list fleet's sessions: %w", err)
+	}
+	pids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+	if err != nil {
+		return nil, fmt.Errorf("list fleet's sessions: %w", err)
+	}
+	out := make([]int, len(pids))
+	for i, p := range pids {
+		out[i] = int(p)
+	}
+	return out, nil
+}

@@ -18,7 +18,7 @@ import (
 func (r *runner) benchCommand() *cobra.Command {
 	var f bench.Flags
 	c := &cobra.Command{
-		Use:   "bench [--scenario bound|drain|paths|held|prefetch|latency|dispatch|idle|backlog|scale|peers|all] [--jobs N] [--json]",
+		Use:   "bench [--scenario bound|drain|paths|held|cold|masters|prefetch|latency|dispatch|idle|backlog|scale|peers|all] [--jobs N] [--json]",
 		Short: "Measure throughput and latency of this app's fleet on the configured database",
 		Long: "Runs benchmark scenarios on the configured database (database.url) with the real master " +
 			"and real fleet:work children of this executable, and prints a table (or, with --json, one " +
@@ -31,7 +31,12 @@ func (r *runner) benchCommand() *cobra.Command {
 			"through one fleet:work × 1000, one × 64 and a master of 2 × 500, with the ratios of their " +
 			"medians and the master's ratio to the durable bound); held (--rounds rounds of --jobs no-op jobs " +
 			"through a master of 2 × 200, each drained once without and once with another session's " +
-			"transaction held open, alternated, with both rates and their ratio); prefetch (--rounds rounds of a " +
+			"transaction held open, alternated, with both rates and their ratio); cold (--rounds alternated rounds of --jobs " +
+			"no-op jobs through a master process of 2 × 500 and through one fleet:work × 1000, each started " +
+			"onto the backlog and timed from its start to the queue empty, and the ratio of their medians); " +
+			"masters (--rounds rounds of --jobs no-op jobs through N master processes on the database for " +
+			"each N of --masters (1, 2, 4, 8), one process of 1000/N slots each, timed from their start, each " +
+			"N's rate and CPU per job and their ratios to the first N's); prefetch (--rounds rounds of a " +
 			"master of 3 × 4 dispatched 300 jobs of 5 ms, or of 0 ms, then 12 jobs of 3 s: how far apart the 12 " +
 			"start and how many jobs each worker ran); latency (one job at a time into an idle " +
 			"fleet: dispatch to handler start, dispatch to outcome written); dispatch (Dispatch from 1 " +
@@ -58,16 +63,17 @@ func (r *runner) benchCommand() *cobra.Command {
 		},
 	}
 	fl := c.Flags()
-	fl.StringVar(&f.Scenario, "scenario", "all", "bound, drain, paths, held, prefetch, latency, dispatch, idle, backlog, scale, peers or all")
-	fl.IntVar(&f.Jobs, "jobs", 200000, "jobs for bound, drain, paths, held, dispatch and peers")
+	fl.StringVar(&f.Scenario, "scenario", "all", "bound, drain, paths, held, cold, masters, prefetch, latency, dispatch, idle, backlog, scale, peers or all")
+	fl.IntVar(&f.Jobs, "jobs", 200000, "jobs for bound, drain, paths, held, cold, masters, dispatch and peers")
 	fl.IntVar(&f.Backlog, "backlog", 1000000, "pending jobs for the backlog scenario")
 	fl.DurationVar(&f.Sustain, "sustain", 0, "sustained drain of the backlog scenario (default 10m, 2m under --scenario all)")
 	fl.IntVar(&f.IdleSecs, "idle-secs", 60, "seconds the idle scenario measures")
-	fl.IntVar(&f.Rounds, "rounds", 3, "rounds of the paths, held, prefetch and peers scenarios (each drains every path once)")
+	fl.IntVar(&f.Rounds, "rounds", 3, "rounds of the paths, held, cold, masters, prefetch and peers scenarios (each drains every path once)")
 	fl.IntVar(&f.CellSecs, "cell-secs", 15, "seconds per scale cell, the backlog kept topped up (0: drain each cell fully)")
 	fl.IntVar(&f.Samples, "samples", 200, "jobs the latency scenario times")
 	fl.StringVar(&f.ScaleBacklogs, "scale-backlogs", "10000,100000,1000000", "backlog sizes of the scale grid")
 	fl.StringVar(&f.ScaleConcurrency, "scale-concurrency", "1,16,64,256,1000", "concurrencies of the scale grid")
+	fl.StringVar(&f.Masters, "masters", bench.DefaultMasters, "numbers of masters the masters scenario compares, the first the reference")
 	fl.StringVar(&f.PeersDir, "peers-dir", bench.DefaultPeersDir, "where the peers scenario finds River and graphile-worker (see bench/peers/install.sh)")
 	fl.BoolVar(&f.JSON, "json", false, "print one JSON document instead of the table")
 	fl.BoolVar(&f.Force, "force", false, "run on a database that holds jobs of other queues")
