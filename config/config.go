@@ -85,6 +85,10 @@ type QueueConfig struct {
 	// MaxPayloadBytes is the largest job payload a dispatch accepts, in
 	// bytes of JSON.
 	MaxPayloadBytes int `toml:"max_payload_bytes"`
+	// PayloadBudgetBytes bounds the payload bytes one worker process holds,
+	// its claimed and running jobs together (see worker.Config.
+	// PayloadBudget); 0: no bound but the slots.
+	PayloadBudgetBytes int `toml:"payload_budget_bytes"`
 	// Limits maps job-name patterns (path.Match syntax, e.g. "exports.*")
 	// to a concurrency limit: jobs whose name matches, and which set no
 	// limit of their own, share the limit key "name:" + pattern and run at
@@ -211,6 +215,9 @@ type SupervisorConfig struct {
 	Tries             *int  `toml:"tries"`
 	Backoff           []int `toml:"backoff"`
 	TimeoutSecs       *int  `toml:"timeout_secs"`
+	// PayloadBudgetBytes overrides queue.payload_budget_bytes for the
+	// supervisor's processes (0: no bound).
+	PayloadBudgetBytes *int `toml:"payload_budget_bytes"`
 }
 
 // The values of fleet.timescale.
@@ -237,17 +244,18 @@ func Default() Config {
 	return Config{
 		Database: DatabaseConfig{Pooler: PoolerNone},
 		Queue: QueueConfig{
-			Driver:           "database",
-			DefaultQueue:     "default",
-			Queues:           []string{"default"},
-			Workers:          defaults.Concurrency,
-			Tries:            defaults.Tries,
-			Backoff:          defaults.Backoff(),
-			TimeoutSecs:      int(defaults.Timeout / time.Second),
-			TimeoutGraceSecs: int(defaults.TimeoutGrace / time.Second),
-			PollIntervalMs:   int(defaults.PollInterval / time.Millisecond),
-			PrefetchHoldMs:   int(defaults.PrefetchHold / time.Millisecond),
-			MaxPayloadBytes:  1 << 20,
+			Driver:             "database",
+			DefaultQueue:       "default",
+			Queues:             []string{"default"},
+			Workers:            defaults.Concurrency,
+			Tries:              defaults.Tries,
+			Backoff:            defaults.Backoff(),
+			TimeoutSecs:        int(defaults.Timeout / time.Second),
+			TimeoutGraceSecs:   int(defaults.TimeoutGrace / time.Second),
+			PollIntervalMs:     int(defaults.PollInterval / time.Millisecond),
+			PrefetchHoldMs:     int(defaults.PrefetchHold / time.Millisecond),
+			MaxPayloadBytes:    1 << 20,
+			PayloadBudgetBytes: defaults.PayloadBudget,
 		},
 		Log: LogConfig{
 			Level:  "info",

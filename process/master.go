@@ -39,6 +39,7 @@ func SupervisorOptions(cfg *config.Config, withOnly bool) supervisor.Options {
 			FleetMaxProcesses: s.FleetMaxProcesses,
 			MaxJobs:           s.MaxJobs, MaxMemoryMB: s.MaxMemoryMB, MaxTimeSecs: s.MaxTimeSecs,
 			Tries: s.Tries, Backoff: s.Backoff, TimeoutSecs: s.TimeoutSecs,
+			PayloadBudgetBytes: s.PayloadBudgetBytes,
 		}
 	}
 	return o

@@ -28,6 +28,9 @@ const (
 	// PollInterval is the workers' polling fallback beside LISTEN
 	// (queue.poll_interval_ms).
 	PollInterval = time.Second
+	// PayloadBudget bounds the payload bytes a worker holds, claimed and
+	// running (queue.payload_budget_bytes).
+	PayloadBudget = 32 << 20
 	// PrefetchHold is how long a prefetched job may wait for a slot
 	// before its worker gives it back (queue.prefetch_hold_ms).
 	PrefetchHold = 100 * time.Millisecond
