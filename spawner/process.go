@@ -162,8 +162,9 @@ func (s *ProcessSpawner) environ() []string {
 //
 // followed, each only when non-zero or non-empty, by --master-ttl 10s, --max-jobs N,
 // --max-time SECS (rounded up to whole seconds), --max-memory-mb MB,
-// --tries N, --backoff 1,5,30, --timeout 30s (a Go duration), --paused,
-// --paused-queues a,b, --max-conns N and --isolate.
+// --tries N, --backoff 1,5,30, --timeout 30s (a Go duration),
+// --payload-budget-bytes N (0 for no bound), --paused, --paused-queues a,b,
+// --max-conns N and --isolate.
 // The supervisor and queues come first so that ps shows what each process
 // works.
 func WorkArgs(spec Spec) []string {
@@ -203,6 +204,9 @@ func WorkArgs(spec Spec) []string {
 	}
 	if spec.Timeout != 0 {
 		args = append(args, "--timeout", spec.Timeout.String())
+	}
+	if spec.PayloadBudget != 0 {
+		args = append(args, "--payload-budget-bytes", strconv.FormatInt(max(spec.PayloadBudget, 0), 10))
 	}
 	if spec.Paused {
 		args = append(args, "--paused")

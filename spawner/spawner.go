@@ -34,6 +34,10 @@ type Spec struct {
 	Tries   int
 	Backoff []int
 	Timeout time.Duration
+	// PayloadBudget is the worker's byte budget for the payloads it holds,
+	// in bytes (see worker.Config.PayloadBudget): 0 the queue section's
+	// (queue.payload_budget_bytes), negative no bound.
+	PayloadBudget int64
 	// Paused starts the worker paused.
 	Paused bool
 	// PausedQueues are queues the worker must not claim from until told

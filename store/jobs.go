@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -130,13 +131,20 @@ func jobInsertStatement(jobs []JobInsertParams) (string, []any) {
 
 // jobInsertArgs are the eight arrays every insert statement takes ($1 to
 // $8); jobExtraArgs the three that follow them where a statement takes
-// priorities, tags and metadata ($9 to $11).
+// priorities, tags and metadata ($9 to $11). Jobs that share one payload
+// (the copies of one spec) share its string too: a batch of large
+// payloads then costs one copy of each payload it holds.
 func jobInsertArgs(jobs []JobInsertParams) []any {
 	n := len(jobs)
 	queues, names, payloads, backoffs := make([]string, n), make([]string, n), make([]string, n), make([]*string, n)
 	tries, timeouts, delays, retryOf := make([]int32, n), make([]int64, n), make([]int64, n), make([]int64, n)
 	for i, j := range jobs {
-		queues[i], names[i], payloads[i] = j.Queue, j.Name, string(j.Payload)
+		queues[i], names[i] = j.Queue, j.Name
+		if i > 0 && samePayload(j.Payload, jobs[i-1].Payload) {
+			payloads[i] = payloads[i-1]
+		} else {
+			payloads[i] = string(j.Payload)
+		}
 		tries[i] = int32(j.MaxTries)
 		if j.BackoffSecs != nil {
 			lit := intArrayLiteral(j.BackoffSecs)
@@ -147,6 +155,12 @@ func jobInsertArgs(jobs []JobInsertParams) []any {
 		retryOf[i] = j.RetryOf
 	}
 	return []any{queues, names, payloads, tries, backoffs, timeouts, delays, retryOf}
+}
+
+// samePayload reports whether a and b are the same bytes in memory (not
+// merely equal), which costs no comparison of their contents.
+func samePayload(a, b []byte) bool {
+	return len(a) == len(b) && len(a) > 0 && &a[0] == &b[0]
 }
 
 func jobExtraArgs(jobs []JobInsertParams) []any {
@@ -245,6 +259,15 @@ type JobClaimParams struct {
 	// marks, or in a priority without one, it reads from the head. A
 	// claim of suspects takes no marks.
 	After []ClaimMark
+	// MaxBytes bounds the payload bytes of the jobs claimed, together
+	// (0: no bound): the claim takes its picked jobs, in the order it
+	// picked them, while their payloads fit (see payloadBytesSQL); the first
+	// job that does not fit ends it. With FirstAnySize its first job is
+	// claimed whatever its size, so that a job larger than the bound is
+	// claimed too, alone, by a worker that holds nothing else. A claim of
+	// suspects, one at a time, takes no bound.
+	MaxBytes     int64
+	FirstAnySize bool
 }
 
 // ClaimMark is where a claim begins in one priority of a queue: a key of
@@ -290,6 +313,16 @@ func markArrays(marks []ClaimMark) ([]int16, []time.Time, []int64) {
 	return ps, ats, ids
 }
 
+// payloadBytesSQL is the size a claim counts for the payload in column
+// col (see JobClaimParams.MaxBytes), as sql/claim.sql spells it: the size
+// of the stored jsonb value, which is about the length of its JSON text
+// for strings (larger for small numbers), read without reading the value
+// itself; for a value the server compressed, the length of its JSON text,
+// which costs decompressing it.
+func payloadBytesSQL(col string) string {
+	return "CASE WHEN pg_column_compression(" + col + ") IS NULL THEN pg_column_size(" + col + ") ELSE octet_length(" + col + "::text) END"
+}
+
 // JobClaim reserves up to Limit ready jobs of one queue, lowest priority
 // first and then oldest first, skipping rows other workers are claiming,
 // and counts the attempt. It returns them in that order (ClaimOrder), the
@@ -310,6 +343,10 @@ func (s *Store) JobClaim(ctx context.Context, p JobClaimParams) ([]ClaimedJob, e
 	if err := s.inject(ctx, "JobClaim"); err != nil {
 		return nil, fmt.Errorf("claim jobs on %q: %w", p.Queue, err)
 	}
+	bytes, alone := p.MaxBytes, p.FirstAnySize
+	if bytes <= 0 {
+		bytes, alone = math.MaxInt64, true
+	}
 	ps, ats, ids := markArrays(p.After)
 	var sql string
 	var args []any
@@ -319,9 +356,9 @@ func (s *Store) JobClaim(ctx context.Context, p JobClaimParams) ([]ClaimedJob, e
 	case p.Suspects:
 		sql, args = jobClaimSuspect.sql, []any{p.Queue, p.Limit, p.Worker, p.Master}
 	case p.Master == "":
-		sql, args = jobClaimUnfenced.sql, []any{p.Queue, p.Limit, p.Worker, ps, ats, ids}
+		sql, args = jobClaimUnfenced.sql, []any{p.Queue, p.Limit, p.Worker, ps, ats, ids, bytes, alone}
 	default:
-		sql, args = jobClaim.sql, []any{p.Queue, p.Limit, p.Worker, p.Master, ps, ats, ids}
+		sql, args = jobClaim.sql, []any{p.Queue, p.Limit, p.Worker, p.Master, ps, ats, ids, bytes, alone}
 	}
 	sent := time.Now()
 	rows, err := s.pool.Query(ctx, sql, args...)
@@ -408,8 +445,8 @@ func ClaimOrder(a, b ClaimedJob) int {
 // the parameters of the fenced one but the master. An isolation process's
 // claims of suspects are sql/claim_suspect.sql and its unfenced variant.
 var (
-	jobClaim                = mustStatement("claim.sql", "queue", "limit", "worker", "master", "after_priorities", "after_at", "after_ids")
-	jobClaimUnfenced        = mustStatement("claim_unfenced.sql", "queue", "limit", "worker", "after_priorities", "after_at", "after_ids")
+	jobClaim                = mustStatement("claim.sql", "queue", "limit", "worker", "master", "after_priorities", "after_at", "after_ids", "bytes", "alone")
+	jobClaimUnfenced        = mustStatement("claim_unfenced.sql", "queue", "limit", "worker", "after_priorities", "after_at", "after_ids", "bytes", "alone")
 	jobClaimSuspect         = mustStatement("claim_suspect.sql", "queue", "limit", "worker", "master")
 	jobClaimSuspectUnfenced = mustStatement("claim_suspect_unfenced.sql", "queue", "limit", "worker")
 )

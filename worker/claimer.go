@@ -181,7 +181,10 @@ func (c *claimer) pauseQueues(set map[string]bool) { c.pausedQueues.Store(&set);
 func (c *claimer) requestStop() { c.stopOnce.Do(func() { close(c.stop) }) }
 
 type running struct {
+	// job is the job as claimed but its payload, which only the runner
+	// holds (see start).
 	job      store.ClaimedJob
+	bytes    int64 // its payload's size, held while it runs
 	started  time.Time
 	deadline time.Time
 	cancel   context.CancelFunc
@@ -212,6 +215,12 @@ type loopState struct {
 	oldest  time.Time
 	claimed int64 // jobs claimed, less those given back unstarted
 	started int64 // jobs started
+	// runningBytes is the payload bytes of the running jobs; jobBytes the
+	// smallest payload of the last claim that took any (0 before one),
+	// by which a claim under the byte budget asks for no more jobs than
+	// fit (see claimLimit).
+	runningBytes int64
+	jobBytes     int64
 	// runtime is a moving average of recent runtimes; negative until the
 	// first attempt finishes. lastEnd is when the last attempt finished,
 	// or when the worker, idle, started a job: how long the running jobs
@@ -268,6 +277,16 @@ func (c *claimer) stopSignal(s *loopState, fromCtx bool) {
 
 // held is how many jobs the worker holds and has not finished.
 func (s *loopState) held() int { return len(s.running) + len(s.buffer) }
+
+// heldBytes is the payload bytes of the jobs the worker holds and has not
+// finished: running, and claimed waiting for a slot.
+func (s *loopState) heldBytes() int64 {
+	n := s.runningBytes
+	for _, j := range s.buffer {
+		n += int64(len(j.Payload))
+	}
+	return n
+}
 
 func (c *claimer) loop(ctx, jobBase context.Context) (Result, error) {
 	s := &loopState{running: map[int64]*running{}, runtime: -1}
@@ -432,6 +451,7 @@ func (c *claimer) claim(ctx, jobBase context.Context, s *loopState, poll *time.T
 	if c.cfg.MaxJobs > 0 {
 		limit = min(limit, c.cfg.MaxJobs-int(s.claimed))
 	}
+	limit = c.claimLimit(s, limit)
 	// The claim must not be cut off half-way by a stop signal: a claim whose
 	// answer is lost would leave jobs reserved until a master releases them.
 	// Only a claim still hanging StopCut after a stop is cut (see cut).
@@ -459,7 +479,7 @@ func (c *claimer) claim(ctx, jobBase context.Context, s *loopState, poll *time.T
 		}
 	}
 	paused := *c.pausedQueues.Load()
-	for _, q := range c.cfg.Queues {
+	for i, q := range c.cfg.Queues {
 		if limit <= 0 {
 			break
 		}
@@ -472,9 +492,10 @@ func (c *claimer) claim(ctx, jobBase context.Context, s *loopState, poll *time.T
 		cur := c.cursor(q)
 		began := c.now()
 		after := cur.after(began)
+		bytes, alone := c.byteRoom(s)
 		c.await(s, func() {
 			jobs, err = c.st.JobClaim(claimCtx, store.JobClaimParams{Queue: q, Limit: want, Worker: c.cfg.Name, Master: c.cfg.Master,
-				Suspects: c.cfg.Isolate, After: after})
+				Suspects: c.cfg.Isolate, After: after, MaxBytes: bytes, FirstAnySize: alone})
 		})
 		cur.claimed(began, c.since(began), after, jobs)
 		if err != nil {
@@ -507,6 +528,7 @@ func (c *claimer) claim(ctx, jobBase context.Context, s *loopState, poll *time.T
 				batch[i] = buffered{ClaimedJob: jobs[i], at: at}
 			}
 			s.buffer = mergeClaimed(s.buffer, batch, c.bufOrder)
+			s.jobBytes = smallestPayload(jobs)
 			c.sig.claimed.Send(len(jobs))
 		}
 		s.claimed += int64(len(jobs))
@@ -518,6 +540,12 @@ func (c *claimer) claim(ctx, jobBase context.Context, s *loopState, poll *time.T
 		c.startBuffered(jobBase, s)
 		if held {
 			return true // more may be waiting in this queue: claim again at once
+		}
+		if len(jobs) < want && c.cutByBytes(claimCtx, s, q, i, len(jobs), alone) {
+			// The queue's next job does not fit the byte budget now: it is
+			// claimed, before any job of a later queue, once enough of the
+			// jobs held have finished.
+			return false
 		}
 	}
 	if c.cfg.MaxJobs > 0 && s.claimed >= int64(c.cfg.MaxJobs) {
@@ -793,10 +821,73 @@ func jobIDs(jobs []store.ClaimedJob, n int) []int64 {
 // prefetched job waits for it, or a quarter of the room for prefetched
 // jobs is free. A claim of a job or two while others still wait in the
 // buffer would cost a round trip and a commit for little.
+//
+// Under a byte budget (Config.PayloadBudget) the same holds of its bytes:
+// a claim is due only while the jobs held leave some of the budget free,
+// and, while prefetched jobs wait, a quarter of it. A worker that holds
+// nothing may always claim (a job larger than the budget runs alone).
 func (c *claimer) roomToClaim(s *loopState) bool {
 	room := c.cfg.Concurrency + c.prefetch(s)
 	free := room - s.held()
-	return free > 0 && (len(s.buffer) == 0 || free >= room/4)
+	if free <= 0 || (len(s.buffer) > 0 && free < room/4) {
+		return false
+	}
+	if budget := c.cfg.PayloadBudget; budget > 0 && s.held() > 0 {
+		freeBytes := budget - s.heldBytes()
+		return freeBytes > 0 && (len(s.buffer) == 0 || freeBytes >= budget/4)
+	}
+	return true
+}
+
+// byteRoom is what a claim may take under the byte budget now: the bytes
+// the jobs held leave free, and whether its first job is taken whatever
+// its size (the worker holds nothing). No budget: no bound.
+func (c *claimer) byteRoom(s *loopState) (int64, bool) {
+	if c.cfg.PayloadBudget <= 0 {
+		return 0, false
+	}
+	return max(c.cfg.PayloadBudget-s.heldBytes(), 1), s.held() == 0
+}
+
+// claimLimit bounds a claim's limit under the byte budget by the jobs of
+// the last claim's smallest payload that fit what is free (one more, so
+// that a claim of such jobs is cut by bytes, not by its count): a claim of
+// large payloads then locks about as many rows as it takes.
+func (c *claimer) claimLimit(s *loopState, limit int) int {
+	if c.cfg.PayloadBudget <= 0 || s.jobBytes <= 0 {
+		return limit
+	}
+	free, _ := c.byteRoom(s)
+	return int(min(int64(limit), free/s.jobBytes+1))
+}
+
+// cutByBytes reports, after a claim of queue number i took fewer jobs than
+// it asked for (took of them, its first of any size when alone), whether
+// the byte budget cut it short while later queues remain to be claimed
+// from: whether the queue still has a job ready (the claim left it, as it
+// does a job that does not fit). The round then ends, so that a large job
+// is not passed over for smaller ones of later queues for as long as those
+// keep the worker busy. With no budget, on the last queue, or after a
+// claim that took nothing though its first job could be of any size (the
+// queue had none ready), no statement is run.
+func (c *claimer) cutByBytes(ctx context.Context, s *loopState, q string, i, took int, alone bool) bool {
+	if c.cfg.PayloadBudget <= 0 || i == len(c.cfg.Queues)-1 || (took == 0 && alone) {
+		return false
+	}
+	var ready bool
+	var err error
+	c.await(s, func() { ready, err = c.st.JobReadyExists(ctx, []string{q}) })
+	return err == nil && ready
+}
+
+// smallestPayload is the size of the smallest payload among jobs (at least
+// 1).
+func smallestPayload(jobs []store.ClaimedJob) int64 {
+	n := len(jobs[0].Payload)
+	for _, j := range jobs[1:] {
+		n = min(n, len(j.Payload))
+	}
+	return int64(max(n, 1))
 }
 
 // startBuffered starts claimed jobs in free slots, in the buffer's order
@@ -831,6 +922,8 @@ func (c *claimer) startBuffered(jobBase context.Context, s *loopState) {
 	for _, j := range s.buffer[:n] {
 		c.start(jobBase, s, j.ClaimedJob)
 	}
+	// The started jobs leave the buffer's array too: their payloads are
+	// the runners' alone from here.
 	clear(s.buffer[:n])
 	s.buffer = s.buffer[n:]
 	if len(s.buffer) == 0 {
@@ -882,7 +975,10 @@ func (c *claimer) start(jobBase context.Context, s *loopState, j store.ClaimedJo
 	if len(s.running) == 0 {
 		s.lastEnd = now // busy from now: no finish yet
 	}
-	s.running[j.ID] = &running{job: j, started: now, deadline: now.Add(timeout), cancel: cancel, stop: stop}
+	held, size := j, int64(len(j.Payload))
+	held.Payload = nil
+	s.running[j.ID] = &running{job: held, bytes: size, started: now, deadline: now.Add(timeout), cancel: cancel, stop: stop}
+	s.runningBytes += size
 	s.started++
 	c.sig.started.Send(j.ID)
 	// Never blocks: at most Concurrency jobs run, and tasks holds as many.
@@ -910,6 +1006,7 @@ func (c *claimer) finish(s *loopState, f finished) {
 	}
 	r.cancel()
 	delete(s.running, f.job.ID)
+	s.runningBytes -= r.bytes
 	c.finished.Add(1)
 	s.lastEnd = f.ended
 	if took := f.ended.Sub(r.started); s.runtime < 0 {
@@ -947,6 +1044,7 @@ func (c *claimer) overdue(s *loopState, now time.Time) *running {
 func (c *claimer) giveUp(s *loopState, r *running) {
 	cancelled := !r.cancelAt.IsZero()
 	delete(s.running, r.job.ID)
+	s.runningBytes -= r.bytes
 	c.finished.Add(1)
 	c.runners.giveUp(1) // the loop waits for it no more, nor does the runners' Stop
 	c.exec.settle(attemptEnd{finished: finished{job: r.job, timeout: r.deadline.Sub(r.started), ended: c.now()},
@@ -1004,6 +1102,7 @@ func (c *claimer) interrupt(s *loopState) {
 	}
 	s.interrupted = len(attempts)
 	clear(s.running)
+	s.runningBytes = 0
 	c.runners.giveUp(len(attempts))
 	slices.Sort(ids)
 	c.log.Warn("interrupted the jobs still running after the grace period: released to run again as their next attempt, no try spent",

@@ -88,6 +88,15 @@ type Config struct {
 	// start before that claim returns go first). Running jobs are never
 	// preempted.
 	Prefetch int
+	// PayloadBudget bounds, in bytes, the payloads of the jobs the worker
+	// holds, claimed and running, besides the count of its slots: a claim
+	// takes no more jobs than fit what the held jobs leave of it (the
+	// database measures each payload as it is stored, see
+	// store.JobClaimParams.MaxBytes), and the worker claims nothing while
+	// it is full. A worker that holds nothing claims the next job whatever
+	// its size, so a job larger than the budget runs too, alone. Default
+	// DefaultPayloadBudget; negative: no bound.
+	PayloadBudget int64
 	// PrefetchHold bounds how long a prefetched job waits for a slot: one
 	// that has waited this long since its claim is given back, its attempt
 	// not counted, and its queue notified, so that a worker with a free
@@ -250,6 +259,12 @@ func New(st *store.Store, jobs *queue.Registry, cfg Config) (*Worker, error) {
 	case cfg.Prefetch < 0:
 		cfg.Prefetch = 0
 	}
+	switch {
+	case cfg.PayloadBudget == 0:
+		cfg.PayloadBudget = DefaultPayloadBudget
+	case cfg.PayloadBudget < 0:
+		cfg.PayloadBudget = 0
+	}
 	cfg.PrefetchHold = cmp.Or(cfg.PrefetchHold, DefaultPrefetchHold)
 	cfg.Tries = cmp.Or(cfg.Tries, DefaultTries)
 	cfg.PollInterval = cmp.Or(cfg.PollInterval, DefaultPollInterval)
@@ -357,6 +372,10 @@ func PrefetchFor(concurrency, bound int, runtime time.Duration) int {
 	n := int64(PrefetchWindow) * int64(concurrency) / int64(runtime)
 	return int(min(n, int64(bound)))
 }
+
+// DefaultPayloadBudget is the default byte budget of a worker's claimed
+// and running payloads (Config.PayloadBudget).
+const DefaultPayloadBudget = defaults.PayloadBudget
 
 // DefaultName returns host:pid:random, unique per process (a master's
 // default name has the same form).
