@@ -62,7 +62,7 @@ const (
 )
 
 // benchScenarios are the scenarios in the order "all" runs them.
-var benchScenarios = []string{"bound", "drain", "paths", "held", "cold", "masters", "latency", "dispatch", "idle", "backlog", "scale"}
+var benchScenarios = []string{"bound", "drain", "paths", "held", "cold", "masters", "prefetch", "latency", "dispatch", "idle", "backlog", "scale"}
 
 // onlyByName are the scenarios "all" leaves out: they run only when
 // named. peers compares fleet with other queues that the bench does not
@@ -70,12 +70,16 @@ var benchScenarios = []string{"bound", "drain", "paths", "held", "cold", "master
 // for each size.
 var onlyByName = []string{"peers", "payload"}
 
-// Register adds the bench's no-op handler, and the payload scenario's
-// (PayloadJobName), to jobs unless it has one of that name. Call it only in a process that runs the bench or that the
-// bench started (EnvRun set).
+// Register adds the bench's no-op handler, its sleeping one
+// (SleepJobName) and the payload scenario's (PayloadJobName) to jobs unless
+// it has handlers of those names. Call it only in a process that runs the
+// bench or that the bench started (EnvRun set).
 func Register(jobs *queue.Registry) {
 	if _, ok := jobs.Lookup(JobName); !ok {
 		jobs.Handle(JobName, func(context.Context, *queue.Job) error { return nil })
+	}
+	if _, ok := jobs.Lookup(SleepJobName); !ok {
+		jobs.Handle(SleepJobName, sleepJob)
 	}
 	if _, ok := jobs.Lookup(PayloadJobName); !ok {
 		jobs.Handle(PayloadJobName, handlePayload)
@@ -110,8 +114,8 @@ func RegisterStamp(jobs *queue.Registry, path string) {
 
 // Flags are the options of "app bench", as its command line gives them.
 type Flags struct {
-	// Scenario is bound, drain, paths, held, cold, masters, latency,
-	// dispatch, idle, backlog, scale, peers, payload or all.
+	// Scenario is bound, drain, paths, held, cold, masters, prefetch,
+	// latency, dispatch, idle, backlog, scale, peers, payload or all.
 	Scenario string
 	// Jobs is the job count of bound, drain, paths, held, cold, masters,
 	// dispatch and peers.
@@ -129,8 +133,9 @@ type Flags struct {
 	// Samples is the jobs the latency scenario times.
 	Samples int
 	// Rounds is how many times the paths, cold, masters and peers
-	// scenarios drain each path, and the held scenario drains without and
-	// with a held transaction.
+	// scenarios drain each path, the held scenario drains without and
+	// with a held transaction, and the prefetch scenario runs each of its
+	// settings.
 	Rounds int
 	// PeersDir is where the peers scenario finds the peers that
 	// bench/peers/install.sh installs (default DefaultPeersDir), relative
@@ -251,6 +256,7 @@ type benchReport struct {
 	Held      *heldResult     `json:"held,omitempty"`
 	Cold      *coldResult     `json:"cold,omitempty"`
 	Masters   *mastersResult  `json:"masters,omitempty"`
+	Prefetch  *prefetchResult `json:"prefetch,omitempty"`
 	Latency   *latencyResult  `json:"latency,omitempty"`
 	Dispatch  *dispatchResult `json:"dispatch,omitempty"`
 	Idle      *idleResult     `json:"idle,omitempty"`
@@ -491,7 +497,7 @@ func (b *bench) run(ctx context.Context, scenarios []string) error {
 	run := map[string]func(context.Context) error{
 		"bound": b.bound, "drain": b.drain, "latency": b.latency, "dispatch": b.dispatch,
 		"idle": b.idle, "backlog": b.backlog, "scale": b.scale, "paths": b.paths, "held": b.held,
-		"peers": b.peers, "cold": b.cold, "masters": b.masters, "payload": b.payload,
+		"peers": b.peers, "cold": b.cold, "masters": b.masters, "prefetch": b.prefetch, "payload": b.payload,
 	}
 	for _, s := range scenarios {
 		b.progressf("== %s", s)

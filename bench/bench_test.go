@@ -40,6 +40,7 @@ func TestPlan(t *testing.T) {
 		{"drain", func(f *Flags) { f.Scenario = "drain" }},
 		{"paths", func(f *Flags) { f.Scenario = "paths" }},
 		{"held", func(f *Flags) { f.Scenario = "held" }},
+		{"prefetch", func(f *Flags) { f.Scenario = "prefetch" }},
 		{"latency", func(f *Flags) { f.Scenario = "latency" }},
 		{"idle", func(f *Flags) { f.Scenario = "idle" }},
 		{"backlog", func(f *Flags) { f.Scenario = "backlog" }},
@@ -153,8 +154,9 @@ func TestReportKeys(t *testing.T) {
 	t.Parallel()
 	rep := benchReport{Bound: &boundResult{Durable: &durableResult{}}, Drain: &drainResult{VsDurable: 1}, Latency: &latencyResult{}, Dispatch: &dispatchResult{},
 		Idle: &idleResult{}, Backlog: &backlogResult{}, Held: &heldResult{},
-		Cold:    &coldResult{Master: coldPath{Rounds: []coldRound{{}}}, One: coldPath{Rounds: []coldRound{{}}}},
-		Masters: &mastersResult{Cases: []mastersCase{{coldPath: coldPath{Rounds: []coldRound{{}}}}}}, Scale: &scaleResult{Cells: []scaleCell{{}}, Grid: []string{"x"}},
+		Prefetch: &prefetchResult{Settings: []prefetchSetting{{Runs: []prefetchRun{{SlowPerWorker: []int{4}, JobsPerWorker: []int{4}}}}}},
+		Cold:     &coldResult{Master: coldPath{Rounds: []coldRound{{}}}, One: coldPath{Rounds: []coldRound{{}}}},
+		Masters:  &mastersResult{Cases: []mastersCase{{coldPath: coldPath{Rounds: []coldRound{{}}}}}}, Scale: &scaleResult{Cells: []scaleCell{{}}, Grid: []string{"x"}},
 		Peers: &peersResult{Paths: []peerPath{{Name: "n", Version: "v", Settings: "s", Missing: "m", JobsPerSec: []float64{1}, FromStart: []float64{1},
 			Median: 1, MedianFromStart: 1, MasterVs: 1, MasterVsFromStart: 1}}},
 		Payload: &payloadResult{Sizes: []payloadSize{{}}}}

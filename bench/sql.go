@@ -298,6 +298,64 @@ func (d db) deadRows(ctx context.Context, table string) (int64, error) {
 	return n, nil
 }
 
+// listeningWorkers counts the fleet:work sessions of this database that
+// listen for notifications (their last statement a LISTEN).
+func (d db) listeningWorkers(ctx context.Context) (int, error) {
+	var n int
+	err := d.pool.QueryRow(ctx, `
+		SELECT count(DISTINCT application_name) FROM pg_stat_activity
+		WHERE datname = current_database() AND starts_with(application_name, 'fleet:work ')
+		  AND starts_with(query, 'LISTEN')`).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("count the listening workers: %w", err)
+	}
+	return n, nil
+}
+
+// prefetchRun reads how the jobs of a prefetch run ran: the start spread
+// and longest claim-to-start of the slow jobs (slow), and the jobs each
+// worker completed.
+func (d db) prefetchRun(ctx context.Context, queue string, slow []int64) (prefetchRun, error) {
+	var run prefetchRun
+	var first, last *time.Time
+	var wait *float64
+	var n int
+	err := d.pool.QueryRow(ctx, `
+		SELECT count(*)::int, min(started_at), max(started_at),
+		       max(EXTRACT(EPOCH FROM started_at - reserved_at) * 1000)::float8
+		FROM fleet_jobs WHERE job_id = ANY ($1) AND status = 'completed'`, slow).Scan(&n, &first, &last, &wait)
+	if err != nil {
+		return run, fmt.Errorf("read the slow jobs' starts: %w", err)
+	}
+	if n != len(slow) || first == nil || last == nil {
+		return run, fmt.Errorf("%w: %d of %d", errPrefetchIncomplete, n, len(slow))
+	}
+	run.SpreadMs = round(float64(last.Sub(*first).Microseconds())/1000, 1)
+	if wait != nil {
+		run.MaxClaimToStartMs = round(*wait, 1)
+	}
+	rows, err := d.pool.Query(ctx, `
+		SELECT worker, count(*)::int, count(*) FILTER (WHERE job_id = ANY ($2))::int,
+		       count(*) FILTER (WHERE attempt > 1)
+		FROM fleet_jobs WHERE queue = $1 AND status = 'completed' GROUP BY worker`, queue, slow)
+	if err != nil {
+		return run, fmt.Errorf("read the jobs per worker: %w", err)
+	}
+	all, slowBy := map[string]int{}, map[string]int{}
+	var w string
+	var k, s int
+	var retried int64
+	if _, err := pgx.ForEachRow(rows, []any{&w, &k, &s, &retried}, func() error {
+		all[w], slowBy[w] = k, s
+		run.Retried += retried
+		return nil
+	}); err != nil {
+		return run, fmt.Errorf("read the jobs per worker: %w", err)
+	}
+	run.JobsPerWorker, run.SlowPerWorker = perWorker(all), perWorker(slowBy)
+	return run, nil
+}
+
 // fleetBackends returns the process ids of the server processes that serve
 // fleet's masters and workers on the current database (by their
 // application_name: "fleet master ..." and "fleet:work ...").

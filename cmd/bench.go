@@ -18,7 +18,7 @@ import (
 func (r *runner) benchCommand() *cobra.Command {
 	var f bench.Flags
 	c := &cobra.Command{
-		Use:   "bench [--scenario bound|drain|paths|held|cold|masters|latency|dispatch|idle|backlog|scale|peers|payload|all] [--jobs N] [--json]",
+		Use:   "bench [--scenario bound|drain|paths|held|cold|masters|prefetch|latency|dispatch|idle|backlog|scale|peers|payload|all] [--jobs N] [--json]",
 		Short: "Measure throughput and latency of this app's fleet on the configured database",
 		Long: "Runs benchmark scenarios on the configured database (database.url) with the real master " +
 			"and real fleet:work children of this executable, and prints a table (or, with --json, one " +
@@ -36,7 +36,9 @@ func (r *runner) benchCommand() *cobra.Command {
 			"onto the backlog and timed from its start to the queue empty, and the ratio of their medians); " +
 			"masters (--rounds rounds of --jobs no-op jobs through N master processes on the database for " +
 			"each N of --masters (1, 2, 4, 8), one process of 1000/N slots each, timed from their start, each " +
-			"N's rate and CPU per job and their ratios to the first N's); latency (one job at a time into an idle " +
+			"N's rate and CPU per job and their ratios to the first N's); prefetch (--rounds rounds of a " +
+			"master of 3 × 4 dispatched 300 jobs of 5 ms, or of 0 ms, then 12 jobs of 3 s: how far apart the 12 " +
+			"start and how many jobs each worker ran); latency (one job at a time into an idle " +
 			"fleet: dispatch to handler start, dispatch to outcome written); dispatch (Dispatch from 1 " +
 			"and 16 goroutines, DispatchMany in batches of 1000 and one large batch); idle (a master " +
 			"process with 10 supervisors of 5 queues each, nothing to do, for --idle-secs: CPU, peak RSS, " +
@@ -64,12 +66,12 @@ func (r *runner) benchCommand() *cobra.Command {
 		},
 	}
 	fl := c.Flags()
-	fl.StringVar(&f.Scenario, "scenario", "all", "bound, drain, paths, held, cold, masters, latency, dispatch, idle, backlog, scale, peers, payload or all")
+	fl.StringVar(&f.Scenario, "scenario", "all", "bound, drain, paths, held, cold, masters, prefetch, latency, dispatch, idle, backlog, scale, peers, payload or all")
 	fl.IntVar(&f.Jobs, "jobs", 200000, "jobs for bound, drain, paths, held, cold, masters, dispatch and peers")
 	fl.IntVar(&f.Backlog, "backlog", 1000000, "pending jobs for the backlog scenario")
 	fl.DurationVar(&f.Sustain, "sustain", 0, "sustained drain of the backlog scenario (default 10m, 2m under --scenario all)")
 	fl.IntVar(&f.IdleSecs, "idle-secs", 60, "seconds the idle scenario measures")
-	fl.IntVar(&f.Rounds, "rounds", 3, "rounds of the paths, held, cold, masters and peers scenarios (each drains every path once)")
+	fl.IntVar(&f.Rounds, "rounds", 3, "rounds of the paths, held, cold, masters, prefetch and peers scenarios (each drains every path once)")
 	fl.IntVar(&f.CellSecs, "cell-secs", 15, "seconds per scale cell, the backlog kept topped up (0: drain each cell fully)")
 	fl.IntVar(&f.Samples, "samples", 200, "jobs the latency scenario times")
 	fl.StringVar(&f.ScaleBacklogs, "scale-backlogs", "10000,100000,1000000", "backlog sizes of the scale grid")
