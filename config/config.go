@@ -152,6 +152,12 @@ type FleetConfig struct {
 	LongWaitCooldownMinutes int `toml:"long_wait_cooldown_minutes"`
 	// LongWaitWebhook, when set, receives each long-wait alert as JSON.
 	LongWaitWebhook string `toml:"long_wait_webhook"`
+	// HeldWarnSecs is how long a transaction of another session may hold
+	// back the cleanup of the database's dead rows (fleet's among them)
+	// before the master warns, naming it, at most once a minute; it is
+	// also the age from which fleet:status and
+	// fleet_cleanup_holder_seconds show such a session.
+	HeldWarnSecs int `toml:"held_warn_secs"`
 	// Trim says how long history is kept.
 	Trim TrimConfig `toml:"trim"`
 	// Timescale is "auto" or "off": with auto, app migrate puts the history
@@ -271,6 +277,7 @@ func Default() Config {
 			LingerSecs:              int(defaults.Linger / time.Second),
 			StartTimeoutSecs:        int(defaults.StartTimeout / time.Second),
 			LongWaitCooldownMinutes: int(defaults.LongWaitCooldown / time.Minute),
+			HeldWarnSecs:            int(defaults.HeldWarn / time.Second),
 			Trim:                    TrimConfig{CompletedHours: defaults.CompletedHours, FailedDays: defaults.FailedDays, MetricsDays: defaults.MetricsDays},
 			Timescale:               TimescaleAuto,
 			HTTP:                    HTTPConfig{Addr: "127.0.0.1:9465"},

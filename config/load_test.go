@@ -128,6 +128,7 @@ func TestLoadFullFile(t *testing.T) {
 			LongWait:                map[string]int{"mail": 60, "default": 120},
 			LongWaitCooldownMinutes: 30,
 			LongWaitWebhook:         "https://hooks.example.com/fleet",
+			HeldWarnSecs:            300,
 			Trim:                    TrimConfig{CompletedHours: 48, FailedDays: 14, MetricsDays: 60},
 			Timescale:               "off",
 			HTTP:                    HTTPConfig{Addr: ":9000"},

@@ -87,6 +87,7 @@ func (c *Config) Validate() error {
 		atLeast("fleet.start_timeout_secs", f.StartTimeoutSecs, 1),
 		atLeast("fleet.max_connections", f.MaxConnections, 0),
 		atLeast("fleet.long_wait_cooldown_minutes", f.LongWaitCooldownMinutes, 1),
+		atLeast("fleet.held_warn_secs", f.HeldWarnSecs, 1),
 		atLeast("fleet.trim.completed_hours", f.Trim.CompletedHours, 1),
 		atLeast("fleet.trim.failed_days", f.Trim.FailedDays, 1),
 		atLeast("fleet.trim.metrics_days", f.Trim.MetricsDays, 1),

@@ -191,7 +191,7 @@ func newMasterProcess(ctx context.Context, p MasterProcess) (*masterProcess, err
 		}
 		col := metrics.NewCollector(st.Pool(), metrics.Options{
 			Beat: m.Membership(), Logger: settings.Logger, Master: m.Name(), Instance: m.Instance(),
-			Version: settings.Version, LongWait: cfg.Fleet.LongWait,
+			Version: settings.Version, LongWait: cfg.Fleet.LongWait, HeldAfter: settings.HeldWarn,
 		})
 		srv := newHTTPServer(addr, httpMux(col, m.Readiness, dash), settings.Logger)
 		var served bool // set by the HTTP server's start, read by the metrics' stop

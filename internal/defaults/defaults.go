@@ -62,6 +62,9 @@ const (
 	// LongWaitCooldown is the least time between two long-wait alerts of
 	// one queue (fleet.long_wait_cooldown_minutes).
 	LongWaitCooldown = 15 * time.Minute
+	// HeldWarn is how long a transaction may hold back the cleanup of
+	// fleet's tables before its master warns (fleet.held_warn_secs).
+	HeldWarn = time.Minute
 )
 
 // How long history is kept (fleet.trim).
