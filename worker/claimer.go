@@ -786,10 +786,17 @@ func (c *claimer) tellPrefetched(s *loopState, from int) {
 			ids = append(ids, b.ID)
 		}
 	}
-	if len(ids) > 0 {
-		c.report(spawner.Report{Type: spawner.ReportPrefetch, Prefetched: ids})
+	for len(ids) > 0 {
+		n := min(len(ids), maxReportIDs)
+		c.report(spawner.Report{Type: spawner.ReportPrefetch, Prefetched: ids[:n]})
+		ids = ids[n:]
 	}
 }
+
+// maxReportIDs bounds the job ids of one prefetch report, so that its line
+// stays far below spawner.MaxLineLength (an id takes at most 20 bytes),
+// which a master drops whole.
+const maxReportIDs = 1000
 
 // tellDequeued tells the master that the jobs of out it heard of no
 // longer wait (Config.ReportPrefetch). It is called before they start:
@@ -804,8 +811,10 @@ func (c *claimer) tellDequeued(out []buffered) {
 			ids = append(ids, b.ID)
 		}
 	}
-	if len(ids) > 0 {
-		c.report(spawner.Report{Type: spawner.ReportPrefetch, Dequeued: ids})
+	for len(ids) > 0 {
+		n := min(len(ids), maxReportIDs)
+		c.report(spawner.Report{Type: spawner.ReportPrefetch, Dequeued: ids[:n]})
+		ids = ids[n:]
 	}
 }
 
