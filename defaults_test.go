@@ -26,6 +26,7 @@ func TestDefaultsAgree(t *testing.T) {
 		{"queue.timeout_secs", c.Queue.TimeoutSecs, secs(worker.DefaultTimeout)},
 		{"queue.timeout_grace_secs", c.Queue.TimeoutGraceSecs, secs(worker.DefaultTimeoutGrace)},
 		{"queue.poll_interval_ms", c.Queue.PollIntervalMs, int(worker.DefaultPollInterval / time.Millisecond)},
+		{"queue.prefetch_hold_ms", c.Queue.PrefetchHoldMs, int(worker.DefaultPrefetchHold / time.Millisecond)},
 		{"fleet.master_ttl_secs", c.Fleet.MasterTTLSecs, secs(defaults.TTL)},
 		{"fleet.beat_interval_ms", c.Fleet.BeatIntervalMs, int(defaults.BeatInterval / time.Millisecond)},
 		{"fleet.balance_cooldown_secs", c.Fleet.BalanceCooldownSecs, secs(defaults.BalanceCooldown)},

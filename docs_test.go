@@ -485,15 +485,16 @@ func TestConfigurationTable(t *testing.T) {
 	// the [queue] section, and the periodic schedules' defaults.
 	sup := "fleet.supervisors.NAME."
 	for k, v := range map[string]string{
-		"queues":              "required",
-		"balance":             strconv.Quote(string(supervisor.DefaultBalance)),
-		"min_processes":       strconv.Itoa(supervisor.DefaultMinProcesses),
-		"max_processes":       strconv.Itoa(supervisor.DefaultMaxProcesses),
-		"fleet_max_processes": "unset",
-		"concurrency":         "queue.workers",
-		"tries":               "queue.tries",
-		"backoff":             "queue.backoff",
-		"timeout_secs":        "queue.timeout_secs",
+		"queues":               "required",
+		"balance":              strconv.Quote(string(supervisor.DefaultBalance)),
+		"min_processes":        strconv.Itoa(supervisor.DefaultMinProcesses),
+		"max_processes":        strconv.Itoa(supervisor.DefaultMaxProcesses),
+		"fleet_max_processes":  "unset",
+		"concurrency":          "queue.workers",
+		"tries":                "queue.tries",
+		"backoff":              "queue.backoff",
+		"timeout_secs":         "queue.timeout_secs",
+		"payload_budget_bytes": "queue.payload_budget_bytes",
 	} {
 		checkKnown(t, want, sup+k)
 		want[sup+k] = v

@@ -1,10 +1,11 @@
 // Package bench is "app bench": the load-testing scenarios (bound, drain,
-// paths, latency, dispatch, idle, backlog, scale), the raw SQL loop every
-// throughput is compared with, the statements that fill, measure and clean
-// the bench's own queues, and the report it prints. It holds no cobra and
-// does not import cmd: the application's command parses the flags into a
-// Plan and hands Run what only it knows (Options): the configuration, the
-// pool, how its master is built, where its executable and environment are.
+// paths, held, cold, masters, latency, dispatch, idle, backlog, scale,
+// peers, payload), the raw SQL loop every throughput is compared with, the
+// statements that fill, measure and clean the bench's own queues, and the
+// report it prints. It holds no cobra and does not import cmd: the
+// application's command parses the flags into a Plan and hands Run what
+// only it knows (Options): the configuration, the pool, how its master is
+// built, where its executable and environment are.
 //
 // The bench's jobs run the no-op handler JobName. It is registered only
 // where a bench runs: in the bench's own process, and in the processes the
@@ -52,26 +53,72 @@ const (
 	// (see Register), so the fleet:work children of any app can run the
 	// bench's jobs while no application's normal registry has it.
 	EnvRun = "FLEET_BENCH_RUN"
+	// StampJobName is the latency scenario's handler (see RegisterStamp):
+	// it notes when it starts, on the clock of the process it runs in.
+	StampJobName = "fleet.bench.stamp"
+	// EnvStamps names the variable that gives a process the bench started
+	// the file its StampJobName handler appends to.
+	EnvStamps = "FLEET_BENCH_STAMPS"
 )
 
 // benchScenarios are the scenarios in the order "all" runs them.
-var benchScenarios = []string{"bound", "drain", "paths", "latency", "dispatch", "idle", "backlog", "scale"}
+var benchScenarios = []string{"bound", "drain", "paths", "held", "cold", "masters", "prefetch", "latency", "dispatch", "idle", "backlog", "scale"}
 
-// Register adds the bench's no-op handler to jobs unless it has one of
-// that name. Call it only in a process that runs the bench or that the
-// bench started (EnvRun set).
+// onlyByName are the scenarios "all" leaves out: they run only when
+// named. peers compares fleet with other queues that the bench does not
+// ship (see bench/peers/install.sh); payload writes gigabytes of payloads
+// for each size.
+var onlyByName = []string{"peers", "payload"}
+
+// Register adds the bench's no-op handler, its sleeping one
+// (SleepJobName) and the payload scenario's (PayloadJobName) to jobs unless
+// it has handlers of those names. Call it only in a process that runs the
+// bench or that the bench started (EnvRun set).
 func Register(jobs *queue.Registry) {
 	if _, ok := jobs.Lookup(JobName); !ok {
 		jobs.Handle(JobName, func(context.Context, *queue.Job) error { return nil })
 	}
+	if _, ok := jobs.Lookup(SleepJobName); !ok {
+		jobs.Handle(SleepJobName, sleepJob)
+	}
+	if _, ok := jobs.Lookup(PayloadJobName); !ok {
+		jobs.Handle(PayloadJobName, handlePayload)
+	}
+}
+
+// RegisterStamp adds, unless jobs has one of that name, the handler
+// StampJobName: it appends "ID UNIX_NANOS" (the job's id, the time it
+// started on this host's clock) to the file path, or does nothing when path
+// is empty. The bench's latency scenario reads the file, on the same host,
+// so that a handler's start is timed on one clock with no estimate between
+// (fleet_jobs.started_at is on the database's clock, through an offset
+// measured within half a claim's round trip). Call it where Register is
+// called, with the value of EnvStamps.
+func RegisterStamp(jobs *queue.Registry, path string) {
+	if _, ok := jobs.Lookup(StampJobName); ok {
+		return
+	}
+	jobs.Handle(StampJobName, func(_ context.Context, job *queue.Job) error {
+		at := time.Now()
+		if path == "" {
+			return nil
+		}
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+		if err != nil {
+			return fmt.Errorf("bench stamp: %w", err)
+		}
+		_, err = fmt.Fprintf(f, "%d %d\n", job.ID, at.UnixNano())
+		return errors.Join(err, f.Close())
+	})
 }
 
 // Flags are the options of "app bench", as its command line gives them.
 type Flags struct {
-	// Scenario is bound, drain, paths, latency, dispatch, idle, backlog,
-	// scale or all.
+	// Scenario is bound, drain, paths, held, cold, masters, prefetch,
+	// latency, dispatch, idle, backlog, scale, peers, payload or all.
 	Scenario string
-	// Jobs is the job count of bound, drain, paths and dispatch.
+	// Jobs is the job count of bound, drain, paths, held, cold, masters,
+	// dispatch and peers.
 	Jobs int
 	// Backlog is the pending jobs of the backlog scenario.
 	Backlog int
@@ -85,12 +132,29 @@ type Flags struct {
 	CellSecs int
 	// Samples is the jobs the latency scenario times.
 	Samples int
-	// Rounds is how many times the paths scenario drains each path.
+	// Rounds is how many times the paths, cold, masters and peers
+	// scenarios drain each path, the held scenario drains without and
+	// with a held transaction, and the prefetch scenario runs each of its
+	// settings.
 	Rounds int
+	// PeersDir is where the peers scenario finds the peers that
+	// bench/peers/install.sh installs (default DefaultPeersDir), relative
+	// to Options.Dir unless absolute.
+	PeersDir string
 	// ScaleBacklogs and ScaleConcurrency list the scale grid's backlogs
 	// and concurrencies, comma-separated.
 	ScaleBacklogs    string
 	ScaleConcurrency string
+	// Masters lists the numbers of masters the masters scenario compares,
+	// comma-separated, the first being the reference (default 1,2,4,8).
+	Masters string
+	// PayloadSizes lists the payload scenario's payload sizes in KiB,
+	// comma-separated (default DefaultPayloadSizes); PayloadMB is the MiB
+	// of payloads it dispatches and drains for each size, PayloadConc the
+	// draining worker's concurrency.
+	PayloadSizes string
+	PayloadMB    int
+	PayloadConc  int
 	// JSON prints one JSON document instead of the table.
 	JSON bool
 	// Force runs on a database holding jobs of other queues.
@@ -175,6 +239,9 @@ type bench struct {
 	ref  float64 // the bound's jobs/s at batch 1000; 0 until measured
 	// durable is the durable bound's jobs/s; 0 until measured.
 	durable float64
+	// stamps is the file the processes the bench starts note their
+	// StampJobName starts in (see RegisterStamp); empty: none.
+	stamps string
 }
 
 // benchReport is the JSON document.
@@ -186,11 +253,17 @@ type benchReport struct {
 	Bound     *boundResult    `json:"bound,omitempty"`
 	Drain     *drainResult    `json:"drain,omitempty"`
 	Paths     *pathsResult    `json:"paths,omitempty"`
+	Held      *heldResult     `json:"held,omitempty"`
+	Cold      *coldResult     `json:"cold,omitempty"`
+	Masters   *mastersResult  `json:"masters,omitempty"`
+	Prefetch  *prefetchResult `json:"prefetch,omitempty"`
 	Latency   *latencyResult  `json:"latency,omitempty"`
 	Dispatch  *dispatchResult `json:"dispatch,omitempty"`
 	Idle      *idleResult     `json:"idle,omitempty"`
 	Backlog   *backlogResult  `json:"backlog,omitempty"`
 	Scale     *scaleResult    `json:"scale,omitempty"`
+	Peers     *peersResult    `json:"peers,omitempty"`
+	Payload   *payloadResult  `json:"payload,omitempty"`
 	Cleanup   cleanupResult   `json:"cleanup"`
 }
 
@@ -315,13 +388,13 @@ func benchPlan(f *Flags) ([]string, error) {
 		if !f.SustainSet {
 			f.Sustain = 2 * time.Minute
 		}
-	case slices.Contains(benchScenarios, f.Scenario):
+	case slices.Contains(benchScenarios, f.Scenario) || slices.Contains(onlyByName, f.Scenario):
 		want = []string{f.Scenario}
-		if slices.Contains([]string{"drain", "paths", "dispatch", "backlog", "scale"}, f.Scenario) {
+		if slices.Contains([]string{"drain", "paths", "held", "dispatch", "backlog", "scale"}, f.Scenario) {
 			want = []string{"bound", f.Scenario}
 		}
 	default:
-		return nil, fmt.Errorf("--scenario %q: want one of %s or all", f.Scenario, strings.Join(benchScenarios, ", "))
+		return nil, fmt.Errorf("--scenario %q: want one of %s or all", f.Scenario, strings.Join(append(slices.Clone(benchScenarios), onlyByName...), ", "))
 	}
 	if !f.SustainSet && f.Scenario != "all" {
 		f.Sustain = 10 * time.Minute
@@ -343,6 +416,15 @@ func benchPlan(f *Flags) ([]string, error) {
 	}
 	if _, err := parseInts("--scale-concurrency", f.ScaleConcurrency); err != nil {
 		return nil, err
+	}
+	if _, err := mastersList(f.Masters); err != nil {
+		return nil, err
+	}
+	if _, err := payloadSizes(f.PayloadSizes); err != nil {
+		return nil, err
+	}
+	if f.PayloadMB < 1 || f.PayloadConc < 1 {
+		return nil, fmt.Errorf("--payload-mb and --payload-concurrency must be at least 1, got %d and %d", f.PayloadMB, f.PayloadConc)
 	}
 	return want, nil
 }
@@ -414,7 +496,8 @@ func (b *bench) cleanup(ctx context.Context, what string) error {
 func (b *bench) run(ctx context.Context, scenarios []string) error {
 	run := map[string]func(context.Context) error{
 		"bound": b.bound, "drain": b.drain, "latency": b.latency, "dispatch": b.dispatch,
-		"idle": b.idle, "backlog": b.backlog, "scale": b.scale, "paths": b.paths,
+		"idle": b.idle, "backlog": b.backlog, "scale": b.scale, "paths": b.paths, "held": b.held,
+		"peers": b.peers, "cold": b.cold, "masters": b.masters, "prefetch": b.prefetch, "payload": b.payload,
 	}
 	for _, s := range scenarios {
 		b.progressf("== %s", s)
@@ -523,5 +606,8 @@ func (b *bench) childEnv(extra ...string) ([]string, error) {
 		env = append(env, "APP_CONFIG="+abs)
 	}
 	env = append(env, EnvRun+"="+b.runID)
+	if b.stamps != "" {
+		env = append(env, EnvStamps+"="+b.stamps)
+	}
 	return append(env, extra...), nil
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -21,7 +22,8 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 // defaultFlags are the flags of "app bench" left at their defaults.
 func defaultFlags() Flags {
 	return Flags{Scenario: "all", Jobs: 200000, Backlog: 1000000, IdleSecs: 60, CellSecs: 15, Samples: 200, Rounds: 3,
-		ScaleBacklogs: "10000,100000,1000000", ScaleConcurrency: "1,16,64,256,1000"}
+		ScaleBacklogs: "10000,100000,1000000", ScaleConcurrency: "1,16,64,256,1000", Masters: DefaultMasters,
+		PayloadSizes: DefaultPayloadSizes, PayloadMB: DefaultPayloadMB, PayloadConc: DefaultPayloadConc}
 }
 
 // TestPlan: the scenarios each --scenario runs, the --sustain default and
@@ -37,12 +39,15 @@ func TestPlan(t *testing.T) {
 		{"all-sustain", func(f *Flags) { f.Sustain, f.SustainSet = 30*time.Second, true }},
 		{"drain", func(f *Flags) { f.Scenario = "drain" }},
 		{"paths", func(f *Flags) { f.Scenario = "paths" }},
+		{"held", func(f *Flags) { f.Scenario = "held" }},
+		{"prefetch", func(f *Flags) { f.Scenario = "prefetch" }},
 		{"latency", func(f *Flags) { f.Scenario = "latency" }},
 		{"idle", func(f *Flags) { f.Scenario = "idle" }},
 		{"backlog", func(f *Flags) { f.Scenario = "backlog" }},
 		{"scale", func(f *Flags) { f.Scenario = "scale" }},
 		{"dispatch", func(f *Flags) { f.Scenario = "dispatch" }},
 		{"bound", func(f *Flags) { f.Scenario = "bound" }},
+		{"peers", func(f *Flags) { f.Scenario = "peers" }},
 		{"nope", func(f *Flags) { f.Scenario = "nope" }},
 		{"jobs", func(f *Flags) { f.Jobs = 99 }},
 		{"backlog-small", func(f *Flags) { f.Backlog = 999 }},
@@ -54,6 +59,13 @@ func TestPlan(t *testing.T) {
 		{"scale-bad", func(f *Flags) { f.ScaleBacklogs = "10,x" }},
 		{"scale-empty", func(f *Flags) { f.ScaleConcurrency = " , " }},
 		{"scale-zero", func(f *Flags) { f.ScaleConcurrency = "0" }},
+		{"cold", func(f *Flags) { f.Scenario = "cold" }},
+		{"masters", func(f *Flags) { f.Scenario = "masters"; f.Masters = "1,3" }},
+		{"masters-bad", func(f *Flags) { f.Scenario = "masters"; f.Masters = "1,x" }},
+		{"masters-many", func(f *Flags) { f.Scenario = "masters"; f.Masters = "1,1001" }},
+		{"payload", func(f *Flags) { f.Scenario = "payload" }},
+		{"payload-sizes-bad", func(f *Flags) { f.Scenario = "payload"; f.PayloadSizes = "512,0" }},
+		{"payload-mb0", func(f *Flags) { f.Scenario = "payload"; f.PayloadMB = 0 }},
 	}
 	var got strings.Builder
 	for _, c := range cases {
@@ -141,7 +153,13 @@ func keyPaths(prefix string, v any, out *[]string) {
 func TestReportKeys(t *testing.T) {
 	t.Parallel()
 	rep := benchReport{Bound: &boundResult{Durable: &durableResult{}}, Drain: &drainResult{VsDurable: 1}, Latency: &latencyResult{}, Dispatch: &dispatchResult{},
-		Idle: &idleResult{}, Backlog: &backlogResult{}, Scale: &scaleResult{Cells: []scaleCell{{}}, Grid: []string{"x"}}}
+		Idle: &idleResult{}, Backlog: &backlogResult{}, Held: &heldResult{},
+		Prefetch: &prefetchResult{Settings: []prefetchSetting{{Runs: []prefetchRun{{SlowPerWorker: []int{4}, JobsPerWorker: []int{4}}}}}},
+		Cold:     &coldResult{Master: coldPath{Rounds: []coldRound{{}}}, One: coldPath{Rounds: []coldRound{{}}}},
+		Masters:  &mastersResult{Cases: []mastersCase{{coldPath: coldPath{Rounds: []coldRound{{}}}}}}, Scale: &scaleResult{Cells: []scaleCell{{}}, Grid: []string{"x"}},
+		Peers: &peersResult{Paths: []peerPath{{Name: "n", Version: "v", Settings: "s", Missing: "m", JobsPerSec: []float64{1}, FromStart: []float64{1},
+			Median: 1, MedianFromStart: 1, MasterVs: 1, MasterVsFromStart: 1}}},
+		Payload: &payloadResult{Sizes: []payloadSize{{}}}}
 	doc, err := json.Marshal(rep)
 	if err != nil {
 		t.Fatal(err)
@@ -222,5 +240,63 @@ func TestRegister(t *testing.T) {
 	h, _ := own.Lookup(JobName)
 	if err := h(context.Background(), &queue.Job{}); err != nil || !ran {
 		t.Errorf("Register replaced the app's own %s (ran %v, %v)", JobName, ran, err)
+	}
+}
+
+// TestRegisterStamp: the stamp handler notes each job's id and start in
+// its file, one line each, in the order they ran, which stampOf reads; with
+// no file it does nothing; an app's own handler of that name stays.
+func TestRegisterStamp(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "stamps")
+	jobs := queue.NewRegistry()
+	RegisterStamp(jobs, path)
+	h, ok := jobs.Lookup(StampJobName)
+	if !ok {
+		t.Fatalf("RegisterStamp added no %s", StampJobName)
+	}
+	before := time.Now()
+	for _, id := range []int64{7, 12, 70} {
+		if err := h(context.Background(), &queue.Job{ID: id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSuffix(string(raw), "\n"), "\n")
+	if len(lines) != 3 || !strings.HasPrefix(lines[0], "7 ") || !strings.HasPrefix(lines[1], "12 ") || !strings.HasPrefix(lines[2], "70 ") {
+		t.Fatalf("stamps:\n%s", raw)
+	}
+	var last time.Time
+	for _, id := range []int64{7, 12, 70} {
+		at, err := stampOf(path, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if at.Before(before.Truncate(time.Microsecond)) || at.Before(last) {
+			t.Errorf("job %d started at %v: before the calls (%v) or the job before it (%v)", id, at, before, last)
+		}
+		last = at
+	}
+	if _, err := stampOf(path, 1); err == nil || !strings.Contains(err.Error(), "job 1 ran, but its handler noted no start") {
+		t.Errorf("stampOf of a job with no line: %v", err)
+	}
+
+	none := queue.NewRegistry()
+	RegisterStamp(none, "")
+	h, _ = none.Lookup(StampJobName)
+	if err := h(context.Background(), &queue.Job{ID: 1}); err != nil {
+		t.Errorf("the stamp handler with no file: %v", err)
+	}
+
+	own := queue.NewRegistry()
+	ran := false
+	own.Handle(StampJobName, func(context.Context, *queue.Job) error { ran = true; return nil })
+	RegisterStamp(own, path)
+	h, _ = own.Lookup(StampJobName)
+	if err := h(context.Background(), &queue.Job{}); err != nil || !ran {
+		t.Errorf("RegisterStamp replaced the app's own %s (ran %v, %v)", StampJobName, ran, err)
 	}
 }

@@ -116,31 +116,38 @@ func (b *bench) paths(ctx context.Context) error {
 // concurrency c, timed from its first claim to the queue found empty; the
 // bench stops it then.
 func (b *bench) workDrain(ctx context.Context, q string, n, c int) (benchRate, error) {
+	r, _, err := b.workDrainSince(ctx, q, n, c)
+	return r, err
+}
+
+// workDrainSince is workDrain that also returns the rate from the
+// process's start (just after the insert) to the queue found empty.
+func (b *bench) workDrainSince(ctx context.Context, q string, n, c int) (benchRate, benchRate, error) {
 	if err := b.insert(ctx, q, n); err != nil {
-		return benchRate{}, err
+		return benchRate{}, benchRate{}, err
 	}
 	env, err := b.childEnv()
 	if err != nil {
-		return benchRate{}, err
+		return benchRate{}, benchRate{}, err
 	}
 	since := time.Now()
 	p, err := b.startProc([]string{"fleet:work", "--queue", q, "--concurrency", strconv.Itoa(c), "--reports"}, env)
 	if err != nil {
-		return benchRate{}, err
+		return benchRate{}, benchRate{}, err
 	}
 	defer func() { _ = p.stop() }()
 	stop := b.progress(ctx, fmt.Sprintf("fleet:work × %d", c), int64(n), b.doneOf(q, int64(n)))
 	emptyAt, err := b.waitEmpty(ctx, p.exited, q, 20*time.Millisecond)
 	stop()
 	if err != nil {
-		return benchRate{}, err
+		return benchRate{}, benchRate{}, err
 	}
 	if err := p.stop(); err != nil {
-		return benchRate{}, err
+		return benchRate{}, benchRate{}, err
 	}
 	r, failed, err := b.drained(ctx, q, n, since, emptyAt)
 	if err == nil {
 		err = drainFailed(failed)
 	}
-	return r, err
+	return r, b.rate(int64(n), emptyAt.Sub(since)), err
 }

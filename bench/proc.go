@@ -184,3 +184,38 @@ func procPeakRSSMB(pid int) (float64, error) {
 	}
 	return 0, fmt.Errorf("process %d: no VmHWM", pid)
 }
+
+// procTreeCPU returns the user+system CPU time pid has used, with that of
+// its children: the reaped ones (cutime, cstime) and the live ones, and
+// theirs in turn.
+func procTreeCPU(pid int) (time.Duration, error) {
+	f, err := procStatFields(pid)
+	if err != nil {
+		return 0, err
+	}
+	if len(f) < 15 {
+		return 0, fmt.Errorf("/proc/%d/stat: too few fields", pid)
+	}
+	var ticks int64
+	for _, i := range []int{11, 12, 13, 14} { // utime, stime, cutime, cstime
+		n, err := strconv.ParseInt(f[i], 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("/proc/%d/stat: %w", pid, err)
+		}
+		ticks += n
+	}
+	d := time.Duration(ticks) * time.Second / clockTicks
+	for _, c := range procChildren(pid) {
+		if cd, err := procTreeCPU(c); err == nil { // a child that just exited is in cutime soon
+			d += cd
+		}
+	}
+	return d, nil
+}
+
+// procIsPostgres reports whether pid is a PostgreSQL server process on this
+// host.
+func procIsPostgres(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+	return err == nil && strings.TrimSpace(string(b)) == "postgres"
+}

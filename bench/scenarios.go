@@ -4,7 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -372,9 +376,12 @@ func (b *bench) drain(ctx context.Context) error {
 
 // masterDrained is one drain through a master.
 type masterDrained struct {
-	rate   benchRate
-	sum    master.Summary
-	failed int64
+	rate benchRate
+	// fromStart is the rate from the master's start (just after the
+	// insert) to the queue found empty.
+	fromStart benchRate
+	sum       master.Summary
+	failed    int64
 }
 
 // drainFailed is the error of a drain in which failed jobs failed.
@@ -424,6 +431,7 @@ func (b *bench) masterDrain(ctx context.Context, q string, n, processes, concurr
 		return md, err
 	}
 	md.rate, md.failed, err = b.drained(ctx, q, n, since, emptyAt)
+	md.fromStart = b.rate(int64(n), emptyAt.Sub(since))
 	return md, err
 }
 
@@ -438,11 +446,22 @@ func (b *bench) doneOf(queueName string, total int64) func(context.Context) (int
 // ---- latency
 
 type latencyResult struct {
-	Samples          int          `json:"samples"`
-	Concurrency      int          `json:"concurrency"`
-	DispatchToStart  latencyStats `json:"dispatch_to_start_ms"`
-	DispatchToOutcom latencyStats `json:"dispatch_to_outcome_ms"`
-	PollMs           float64      `json:"outcome_poll_ms"`
+	Samples     int `json:"samples"`
+	Concurrency int `json:"concurrency"`
+	// DispatchToStart is from just before Dispatch to the handler's first
+	// line, both on this host's clock (see RegisterStamp).
+	DispatchToStart latencyStats `json:"dispatch_to_start_ms"`
+	// DispatchToStartedAt is to the attempt's started_at in fleet_jobs
+	// instead: the worker's clock moved onto the database's by the claim's
+	// offset estimate, which is within half the claim's round trip.
+	DispatchToStartedAt latencyStats `json:"dispatch_to_started_at_ms"`
+	DispatchToOutcom    latencyStats `json:"dispatch_to_outcome_ms"`
+	// DurableCommit is the round trip of a small transaction that waits
+	// for its WAL flush, timed between the samples: a dispatch waits for
+	// one before its notification goes out, and the claim for another
+	// before the handler starts.
+	DurableCommit latencyStats `json:"durable_commit_ms"`
+	PollMs        float64      `json:"outcome_poll_ms"`
 }
 
 type latencyStats struct {
@@ -472,6 +491,13 @@ func (l latencyStats) String() string {
 
 func (b *bench) latency(ctx context.Context) error {
 	q := Prefix + "latency"
+	dir, err := os.MkdirTemp("", "fleet-bench-latency-")
+	if err != nil {
+		return fmt.Errorf("latency: %w", err)
+	}
+	defer os.RemoveAll(dir)
+	b.stamps = filepath.Join(dir, "stamps")
+	defer func() { b.stamps = "" }()
 	f, err := b.startFleet(ctx, q, 1, benchLatencyConc)
 	if err != nil {
 		return err
@@ -479,10 +505,10 @@ func (b *bench) latency(ctx context.Context) error {
 	defer func() { _, _ = f.stop() }()
 	b.progressf("latency: master + 1 fleet:work × concurrency %d on %s, %d samples one at a time", benchLatencyConc, q, b.f.Samples)
 	// The first job waits for the child to start; it is no sample.
-	if _, _, err := b.timeOne(ctx, f, q); err != nil {
+	if _, err := b.timeOne(ctx, f, q); err != nil {
 		return err
 	}
-	var starts, outcomes []time.Duration
+	var starts, startedAts, outcomes, commits []time.Duration
 	var count atomic.Int64
 	stop := b.progress(ctx, "latency", int64(b.f.Samples), func(context.Context) (int64, error) { return count.Load(), nil })
 	defer stop()
@@ -491,59 +517,104 @@ func (b *bench) latency(ctx context.Context) error {
 		if err := sleepCtx(ctx, 20*time.Millisecond); err != nil {
 			return err
 		}
-		s, o, err := b.timeOne(ctx, f, q)
+		t, err := b.timeOne(ctx, f, q)
 		if err != nil {
 			return err
 		}
-		starts, outcomes = append(starts, s), append(outcomes, o)
+		starts, startedAts, outcomes = append(starts, t.start), append(startedAts, t.startedAt), append(outcomes, t.outcome)
+		if err := sleepCtx(ctx, 5*time.Millisecond); err != nil {
+			return err
+		}
+		c, err := b.db.durableCommit(ctx)
+		if err != nil {
+			return err
+		}
+		commits = append(commits, c)
 		count.Add(1)
 	}
 	stop()
 	res := &latencyResult{Samples: len(starts), Concurrency: benchLatencyConc,
-		DispatchToStart: statsOf(starts), DispatchToOutcom: statsOf(outcomes), PollMs: float64(benchLatencyPoll.Microseconds()) / 1000}
+		DispatchToStart: statsOf(starts), DispatchToStartedAt: statsOf(startedAts), DispatchToOutcom: statsOf(outcomes),
+		DurableCommit: statsOf(commits), PollMs: float64(benchLatencyPoll.Microseconds()) / 1000}
 	b.rep.Latency = res
 	note := fmt.Sprintf("%d samples, idle fleet (1 × concurrency %d)", res.Samples, benchLatencyConc)
-	b.addRow("latency", "dispatch → handler start", res.DispatchToStart.String(), note+"; start = fleet_jobs.started_at")
+	b.addRow("latency", "dispatch → handler start", res.DispatchToStart.String(), note+"; start on the handler's clock, one host")
+	b.addRow("latency", "dispatch → started_at", res.DispatchToStartedAt.String(),
+		"fleet_jobs.started_at: on the database's clock, through an offset within half a claim's round trip")
 	b.addRow("latency", "dispatch → outcome written", res.DispatchToOutcom.String(), fmt.Sprintf("job gone from queue_jobs, polled every %s", benchLatencyPoll))
+	b.addRow("latency", "one durable commit", res.DurableCommit.String(),
+		"a commit that waits for its WAL flush, between the samples: a dispatch and a claim wait for one each")
 	return nil
 }
 
-// timeOne dispatches one job and waits until it is gone: it returns the
-// times from just before Dispatch to the handler's start (the worker's
-// clock, recorded in fleet_jobs) and to the moment the bench saw the job
-// gone from queue_jobs. One host, one wall clock.
-func (b *bench) timeOne(ctx context.Context, f *benchFleet, q string) (time.Duration, time.Duration, error) {
+// timedJob is how one job of the latency scenario went, from just
+// before its Dispatch.
+type timedJob struct {
+	start, startedAt, outcome time.Duration
+}
+
+// timeOne dispatches one StampJobName job and waits until it is gone: it
+// returns the times from just before Dispatch to the handler's start (as
+// the handler noted it in b.stamps, and as fleet_jobs.started_at has it)
+// and to the moment the bench saw the job gone from queue_jobs.
+func (b *bench) timeOne(ctx context.Context, f *benchFleet, q string) (timedJob, error) {
 	t0 := time.Now()
-	res, err := b.client.Dispatch(ctx, queue.NewJob(JobName, nil).OnQueue(q))
+	res, err := b.client.Dispatch(ctx, queue.NewJob(StampJobName, nil).OnQueue(q))
 	if err != nil {
-		return 0, 0, err
+		return timedJob{}, err
 	}
 	id := res.ID
 	deadline := t0.Add(benchStallAfter)
 	for {
 		gone, err := b.db.jobGone(ctx, id)
 		if err != nil {
-			return 0, 0, err
+			return timedJob{}, err
 		}
 		if gone {
 			break
 		}
 		if time.Now().After(deadline) {
-			return 0, 0, fmt.Errorf("job %d did not finish within %s", id, benchStallAfter)
+			return timedJob{}, fmt.Errorf("job %d did not finish within %s", id, benchStallAfter)
 		}
 		if err := f.failedIfStopped(); err != nil {
-			return 0, 0, err
+			return timedJob{}, err
 		}
 		if err := sleepCtx(ctx, benchLatencyPoll); err != nil {
-			return 0, 0, err
+			return timedJob{}, err
 		}
 	}
-	outcome := time.Since(t0)
+	t := timedJob{outcome: time.Since(t0)}
 	a, err := b.db.attemptOf(ctx, id)
 	if err != nil {
-		return 0, 0, fmt.Errorf("job %d: %w", id, err)
+		return timedJob{}, fmt.Errorf("job %d: %w", id, err)
 	}
-	return a.StartedAt.Sub(t0.Round(0)), outcome, nil
+	t.startedAt = a.StartedAt.Sub(t0.Round(0))
+	at, err := stampOf(b.stamps, id)
+	if err != nil {
+		return timedJob{}, err
+	}
+	t.start = at.Sub(t0.Round(0))
+	return t, nil
+}
+
+// stampOf returns when job id's StampJobName handler started, as it noted
+// in the file path.
+func stampOf(path string, id int64) (time.Time, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("read the handlers' starts: %w", err)
+	}
+	want := strconv.FormatInt(id, 10) + " "
+	for line := range strings.SplitSeq(string(raw), "\n") {
+		if rest, ok := strings.CutPrefix(line, want); ok {
+			ns, err := strconv.ParseInt(rest, 10, 64)
+			if err != nil {
+				return time.Time{}, fmt.Errorf("%s: line %q: %w", path, line, err)
+			}
+			return time.Unix(0, ns), nil
+		}
+	}
+	return time.Time{}, fmt.Errorf("job %d ran, but its handler noted no start in %s (is %s registered with %s?)", id, path, StampJobName, EnvStamps)
 }
 
 // ---- dispatch

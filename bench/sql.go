@@ -230,6 +230,18 @@ func (d db) xactCommits(ctx context.Context) (int64, error) {
 	return n, nil
 }
 
+// durableCommit times one small transaction that writes WAL (a
+// transactional logical message, which touches no table) and commits
+// with the session's synchronous_commit: the flush a dispatch and a claim
+// each wait for.
+func (d db) durableCommit(ctx context.Context) (time.Duration, error) {
+	t0 := time.Now()
+	if _, err := d.pool.Exec(ctx, `SELECT pg_logical_emit_message(true, 'fleet.bench', '')`); err != nil {
+		return 0, fmt.Errorf("time a durable commit: %w", err)
+	}
+	return time.Since(t0), nil
+}
+
 // failedCount counts the failed jobs of queue.
 func (d db) failedCount(ctx context.Context, queue string) (int64, error) {
 	var n int64
@@ -237,4 +249,131 @@ func (d db) failedCount(ctx context.Context, queue string) (int64, error) {
 		return 0, fmt.Errorf("count the failed jobs of %s: %w", queue, err)
 	}
 	return n, nil
+}
+
+// heldTx is a transaction another session holds open (the held
+// scenario): it has taken a transaction id, so no row version deleted or
+// updated after it began can be cleaned up until it ends.
+type heldTx struct {
+	conn *pgx.Conn
+	pid  uint32
+}
+
+// hold opens a connection of its own on url (application_name "fleet
+// bench hold"), begins a transaction and takes a transaction id, and
+// keeps it open until release.
+func (d db) hold(ctx context.Context, url string) (*heldTx, error) {
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("hold a transaction: %w", err)
+	}
+	cfg.RuntimeParams["application_name"] = "fleet bench hold"
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("hold a transaction: %w", err)
+	}
+	if _, err := conn.Exec(ctx, `BEGIN; SELECT txid_current()`, pgx.QueryExecModeSimpleProtocol); err != nil {
+		_ = conn.Close(context.WithoutCancel(ctx))
+		return nil, fmt.Errorf("hold a transaction: %w", err)
+	}
+	return &heldTx{conn: conn, pid: conn.PgConn().PID()}, nil
+}
+
+// release ends the held transaction and its connection.
+func (h *heldTx) release() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, _ = h.conn.Exec(ctx, `ROLLBACK`, pgx.QueryExecModeSimpleProtocol)
+	_ = h.conn.Close(ctx)
+}
+
+// deadRows is the server's count of dead row versions in table, from its
+// statistics (they lag the table by a moment).
+func (d db) deadRows(ctx context.Context, table string) (int64, error) {
+	var n int64
+	err := d.pool.QueryRow(ctx, `SELECT COALESCE(n_dead_tup, 0) FROM pg_stat_user_tables WHERE relid = to_regclass($1)`, table).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("read the dead rows of %s: %w", table, err)
+	}
+	return n, nil
+}
+
+// listeningWorkers counts the fleet:work sessions of this database that
+// listen for notifications (their last statement a LISTEN).
+func (d db) listeningWorkers(ctx context.Context) (int, error) {
+	var n int
+	err := d.pool.QueryRow(ctx, `
+		SELECT count(DISTINCT application_name) FROM pg_stat_activity
+		WHERE datname = current_database() AND starts_with(application_name, 'fleet:work ')
+		  AND starts_with(query, 'LISTEN')`).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("count the listening workers: %w", err)
+	}
+	return n, nil
+}
+
+// prefetchRun reads how the jobs of a prefetch run ran: the start spread
+// and longest claim-to-start of the slow jobs (slow), and the jobs each
+// worker completed.
+func (d db) prefetchRun(ctx context.Context, queue string, slow []int64) (prefetchRun, error) {
+	var run prefetchRun
+	var first, last *time.Time
+	var wait *float64
+	var n int
+	err := d.pool.QueryRow(ctx, `
+		SELECT count(*)::int, min(started_at), max(started_at),
+		       max(EXTRACT(EPOCH FROM started_at - reserved_at) * 1000)::float8
+		FROM fleet_jobs WHERE job_id = ANY ($1) AND status = 'completed'`, slow).Scan(&n, &first, &last, &wait)
+	if err != nil {
+		return run, fmt.Errorf("read the slow jobs' starts: %w", err)
+	}
+	if n != len(slow) || first == nil || last == nil {
+		return run, fmt.Errorf("%w: %d of %d", errPrefetchIncomplete, n, len(slow))
+	}
+	run.SpreadMs = round(float64(last.Sub(*first).Microseconds())/1000, 1)
+	if wait != nil {
+		run.MaxClaimToStartMs = round(*wait, 1)
+	}
+	rows, err := d.pool.Query(ctx, `
+		SELECT worker, count(*)::int, count(*) FILTER (WHERE job_id = ANY ($2))::int,
+		       count(*) FILTER (WHERE attempt > 1)
+		FROM fleet_jobs WHERE queue = $1 AND status = 'completed' GROUP BY worker`, queue, slow)
+	if err != nil {
+		return run, fmt.Errorf("read the jobs per worker: %w", err)
+	}
+	all, slowBy := map[string]int{}, map[string]int{}
+	var w string
+	var k, s int
+	var retried int64
+	if _, err := pgx.ForEachRow(rows, []any{&w, &k, &s, &retried}, func() error {
+		all[w], slowBy[w] = k, s
+		run.Retried += retried
+		return nil
+	}); err != nil {
+		return run, fmt.Errorf("read the jobs per worker: %w", err)
+	}
+	run.JobsPerWorker, run.SlowPerWorker = perWorker(all), perWorker(slowBy)
+	return run, nil
+}
+
+// fleetBackends returns the process ids of the server processes that serve
+// fleet's masters and workers on the current database (by their
+// application_name: "fleet master ..." and "fleet:work ...").
+func (d db) fleetBackends(ctx context.Context) ([]int, error) {
+	rows, err := d.pool.Query(ctx, `
+		SELECT pid FROM pg_stat_activity
+		WHERE datname = current_database() AND pid <> pg_backend_pid()
+		  AND (application_name LIKE 'fleet master %' OR application_name LIKE 'fleet:work %')`)
+	if err != nil {
+		return nil, fmt.Errorf("list fleet's sessions: %w", err)
+	}
+	pids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+	if err != nil {
+		return nil, fmt.Errorf("list fleet's sessions: %w", err)
+	}
+	out := make([]int, len(pids))
+	for i, p := range pids {
+		out[i] = int(p)
+	}
+	return out, nil
 }

@@ -19,8 +19,23 @@ import (
 	"github.com/fleet-go/fleet/queue"
 )
 
-// dispatchBatch is how many jobs one INSERT carries.
-const dispatchBatch = 1000
+// How many jobs one INSERT of dispatch --count carries: at most
+// dispatchBatch, and no more than fill dispatchBatchBytes with their
+// payloads (at least one). The command streams: it holds one batch at a
+// time, so its memory follows the batch, not --count. The server unnests a
+// batch's arrays into memory of its own, up to work_mem (4 MB by default)
+// before it spills to a temporary file: a batch of 2 MiB stays within it,
+// one of 4 MiB spilled.
+const (
+	dispatchBatch      = 1000
+	dispatchBatchBytes = 2 << 20
+)
+
+// dispatchBatchSize is how many copies of a job whose payload is
+// payloadBytes long one INSERT carries.
+func dispatchBatchSize(payloadBytes int) int {
+	return max(1, min(dispatchBatch, dispatchBatchBytes/max(payloadBytes, 1)))
+}
 
 type dispatchFlags struct {
 	name, queue, payload, backoff string
@@ -61,7 +76,9 @@ func (r *runner) dispatchCommand() *cobra.Command {
 		Use:   "dispatch --name NAME [--queue Q] [--payload JSON] [--count N]",
 		Short: "Dispatch jobs from the shell",
 		Long: "Dispatch N copies of a job in batches, all in one transaction: " +
-			"either every copy is dispatched or none is.",
+			"either every copy is dispatched or none is. A batch holds up to 1000 copies, " +
+			"fewer of a large payload (2 MiB of payloads at most, at least one copy), and " +
+			"the command holds one batch at a time, so its memory does not grow with N.",
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error { return r.dispatch(c, f) },
 	}
@@ -192,14 +209,14 @@ func (r *runner) dispatch(c *cobra.Command, f dispatchFlags) error {
 	start := time.Now()
 	var first, last int64
 	duplicate := false
+	batch := make([]*queue.JobSpec, min(dispatchBatchSize(len(payload)), f.count))
+	for i := range batch {
+		batch[i] = spec
+	}
 	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		for done := 0; done < f.count; {
-			n := min(dispatchBatch, f.count-done)
-			jobs := make([]*queue.JobSpec, n)
-			for i := range jobs {
-				jobs[i] = spec
-			}
-			res, err := client.DispatchManyTx(ctx, tx, jobs)
+			n := min(len(batch), f.count-done)
+			res, err := client.DispatchManyTx(ctx, tx, batch[:n])
 			if err != nil {
 				return err
 			}

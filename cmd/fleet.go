@@ -290,16 +290,19 @@ type statusReport struct {
 	At      time.Time      `json:"at"`
 	Masters []fleet.Master `json:"masters"`
 	Paused  fleet.Paused   `json:"paused"`
+	// CleanupHeld are the sessions that have held back the cleanup of
+	// dead rows for longer than fleet.held_warn_secs.
+	CleanupHeld []fleet.CleanupHolder `json:"cleanup_held"`
 }
 
 func (r *runner) statusCommand() *cobra.Command {
 	var asJSON bool
 	c := &cobra.Command{
 		Use:   "fleet:status [--json]",
-		Short: "Print Running, Paused or Inactive, the live masters and what is paused; exit 1 when no master is live",
+		Short: "Print Running, Paused or Inactive, the live masters, what is paused and any transaction holding back cleanup; exit 1 when no master is live",
 		Args:  cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
-			return r.withService(c.Context(), func(_ *config.Config, svc *fleet.Service) error {
+			return r.withService(c.Context(), func(cfg *config.Config, svc *fleet.Service) error {
 				v, err := svc.Masters(c.Context(), false)
 				if err != nil {
 					return err
@@ -308,8 +311,12 @@ func (r *runner) statusCommand() *cobra.Command {
 				if err != nil {
 					return err
 				}
+				held, err := svc.CleanupHolders(c.Context(), time.Duration(cfg.Fleet.HeldWarnSecs)*time.Second)
+				if err != nil {
+					return err
+				}
 				out := c.OutOrStdout()
-				rep := statusReport{Status: fleet.StatusOf(v.Masters), At: v.At, Masters: v.Masters, Paused: p}
+				rep := statusReport{Status: fleet.StatusOf(v.Masters), At: v.At, Masters: v.Masters, Paused: p, CleanupHeld: held}
 				if asJSON {
 					if err := printJSON(out, rep); err != nil {
 						return err
@@ -321,6 +328,10 @@ func (r *runner) statusCommand() *cobra.Command {
 							v.At.Sub(m.StartedAt).Round(time.Second), m.BeatAgeSecs)
 					}
 					printPaused(out, p)
+					for _, h := range held {
+						fmt.Fprintf(out, "cleanup held back for %s by pid %d (application %q, %s): %s\n",
+							(time.Duration(h.AgeSecs) * time.Second).String(), h.PID, h.ApplicationName, h.State, h.Query)
+					}
 				}
 				switch rep.Status {
 				case fleet.StatusInactive:

@@ -6,8 +6,11 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/fleet-go/fleet/cmd"
 	"github.com/fleet-go/fleet/pgtest"
@@ -85,5 +88,62 @@ func TestDispatchPayloadFromFileAndStdin(t *testing.T) {
 	}
 	if n := countJobs(t, url, "queue_jobs"); n != before {
 		t.Fatalf("%d jobs inserted by refused dispatches", n-before)
+	}
+}
+
+// TestDispatchCountStreams: dispatch --count sends its copies in batches
+// of at most 2 MiB of payloads (at least one copy, at most 1000), one
+// INSERT each, so that it holds one batch at a time whatever the count:
+// the rows of one INSERT share its command id in the transaction (cmin),
+// so the database shows the batches. All of them commit together.
+func TestDispatchCountStreams(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	env := dbEnv(url)
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "big.json"), jsonOfSize(600_000), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		queue, payload, count string
+		// want is the size of each batch, in order.
+		want []int
+	}{
+		// 2 MiB holds three payloads of 600 kB.
+		{"big", "@big.json", "20", []int{3, 3, 3, 3, 3, 3, 2}},
+		// Small payloads: 1000 a batch.
+		{"small", `{"a":1}`, "2500", []int{1000, 1000, 500}},
+	} {
+		if r := runStdin(t, dir, env, nil, "dispatch", "--name", "x", "--queue", c.queue, "--payload", c.payload, "--count", c.count); r.code != 0 {
+			t.Fatalf("dispatch --count %s to %s: %+v", c.count, c.queue, r)
+		}
+		var batches []int
+		var xacts int
+		conn, err := pgx.Connect(context.Background(), url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := conn.QueryRow(context.Background(), `SELECT count(DISTINCT xmin::text) FROM queue_jobs WHERE queue = $1`, c.queue).Scan(&xacts); err != nil {
+			t.Fatal(err)
+		}
+		rows, err := conn.Query(context.Background(), `SELECT count(*) FROM queue_jobs
+			WHERE queue = $1 GROUP BY cmin::text::int ORDER BY min(id)`, c.queue)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for rows.Next() {
+			var n int
+			if err := rows.Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			batches = append(batches, n)
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
+		conn.Close(context.Background())
+		if !slices.Equal(batches, c.want) || xacts != 1 {
+			t.Errorf("dispatch --count %s of %s: batches of %v in %d transactions, want %v in one", c.count, c.payload, batches, xacts, c.want)
+		}
 	}
 }

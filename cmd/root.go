@@ -90,6 +90,7 @@ func ExecuteContext(ctx context.Context, app App) int {
 	// jobs; no other process has their handler.
 	if r.getenv(bench.EnvRun) != "" {
 		bench.Register(app.Jobs)
+		bench.RegisterStamp(app.Jobs, r.getenv(bench.EnvStamps))
 	}
 	root := r.rootCommand()
 	appCommands, err := addAppCommands(root, app.Commands)

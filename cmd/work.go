@@ -1,6 +1,8 @@
 package cmd
 
 import (
+	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -27,6 +29,7 @@ type workFlags struct {
 	maxTimeSecs   int
 	maxMemoryMB   int
 	maxConns      int
+	payloadBudget byteBudget
 	stopWhenEmpty bool
 	reports       bool
 	isolate       bool
@@ -55,6 +58,7 @@ func (f *workFlags) register(c *cobra.Command) {
 	fl.IntVar(&f.maxJobs, "max-jobs", 0, "exit after starting N jobs (0: never)")
 	fl.IntVar(&f.maxTimeSecs, "max-time", 0, "exit after SECS seconds (0: never)")
 	fl.IntVar(&f.maxMemoryMB, "max-memory-mb", 0, "exit when resident memory exceeds MB (0: never)")
+	fl.Var(&f.payloadBudget, "payload-budget-bytes", "the most payload bytes the worker holds, claimed and running jobs together (0: no bound; default queue.payload_budget_bytes)")
 	fl.IntVar(&f.maxConns, "max-conns", 0, "size of the worker's connection pool, its LISTEN connection aside (default database.max_conns, else 3, or 4 run by hand, which beats a membership row of its own; set by the master)")
 	fl.BoolVar(&f.stopWhenEmpty, "stop-when-empty", false, "exit once nothing is running and no job is ready")
 	fl.StringVar(&f.supervisor, "supervisor", "", "supervisor this worker belongs to (set by the master)")
@@ -117,29 +121,67 @@ func (f workFlags) spec() (spawner.Spec, error) {
 		return spawner.Spec{}, usagef("--max-conns must not be negative")
 	case f.tries < 0 || f.timeout < 0:
 		return spawner.Spec{}, usagef("--tries and --timeout must not be negative")
+	case f.payloadBudget.bytes < 0:
+		return spawner.Spec{}, usagef("--payload-budget-bytes must not be negative (0: no bound), got %d", f.payloadBudget.bytes)
 	}
 	backoff, err := parseBackoff(f.backoff)
 	if err != nil {
 		return spawner.Spec{}, err
 	}
 	return spawner.Spec{
-		Supervisor:   f.supervisor,
-		Queues:       queues,
-		Master:       f.master,
-		MasterTTL:    f.masterTTL,
-		Worker:       f.workerName,
-		Concurrency:  f.concurrency,
-		MaxJobs:      f.maxJobs,
-		MaxTime:      time.Duration(f.maxTimeSecs) * time.Second,
-		MaxMemoryMB:  f.maxMemoryMB,
-		Tries:        f.tries,
-		Backoff:      backoff,
-		Timeout:      f.timeout,
-		Paused:       f.paused,
-		PausedQueues: splitList(f.pausedQueues),
-		MaxConns:     f.maxConns,
-		Isolate:      f.isolate,
+		Supervisor:    f.supervisor,
+		Queues:        queues,
+		Master:        f.master,
+		MasterTTL:     f.masterTTL,
+		Worker:        f.workerName,
+		Concurrency:   f.concurrency,
+		MaxJobs:       f.maxJobs,
+		MaxTime:       time.Duration(f.maxTimeSecs) * time.Second,
+		MaxMemoryMB:   f.maxMemoryMB,
+		Tries:         f.tries,
+		Backoff:       backoff,
+		Timeout:       f.timeout,
+		PayloadBudget: f.payloadBudget.spec(),
+		Paused:        f.paused,
+		PausedQueues:  splitList(f.pausedQueues),
+		MaxConns:      f.maxConns,
+		Isolate:       f.isolate,
 	}, nil
+}
+
+// byteBudget is --payload-budget-bytes: a number of bytes, and whether
+// it was given, since 0 asks for no bound while its absence leaves the
+// configuration's.
+type byteBudget struct {
+	bytes int64
+	set   bool
+}
+
+func (b *byteBudget) String() string {
+	if !b.set {
+		return ""
+	}
+	return strconv.FormatInt(b.bytes, 10)
+}
+
+func (b *byteBudget) Set(s string) error {
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return fmt.Errorf("want a whole number of bytes, got %q", s)
+	}
+	b.bytes, b.set = n, true
+	return nil
+}
+
+func (b *byteBudget) Type() string { return "bytes" }
+
+// spec is the budget as spawner.Spec.PayloadBudget says it: 0 when not
+// given, negative for no bound.
+func (b byteBudget) spec() int64 {
+	if b.set && b.bytes == 0 {
+		return -1
+	}
+	return b.bytes
 }
 
 // splitList reads "a, b" into its trimmed, non-empty parts.

@@ -49,22 +49,23 @@ func withoutLogger(cfg worker.Config) worker.Config {
 func TestWorkFlagsRoundTripASpec(t *testing.T) {
 	t.Parallel()
 	full := spawner.Spec{
-		Supervisor:   "mailers",
-		Queues:       []string{"mail", "default"},
-		Master:       "0123456789abcdef",
-		MasterTTL:    12 * time.Second,
-		Worker:       "web-1:4242:9f3a1c2e",
-		Concurrency:  7,
-		MaxJobs:      500,
-		MaxTime:      90 * time.Second,
-		MaxMemoryMB:  256,
-		Tries:        4,
-		Backoff:      []int{1, 5, 30},
-		Timeout:      45 * time.Second,
-		Paused:       true,
-		PausedQueues: []string{"mail"},
-		MaxConns:     5,
-		Isolate:      true,
+		Supervisor:    "mailers",
+		Queues:        []string{"mail", "default"},
+		Master:        "0123456789abcdef",
+		MasterTTL:     12 * time.Second,
+		Worker:        "web-1:4242:9f3a1c2e",
+		Concurrency:   7,
+		MaxJobs:       500,
+		MaxTime:       90 * time.Second,
+		MaxMemoryMB:   256,
+		Tries:         4,
+		Backoff:       []int{1, 5, 30},
+		Timeout:       45 * time.Second,
+		PayloadBudget: 8 << 20,
+		Paused:        true,
+		PausedQueues:  []string{"mail"},
+		MaxConns:      5,
+		Isolate:       true,
 	}
 	// The full spec sets every field, so that a field added to Spec but not
 	// to the flags fails here.
@@ -75,6 +76,8 @@ func TestWorkFlagsRoundTripASpec(t *testing.T) {
 		}
 	}
 	least := spawner.Spec{Supervisor: "default", Queues: []string{"default"}, Master: "fedcba9876543210", Worker: "w", Concurrency: 1}
+	unbounded := least
+	unbounded.PayloadBudget = -1
 
 	cfg := config.Default()
 	cfg.Queue.Queues = []string{"configured"}
@@ -82,7 +85,7 @@ func TestWorkFlagsRoundTripASpec(t *testing.T) {
 	cfg.Queue.Backoff = []int{2, 4}
 	cfg.Queue.TimeoutSecs = 600
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	for _, spec := range []spawner.Spec{full, least} {
+	for _, spec := range []spawner.Spec{full, least, unbounded} {
 		f, got := parseWorkArgs(t, spawner.WorkArgs(spec))
 		if !reflect.DeepEqual(got, spec) {
 			t.Errorf("spec -> flags -> spec:\n got %+v\nwant %+v", got, spec)
@@ -97,7 +100,14 @@ func TestWorkFlagsRoundTripASpec(t *testing.T) {
 		}
 	}
 
-	// What the spec leaves open comes from the queue section.
+	// What the spec leaves open comes from the queue section; a budget of
+	// no bound is none.
+	if wcfg := process.WorkerConfig(&cfg, least, log); wcfg.PayloadBudget != int64(cfg.Queue.PayloadBudgetBytes) {
+		t.Errorf("the byte budget of a spec that sets none: %d, want queue.payload_budget_bytes", wcfg.PayloadBudget)
+	}
+	if wcfg := process.WorkerConfig(&cfg, unbounded, log); wcfg.PayloadBudget >= 0 {
+		t.Errorf("the byte budget of a spec that asks for no bound: %d, want negative", wcfg.PayloadBudget)
+	}
 	wcfg := process.WorkerConfig(&cfg, least, log)
 	if wcfg.Tries != 9 || !reflect.DeepEqual(wcfg.Backoff, []int{2, 4}) || wcfg.DefaultTimeout != 600*time.Second {
 		t.Errorf("the job defaults of a spec that sets none: tries %d, backoff %v, timeout %s; want the queue section's",

@@ -78,9 +78,17 @@ type QueueConfig struct {
 	TimeoutGraceSecs int `toml:"timeout_grace_secs"`
 	// PollIntervalMs is the polling fallback when no notification arrives.
 	PollIntervalMs int `toml:"poll_interval_ms"`
+	// PrefetchHoldMs is how long a job a worker claimed ahead of a free
+	// slot (its prefetch) may wait for one before the worker gives it back
+	// for another worker to take.
+	PrefetchHoldMs int `toml:"prefetch_hold_ms"`
 	// MaxPayloadBytes is the largest job payload a dispatch accepts, in
 	// bytes of JSON.
 	MaxPayloadBytes int `toml:"max_payload_bytes"`
+	// PayloadBudgetBytes bounds the payload bytes one worker process holds,
+	// its claimed and running jobs together (see worker.Config.
+	// PayloadBudget); 0: no bound but the slots.
+	PayloadBudgetBytes int `toml:"payload_budget_bytes"`
 	// Limits maps job-name patterns (path.Match syntax, e.g. "exports.*")
 	// to a concurrency limit: jobs whose name matches, and which set no
 	// limit of their own, share the limit key "name:" + pattern and run at
@@ -144,6 +152,12 @@ type FleetConfig struct {
 	LongWaitCooldownMinutes int `toml:"long_wait_cooldown_minutes"`
 	// LongWaitWebhook, when set, receives each long-wait alert as JSON.
 	LongWaitWebhook string `toml:"long_wait_webhook"`
+	// HeldWarnSecs is how long a transaction of another session may hold
+	// back the cleanup of the database's dead rows (fleet's among them)
+	// before the master warns, naming it, at most once a minute; it is
+	// also the age from which fleet:status and
+	// fleet_cleanup_holder_seconds show such a session.
+	HeldWarnSecs int `toml:"held_warn_secs"`
 	// Trim says how long history is kept.
 	Trim TrimConfig `toml:"trim"`
 	// Timescale is "auto" or "off": with auto, app migrate puts the history
@@ -207,6 +221,9 @@ type SupervisorConfig struct {
 	Tries             *int  `toml:"tries"`
 	Backoff           []int `toml:"backoff"`
 	TimeoutSecs       *int  `toml:"timeout_secs"`
+	// PayloadBudgetBytes overrides queue.payload_budget_bytes for the
+	// supervisor's processes (0: no bound).
+	PayloadBudgetBytes *int `toml:"payload_budget_bytes"`
 }
 
 // The values of fleet.timescale.
@@ -233,16 +250,18 @@ func Default() Config {
 	return Config{
 		Database: DatabaseConfig{Pooler: PoolerNone},
 		Queue: QueueConfig{
-			Driver:           "database",
-			DefaultQueue:     "default",
-			Queues:           []string{"default"},
-			Workers:          defaults.Concurrency,
-			Tries:            defaults.Tries,
-			Backoff:          defaults.Backoff(),
-			TimeoutSecs:      int(defaults.Timeout / time.Second),
-			TimeoutGraceSecs: int(defaults.TimeoutGrace / time.Second),
-			PollIntervalMs:   int(defaults.PollInterval / time.Millisecond),
-			MaxPayloadBytes:  1 << 20,
+			Driver:             "database",
+			DefaultQueue:       "default",
+			Queues:             []string{"default"},
+			Workers:            defaults.Concurrency,
+			Tries:              defaults.Tries,
+			Backoff:            defaults.Backoff(),
+			TimeoutSecs:        int(defaults.Timeout / time.Second),
+			TimeoutGraceSecs:   int(defaults.TimeoutGrace / time.Second),
+			PollIntervalMs:     int(defaults.PollInterval / time.Millisecond),
+			PrefetchHoldMs:     int(defaults.PrefetchHold / time.Millisecond),
+			MaxPayloadBytes:    1 << 20,
+			PayloadBudgetBytes: defaults.PayloadBudget,
 		},
 		Log: LogConfig{
 			Level:  "info",
@@ -258,6 +277,7 @@ func Default() Config {
 			LingerSecs:              int(defaults.Linger / time.Second),
 			StartTimeoutSecs:        int(defaults.StartTimeout / time.Second),
 			LongWaitCooldownMinutes: int(defaults.LongWaitCooldown / time.Minute),
+			HeldWarnSecs:            int(defaults.HeldWarn / time.Second),
 			Trim:                    TrimConfig{CompletedHours: defaults.CompletedHours, FailedDays: defaults.FailedDays, MetricsDays: defaults.MetricsDays},
 			Timescale:               TimescaleAuto,
 			HTTP:                    HTTPConfig{Addr: "127.0.0.1:9465"},

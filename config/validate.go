@@ -23,7 +23,8 @@ import (
 // json; queue.workers and queue.tries are at least 1; queue.backoff values
 // are at least 0; queue.timeout_secs is at least 1;
 // queue.timeout_grace_secs is at least 0; queue.poll_interval_ms is at
-// least 10; queue.max_payload_bytes is at least 2; queue.default_queue and the names in queue.queues are
+// least 10; queue.prefetch_hold_ms at least 1; queue.max_payload_bytes is at least 2;
+// queue.payload_budget_bytes at least 0; queue.default_queue and the names in queue.queues are
 // queue names (see queue.CheckQueue: not empty, no comma or control
 // character, at most 200 bytes); the fleet section's cooldowns, shift and retentions are at least 1,
 // queue.limits patterns are path.Match patterns with limits of at least 1;
@@ -66,7 +67,9 @@ func (c *Config) Validate() error {
 		atLeast("queue.timeout_secs", q.TimeoutSecs, 1),
 		atLeast("queue.timeout_grace_secs", q.TimeoutGraceSecs, 0),
 		atLeast("queue.poll_interval_ms", q.PollIntervalMs, 10),
+		atLeast("queue.prefetch_hold_ms", q.PrefetchHoldMs, 1),
 		atLeast("queue.max_payload_bytes", q.MaxPayloadBytes, 2),
+		atLeast("queue.payload_budget_bytes", q.PayloadBudgetBytes, 0),
 		oneOf("log.level", c.Log.Level, secrets, "debug", "info", "warn", "error"),
 		oneOf("log.format", c.Log.Format, secrets, "text", "json"),
 	)
@@ -84,6 +87,7 @@ func (c *Config) Validate() error {
 		atLeast("fleet.start_timeout_secs", f.StartTimeoutSecs, 1),
 		atLeast("fleet.max_connections", f.MaxConnections, 0),
 		atLeast("fleet.long_wait_cooldown_minutes", f.LongWaitCooldownMinutes, 1),
+		atLeast("fleet.held_warn_secs", f.HeldWarnSecs, 1),
 		atLeast("fleet.trim.completed_hours", f.Trim.CompletedHours, 1),
 		atLeast("fleet.trim.failed_days", f.Trim.FailedDays, 1),
 		atLeast("fleet.trim.metrics_days", f.Trim.MetricsDays, 1),

@@ -109,6 +109,16 @@ func TestValidate(t *testing.T) {
 			want:   "queue.max_payload_bytes: must be at least 2, got 0",
 		},
 		{
+			name:   "held warn",
+			modify: func(c *Config) { c.Fleet.HeldWarnSecs = 0 },
+			want:   "fleet.held_warn_secs: must be at least 1, got 0",
+		},
+		{
+			name:   "payload budget bytes",
+			modify: func(c *Config) { c.Queue.PayloadBudgetBytes = -1 },
+			want:   "queue.payload_budget_bytes: must be at least 0, got -1",
+		},
+		{
 			name:   "default queue",
 			modify: func(c *Config) { c.Queue.DefaultQueue = "" },
 			want:   "queue.default_queue: must not be empty",

@@ -42,6 +42,11 @@ func TestCrashingJob(t *testing.T) {
 	dispatchTo(t, url, dir, "default", half, ms)
 	crashID := d.ids(`SELECT id FROM queue_jobs WHERE name = 'demo.crash'`)[0]
 
+	t.Cleanup(func() {
+		if t.Failed() {
+			logLeftJobs(t, d)
+		}
+	})
 	a := apptest.Start(t, dir, mmEnv(url, "a",
 		"APP_FLEET__SUPERVISORS__WORK__MAX_PROCESSES=2", "APP_FLEET__SUPERVISORS__WORK__CONCURRENCY=16"), "fleet")
 	apptest.Eventually(t, 120*time.Second, "every job done", func() bool {
@@ -153,3 +158,24 @@ func TestCrashingJob(t *testing.T) {
 // the others', and an isolation process is replaced as soon as the crash
 // it died of is charged.
 const maxCompletionGap = 2 * time.Second
+
+// logLeftJobs logs the jobs still in queue_jobs (at most 20), so that a
+// run that did not drain says which jobs stayed and in what state.
+func logLeftJobs(t *testing.T, d *mmDB) {
+	t.Helper()
+	rows, err := d.pool.Query(context.Background(), `
+		SELECT format('job %s %s: attempts %s of %s, crashes %s, reserved_by %s, available in %s, error %s',
+			id, name, attempts, coalesce(max_tries::text, '-'), crashes, coalesce(reserved_by, '-'),
+			available_at - now(), left(coalesce(last_error, '-'), 200))
+		FROM queue_jobs ORDER BY id LIMIT 20`)
+	if err != nil {
+		t.Logf("reading the jobs left: %v", err)
+		return
+	}
+	left, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Logf("reading the jobs left: %v", err)
+		return
+	}
+	t.Logf("%d jobs left in queue_jobs (at most 20 shown):\n%s", d.count(`SELECT count(*) FROM queue_jobs`), strings.Join(left, "\n"))
+}

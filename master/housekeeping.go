@@ -67,6 +67,9 @@ type crashInfo struct {
 	exit     string // spawner.Exit.Describe
 	stderr   string // spawner.Exit.Stderr
 	backoff  []int  // the worker's default backoff
+	// unstarted are the jobs it held waiting for a slot, never started
+	// (spawner.Exit.Unstarted): given back without an attempt.
+	unstarted []int64
 }
 
 // suspectSnap is what housekeeping read of the suspect jobs ready on this
@@ -195,16 +198,16 @@ func (h *housekeeping) drainReleases(ctx context.Context) (suspects bool) {
 func (h *housekeeping) releaseCrashed(ctx context.Context, r *releaseReq) (store.CrashedJobs, error) {
 	res, err := h.st.JobReleaseCrashed(ctx, store.JobReleaseCrashedParams{
 		Worker: r.worker, Isolated: r.crash.isolated, Exit: r.crash.exit, Stderr: r.crash.stderr,
-		Tries: r.tries, Backoff: r.crash.backoff,
+		Tries: r.tries, Backoff: r.crash.backoff, Unstarted: r.crash.unstarted,
 	})
 	switch {
 	case err != nil:
 	case r.crash.isolated && res.Charged > 0:
 		h.log.Warn("an isolation process crashed: its job is charged with the attempt", "worker", r.worker,
 			"exit", r.crash.exit, "failed_for_good", res.Failed, "retried", res.Released)
-	case res.Released+res.Cancelled > 0:
+	case res.Released+res.Cancelled+res.Unstarted > 0:
 		h.log.Warn("released the jobs of a crashed worker without spending their tries", "worker", r.worker,
-			"exit", r.crash.exit, "released", res.Released, "suspects", res.Suspects)
+			"exit", r.crash.exit, "released", res.Released, "suspects", res.Suspects, "never_started", res.Unstarted)
 	}
 	return res, err
 }

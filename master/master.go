@@ -35,7 +35,11 @@
 //  7. periodic (periodic.go): the ticks of the periodic schedules, each
 //     dispatched once across the fleet. It stops right after supervision,
 //     so a draining master keeps dispatching while its children finish.
-//  8. supervision (supervision.go): children, balancing, recycling and
+//  8. held transactions (held.go): names, in a warning at most once a
+//     minute, a session that has held back the cleanup of dead rows for
+//     longer than Settings.HeldWarn. It needs no other service, and none
+//     needs it.
+//  9. supervision (supervision.go): children, balancing, recycling and
 //     crash backoff. It runs no statement itself, so a slow query delays
 //     neither a beat nor a child's event; it reads what the other services
 //     last published, and its stop is the drain of the children.
@@ -180,6 +184,7 @@ func New(st *store.Store, supervisors []supervisor.Supervisor, opts ...Option) (
 		alerts,
 		newDuties(st, m.set, m.log, member.Instance, member.StartedAt, m.budget, alerts.offer),
 		newPeriodicSvc(st, m.set, m.log, member.Instance),
+		newHeldWatch(st, m.set, m.log),
 		m.supervision,
 	}
 	m.status.state.Store("starting")

@@ -21,7 +21,7 @@ import (
 
 // wantOrder is the documented order of a master's services (package doc,
 // docs/internals.md): started in this order, stopped in the reverse.
-var wantOrder = []string{"membership", "housekeeping", "shared state", "workload", "alerts", "duties", "periodic", "supervision"}
+var wantOrder = []string{"membership", "housekeeping", "shared state", "workload", "alerts", "duties", "periodic", "held transactions", "supervision"}
 
 func serviceNames(services []service) []string {
 	names := make([]string, len(services))
@@ -164,6 +164,9 @@ func makers(t *testing.T, e *svcEnv) map[string]func(*stopBudget) service {
 			set := e.set
 			set.Periodic = []periodic.Schedule{sched}
 			return newPeriodicSvc(e.st, set, e.log, peers.Instance)
+		},
+		"held transactions": func(*stopBudget) service {
+			return newHeldWatch(e.st, e.set, e.log)
 		},
 		"supervision": func(*stopBudget) service {
 			return newSupervision(spawnertest.NewFakeSpawner(), sups, e.set, e.log, peers, &status{},

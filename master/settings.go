@@ -104,6 +104,16 @@ type Settings struct {
 	// (default TTL): a tick no master dispatched within it was missed,
 	// and its schedule's catch-up decides.
 	PeriodicGrace time.Duration
+	// HeldWarn is how long a session may hold back the cleanup of the
+	// database's dead rows before the master warns, naming it, at most
+	// once every HeldWarnEvery (default 1 minute: fleet.held_warn_secs).
+	HeldWarn time.Duration
+	// HeldCheck is how often the master looks for such a session (default
+	// 10 s, at most HeldWarn).
+	HeldCheck time.Duration
+	// HeldWarnEvery is the least time between two such warnings of the
+	// master (default 1 minute).
+	HeldWarnEvery time.Duration
 }
 
 func (s Settings) withDefaults() Settings {
@@ -127,6 +137,9 @@ func (s Settings) withDefaults() Settings {
 	s.Trim.FailedDays = cmp.Or(s.Trim.FailedDays, defaults.FailedDays)
 	s.Trim.MetricsDays = cmp.Or(s.Trim.MetricsDays, defaults.MetricsDays)
 	s.PeriodicGrace = cmp.Or(s.PeriodicGrace, s.TTL)
+	s.HeldWarn = cmp.Or(s.HeldWarn, defaults.HeldWarn)
+	s.HeldCheck = min(cmp.Or(s.HeldCheck, heldCheck), s.HeldWarn)
+	s.HeldWarnEvery = cmp.Or(s.HeldWarnEvery, time.Minute)
 	if s.Name == "" {
 		s.Name = DefaultName()
 	}

@@ -557,16 +557,17 @@ func (s *supervision) spawn(ctx context.Context, events chan<- spawner.Event, ss
 		MasterTTL:  s.set.TTL,
 		// Worker names carry the instance's first digits, so two masters
 		// under one name never hand out the same lease-holder name.
-		Worker:       fmt.Sprintf("%s/%s/%s-%d", s.set.Name, ss.sup.Name, instance[:min(6, len(instance))], s.seq),
-		Concurrency:  ss.sup.Concurrency,
-		MaxJobs:      ss.sup.MaxJobs,
-		MaxTime:      ss.sup.MaxTime,
-		MaxMemoryMB:  ss.sup.MaxMemoryMB,
-		Tries:        ss.sup.Tries,
-		Backoff:      ss.sup.Backoff,
-		Timeout:      ss.sup.Timeout,
-		Paused:       ss.paused,
-		PausedQueues: pausedOf(g.Queues, s.pausedQueues),
+		Worker:        fmt.Sprintf("%s/%s/%s-%d", s.set.Name, ss.sup.Name, instance[:min(6, len(instance))], s.seq),
+		Concurrency:   ss.sup.Concurrency,
+		MaxJobs:       ss.sup.MaxJobs,
+		MaxTime:       ss.sup.MaxTime,
+		MaxMemoryMB:   ss.sup.MaxMemoryMB,
+		Tries:         ss.sup.Tries,
+		Backoff:       ss.sup.Backoff,
+		Timeout:       ss.sup.Timeout,
+		PayloadBudget: ss.sup.PayloadBudget,
+		Paused:        ss.paused,
+		PausedQueues:  pausedOf(g.Queues, s.pausedQueues),
 	}
 	if s.set.Connections.Worker > 0 {
 		spec.MaxConns = s.set.Connections.WorkerPool()
@@ -648,7 +649,8 @@ func (s *supervision) handle(ev spawner.Event) {
 	// counts.
 	req := &releaseReq{worker: spec.Worker, tries: cmp.Or(spec.Tries, s.set.DefaultTries), reason: string(exit.Reason)}
 	if exit.Reason == spawner.ExitCrash {
-		req.crash = &crashInfo{isolated: p.isolated, exit: exit.Describe(), stderr: exit.Stderr, backoff: spec.Backoff}
+		req.crash = &crashInfo{isolated: p.isolated, exit: exit.Describe(), stderr: exit.Stderr, backoff: spec.Backoff,
+			unstarted: ev.Unstarted}
 	}
 	s.releases.push(req)
 	if p.isolated {

@@ -23,6 +23,8 @@
 //	fleet_master_beat_duration_seconds           histogram: the master's beats (with Options.Beat)
 //	fleet_master_view_age_seconds                gauge: time since the master's last successful beat (with Options.Beat)
 //	fleet_master_duplicate_names_total           counter: other live instances seen under the master's name (with Options.Beat)
+//	fleet_cleanup_held_seconds                   gauge: how long the oldest transaction of the database has held back the cleanup of dead rows, 0 with none
+//	fleet_cleanup_holder_seconds{pid,application_name} gauge: each session that has held it back past Options.HeldAfter (at most 5, the oldest)
 //	fleet_scrape_errors_total                    counter: failed reads of the database
 //
 // When a read fails, a scrape holds only fleet_scrape_errors_total and the
@@ -56,6 +58,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -112,6 +115,10 @@ type Options struct {
 	// fleet.long_wait); each positive one is exported by
 	// fleet_queue_long_wait_threshold_seconds.
 	LongWait map[string]int
+	// HeldAfter is how long a session must hold back the cleanup of dead
+	// rows to be shown by fleet_cleanup_holder_seconds (as
+	// fleet.held_warn_secs); zero shows none.
+	HeldAfter time.Duration
 }
 
 // DefaultExportLease is the exporter lease when Options.ExportLease is not
@@ -170,6 +177,8 @@ type Collector struct {
 	viewAge      *prometheus.Desc
 	duplicates   *prometheus.Desc
 	scrapeErrors *prometheus.Desc
+	heldOldest   *prometheus.Desc
+	holders      *prometheus.Desc
 
 	// mu guards the cache and is held across a read, so that scrapes
 	// arriving meanwhile wait for it and share its result.
@@ -197,16 +206,15 @@ func NewCollector(pool *pgxpool.Pool, opts Options) *Collector {
 	var per prometheus.Labels // the labels of a per-master family
 	processLabels := []string{"supervisor", "group"}
 	processHelp := "Worker processes of a supervisor's group (a queue, or queues joined by commas), summed over the live masters."
-	read := st.ScrapeRead
+	as := store.ScrapeAs{HeldAfter: opts.HeldAfter}
+	read := func(ctx context.Context) (store.Scrape, error) { return st.ScrapeReadWith(ctx, as) }
 	release := func(context.Context) error { return nil }
 	if opts.Instance != "" {
 		lease := opts.ExportLease
 		if lease <= 0 {
 			lease = DefaultExportLease
 		}
-		lease = max(lease, 2*opts.CacheTTL)
-		as := store.ScrapeAs{Instance: opts.Instance, Lease: lease}
-		read = func(ctx context.Context) (store.Scrape, error) { return st.ScrapeReadAs(ctx, as) }
+		as.Instance, as.Lease = opts.Instance, max(lease, 2*opts.CacheTTL)
 		release = func(ctx context.Context) error { return st.ScrapeRelease(ctx, opts.Instance) }
 		per = prometheus.Labels{"master": opts.Master}
 		processLabels = []string{"master", "supervisor", "group"}
@@ -284,6 +292,12 @@ func NewCollector(pool *pgxpool.Pool, opts Options) *Collector {
 		duplicates: prometheus.NewDesc("fleet_master_duplicate_names_total",
 			"Other live master instances seen under this master's name.",
 			nil, per),
+		heldOldest: prometheus.NewDesc("fleet_cleanup_held_seconds",
+			"How long the oldest transaction of the database has held back the cleanup of dead rows (0: none): while one is held open, fleet's tables and indexes keep every row version its jobs leave behind.",
+			nil, nil),
+		holders: prometheus.NewDesc("fleet_cleanup_holder_seconds",
+			"How long each session that has held back the cleanup of dead rows for longer than fleet.held_warn_secs has held it (at most 5, the oldest); see fleet:status and the master's log for its statement.",
+			[]string{"pid", "application_name"}, nil),
 		scrapeErrors: prometheus.NewDesc("fleet_scrape_errors_total",
 			"Reads of fleet state from the database that failed.",
 			nil, nil),
@@ -304,7 +318,7 @@ func NewCollector(pool *pgxpool.Pool, opts Options) *Collector {
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		c.queueJobs, c.queueOldest, c.queuePaused, c.queueUnwork, c.processes, c.processed, c.failed, c.attempts, c.jobs,
-		c.runtime, c.masters, c.supPaused, c.pausedAll, c.scrapeErrors,
+		c.runtime, c.masters, c.supPaused, c.pausedAll, c.heldOldest, c.holders, c.scrapeErrors,
 	} {
 		ch <- d
 	}
@@ -441,6 +455,10 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			pausedAll = 1
 		}
 		gauge(c.pausedAll, pausedAll)
+		gauge(c.heldOldest, sc.HeldOldestSecs)
+		for _, h := range sc.Held {
+			gauge(c.holders, h.AgeSecs, strconv.Itoa(h.PID), h.ApplicationName)
+		}
 	}
 }
 

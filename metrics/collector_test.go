@@ -15,11 +15,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/fleet-go/fleet/internal/testwait"
 	"github.com/fleet-go/fleet/pgtest"
 	"github.com/fleet-go/fleet/store"
 )
@@ -255,8 +257,12 @@ fleet_queue_unworked{queue="mail"} 0
 			got[f.GetName()][labelString(m)] = m.GetGauge().GetValue() + m.GetCounter().GetValue()
 		}
 	}
-	if len(got) != 20 {
-		t.Errorf("got %d families, want 20", len(got))
+	if len(got) != 21 {
+		t.Errorf("got %d families, want 21", len(got))
+	}
+	// Nothing holds back cleanup: the oldest hold shows 0, and no holder.
+	if held, ok := got["fleet_cleanup_held_seconds"][""]; !ok || held != 0 || got["fleet_cleanup_holder_seconds"] != nil {
+		t.Errorf("fleet_cleanup_held_seconds %v (present %v), holders %v; want 0 and none", held, ok, got["fleet_cleanup_holder_seconds"])
 	}
 	if got["fleet_master_view_age_seconds"][""] != 1.5 || got["fleet_master_duplicate_names_total"][""] != 1 {
 		t.Errorf("view age %v, duplicates %v; want 1.5 and 1", got["fleet_master_view_age_seconds"], got["fleet_master_duplicate_names_total"])
@@ -435,5 +441,53 @@ fleet_scrape_errors_total ` + strconv.Itoa(errors) + "\n"
 	b := NewCollector(pool, Options{Beat: fakeBeat{}, Logger: slog.New(slog.DiscardHandler)})
 	if n := testutil.CollectAndCount(b); n != 6 {
 		t.Errorf("failed read with Beat: %d metrics, want 6 (scrape errors, build info and four beat metrics)", n)
+	}
+}
+
+// TestCollectorShowsWhoHoldsBackCleanup holds a transaction open on the
+// test database: fleet_cleanup_held_seconds shows how long, and
+// fleet_cleanup_holder_seconds the session by pid and application_name
+// once it is older than Options.HeldAfter.
+func TestCollectorShowsWhoHoldsBackCleanup(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	cfg := pool.Config().ConnConfig.Copy()
+	cfg.RuntimeParams["application_name"] = "nightly export"
+	hold, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hold.Close(ctx)
+	if _, err := hold.Exec(ctx, `BEGIN; SELECT txid_current()`, pgx.QueryExecModeSimpleProtocol); err != nil {
+		t.Fatal(err)
+	}
+	pid := strconv.Itoa(int(hold.PgConn().PID()))
+	c := NewCollector(pool, Options{CacheTTL: time.Nanosecond, HeldAfter: 50 * time.Millisecond})
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(c)
+	var oldest float64
+	holders := map[string]float64{}
+	testwait.Eventually(t, testwait.Hang, "a holder shown", func() bool {
+		families, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		clear(holders)
+		for _, f := range families {
+			for _, m := range f.GetMetric() {
+				switch f.GetName() {
+				case "fleet_cleanup_held_seconds":
+					oldest = m.GetGauge().GetValue()
+				case "fleet_cleanup_holder_seconds":
+					holders[labelString(m)] = m.GetGauge().GetValue()
+				}
+			}
+		}
+		return len(holders) > 0
+	})
+	want := "application_name=nightly export,pid=" + pid
+	if age, ok := holders[want]; !ok || len(holders) != 1 || age < 0.05 || oldest < age {
+		t.Fatalf("holders %v, oldest %v; want one, %s, at least 50 ms old and no older than the oldest", holders, oldest, want)
 	}
 }

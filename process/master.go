@@ -39,6 +39,7 @@ func SupervisorOptions(cfg *config.Config, withOnly bool) supervisor.Options {
 			FleetMaxProcesses: s.FleetMaxProcesses,
 			MaxJobs:           s.MaxJobs, MaxMemoryMB: s.MaxMemoryMB, MaxTimeSecs: s.MaxTimeSecs,
 			Tries: s.Tries, Backoff: s.Backoff, TimeoutSecs: s.TimeoutSecs,
+			PayloadBudgetBytes: s.PayloadBudgetBytes,
 		}
 	}
 	return o
@@ -53,6 +54,7 @@ func masterSettings(cfg *config.Config, sups []supervisor.Supervisor, version st
 	return master.Settings{
 		LongWait:         cfg.Fleet.LongWait,
 		LongWaitCooldown: time.Duration(cfg.Fleet.LongWaitCooldownMinutes) * time.Minute,
+		HeldWarn:         time.Duration(cfg.Fleet.HeldWarnSecs) * time.Second,
 		Trim: store.TrimParams{
 			CompletedHours: cfg.Fleet.Trim.CompletedHours,
 			FailedDays:     cfg.Fleet.Trim.FailedDays,

@@ -9,7 +9,9 @@ import (
 	"math"
 	"os"
 	"os/signal"
+	"runtime"
 	"runtime/debug"
+	"runtime/metrics"
 	"strings"
 	"sync"
 	"syscall"
@@ -25,23 +27,76 @@ import (
 	"github.com/fleet-go/fleet/worker"
 )
 
-// workerGCPercent is the garbage collector's target a fleet:work process
-// sets for itself unless GOGC is in its environment. A worker's live heap
-// is a few megabytes (its jobs in flight and a batch of outcomes), so the
-// default of 100 collects very often under load: with no-op jobs at
-// concurrency 1000 the collector took about a third of the process's CPU,
-// and 400 cut the process's CPU per job by about a third and raised the
-// drain by 10–20 % on a 2-core machine, for a few megabytes more of heap.
+// workerGCPercent is the highest garbage collector's target a fleet:work
+// process sets for itself unless GOGC is in its environment, for a live
+// heap of up to a quarter of workerGCHeadroom. A worker's live heap is a
+// few megabytes when its payloads are small (its jobs in flight and a
+// batch of outcomes), so the default of 100 collects very often under
+// load: with no-op jobs at concurrency 1000 the collector took about a
+// third of the process's CPU, and 400 cut the process's CPU per job by
+// about a third and raised the drain by 10–20 % on a 2-core machine, for
+// a few megabytes more of heap.
 const workerGCPercent = 400
 
+// workerGCHeadroom is how far a worker's heap may grow past its live heap
+// before a collection, whatever the live heap (see workerGCPercentFor).
+const workerGCHeadroom = 32 << 20
+
+// workerGCPercentFor is a worker's garbage collector's target for a live
+// heap of live bytes: the heap may grow by workerGCHeadroom past it, by
+// at least its own size (100, Go's default) and at most by four times it
+// (workerGCPercent). A fixed 400 would let a worker whose jobs hold large
+// payloads (tens of megabytes live, up to its byte budget) grow to five
+// times that before collecting; this keeps 400 for the small live heap of
+// small payloads and comes down to Go's default as the live heap grows.
+func workerGCPercentFor(live uint64) int {
+	if live == 0 {
+		return workerGCPercent
+	}
+	return int(min(max(workerGCHeadroom*100/live, 100), workerGCPercent))
+}
+
 // workerGC is the GC percent a fleet:work process with environment
-// environ sets, if any: workerGCPercent unless GOGC is set.
+// environ starts with, if any: workerGCPercent unless GOGC is set.
 func workerGC(environ []string) (int, bool) {
 	if _, set := EnvironValue(environ, "GOGC"); set {
 		return 0, false
 	}
 	return workerGCPercent, true
 }
+
+// tuneWorkerGC sets the garbage collector's target after each collection
+// from the live heap it left (workerGCPercentFor), for the life of the
+// process: a finalizer on an object of its own runs once the collector
+// freed it, sets the target, and arms the next one. It runs on the
+// runtime's finalizer goroutine, and costs a read of one runtime metric
+// per collection.
+func tuneWorkerGC() {
+	sample := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	last := workerGCPercent
+	var arm func()
+	arm = func() {
+		runtime.SetFinalizer(new(gcSentinel), func(*gcSentinel) {
+			metrics.Read(sample)
+			if sample[0].Value.Kind() == metrics.KindUint64 {
+				if pct := workerGCPercentFor(sample[0].Value.Uint64()); pct != last {
+					debug.SetGCPercent(pct)
+					last = pct
+				}
+			}
+			arm()
+		})
+	}
+	arm()
+}
+
+// gcSentinel is the object whose finalizer tunes the collector; it is
+// large enough not to share a block of the tiny allocator, whose objects
+// may never be finalized.
+type gcSentinel struct{ _ [32]byte }
+
+// tuneGCOnce starts tuneWorkerGC once per process.
+var tuneGCOnce sync.Once
 
 // ReportPipe is the report pipe a master announced to its worker in the
 // environment (spawner.ProtocolFDEnv), if any.
@@ -54,12 +109,15 @@ type ReportPipe struct {
 // anything else runs: it takes the report pipe's announcement out of the
 // process's environment (no handler needs to know, and no program a
 // handler starts may inherit it), and sets the garbage collector's
-// target unless GOGC is in environ, the process's environment.
+// target, tuned to the live heap after each collection (see
+// workerGCPercentFor), unless GOGC is in environ, the process's
+// environment.
 func TakeWorkerEnviron(environ []string) ReportPipe {
 	fd, piped := EnvironValue(environ, spawner.ProtocolFDEnv)
 	_ = os.Unsetenv(spawner.ProtocolFDEnv)
 	if pct, ok := workerGC(environ); ok {
 		debug.SetGCPercent(pct)
+		tuneGCOnce.Do(tuneWorkerGC)
 	}
 	return ReportPipe{FD: fd, Announced: piped}
 }
@@ -148,6 +206,9 @@ func runWorker(ctx context.Context, p WorkerProcess, exit *worker.Exit) error {
 		// Started by hand: a progress line for people instead.
 		wcfg.Reports = progressLogger(log, progressEvery, time.Now)
 	}
+	// Under a master, the worker says which claimed jobs wait for a slot,
+	// so that if it dies its master gives them back without an attempt.
+	wcfg.ReportPrefetch = underMaster
 	// The exiting report says whether outcomes were left unwritten, which
 	// the exit status says too, so that the master counts the exit by its
 	// reason rather than as a crash.
@@ -231,13 +292,25 @@ func WorkerConfig(cfg *config.Config, spec spawner.Spec, log *slog.Logger) worke
 		Queues:         cfg.Queue.Queues,
 		Concurrency:    cfg.Queue.Workers,
 		PollInterval:   time.Duration(cfg.Queue.PollIntervalMs) * time.Millisecond,
+		PrefetchHold:   time.Duration(cfg.Queue.PrefetchHoldMs) * time.Millisecond,
 		Tries:          cfg.Queue.Tries,
 		Backoff:        cfg.Queue.Backoff,
 		DefaultTimeout: time.Duration(cfg.Queue.TimeoutSecs) * time.Second,
 		TimeoutGrace:   time.Duration(cfg.Queue.TimeoutGraceSecs) * time.Second,
+		PayloadBudget:  PayloadBudget(cfg.Queue.PayloadBudgetBytes),
 		Logger:         log,
 		Redact:         cfg.Log.Redact,
 	})
+}
+
+// PayloadBudget is the worker.Config.PayloadBudget of a configured byte
+// budget (queue.payload_budget_bytes, or a supervisor's): 0 turns the
+// bound off.
+func PayloadBudget(bytes int) int64 {
+	if bytes <= 0 {
+		return -1
+	}
+	return int64(bytes)
 }
 
 // reportWriter writes @fleet report lines to w, one whole line per write.

@@ -4,7 +4,6 @@
 package queue
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -169,10 +168,11 @@ func (j *JobSpec) Timeout(d time.Duration) *JobSpec { j.timeout = d; return j }
 // RetryOf links the job to the failed job it retries.
 func (j *JobSpec) RetryOf(failedID int64) *JobSpec { j.retryOf = failedID; return j }
 
-// Decode unmarshals the payload into v, naming the job when it cannot.
+// Decode unmarshals the payload into v, naming the job when it cannot. It
+// reads the payload in place: a large payload is not copied on its way
+// into v.
 func (j *Job) Decode(v any) error {
-	dec := json.NewDecoder(bytes.NewReader(j.Payload))
-	if err := dec.Decode(v); err != nil {
+	if err := json.Unmarshal(j.Payload, v); err != nil {
 		return fmt.Errorf("decode payload of job %d (%s): %w", j.ID, j.Name, err)
 	}
 	return nil

@@ -162,8 +162,9 @@ func (s *ProcessSpawner) environ() []string {
 //
 // followed, each only when non-zero or non-empty, by --master-ttl 10s, --max-jobs N,
 // --max-time SECS (rounded up to whole seconds), --max-memory-mb MB,
-// --tries N, --backoff 1,5,30, --timeout 30s (a Go duration), --paused,
-// --paused-queues a,b, --max-conns N and --isolate.
+// --tries N, --backoff 1,5,30, --timeout 30s (a Go duration),
+// --payload-budget-bytes N (0 for no bound), --paused, --paused-queues a,b,
+// --max-conns N and --isolate.
 // The supervisor and queues come first so that ps shows what each process
 // works.
 func WorkArgs(spec Spec) []string {
@@ -203,6 +204,9 @@ func WorkArgs(spec Spec) []string {
 	}
 	if spec.Timeout != 0 {
 		args = append(args, "--timeout", spec.Timeout.String())
+	}
+	if spec.PayloadBudget != 0 {
+		args = append(args, "--payload-budget-bytes", strconv.FormatInt(max(spec.PayloadBudget, 0), 10))
 	}
 	if spec.Paused {
 		args = append(args, "--paused")
@@ -319,9 +323,10 @@ type process struct {
 	prefix     []byte
 
 	mu        sync.Mutex
-	reported  ExitReason // reason of the last exiting report
-	badReport logLimit   // malformed or overlong report lines
-	longLine  logLimit   // truncated output lines
+	reported  ExitReason         // reason of the last exiting report
+	waiting   map[int64]struct{} // the jobs it holds not started (ReportPrefetch)
+	badReport logLimit           // malformed or overlong report lines
+	longLine  logLimit           // truncated output lines
 }
 
 // Spec is what the process was started with.
@@ -405,9 +410,13 @@ func (p *process) wait() {
 	}
 	p.mu.Lock()
 	reported := p.reported
+	var unstarted []int64
+	if len(p.waiting) > 0 {
+		unstarted = slices.Sorted(maps.Keys(p.waiting))
+	}
 	p.mu.Unlock()
 	p.queue.push(Event{Process: p, Exit: &Exit{Reason: ExitFor(reported, code), Reported: reported, Code: code,
-		Signal: killedBy(p.cmd.ProcessState), Err: waitErr, Stderr: p.tail.String()}})
+		Signal: killedBy(p.cmd.ProcessState), Err: waitErr, Stderr: p.tail.String()}, Unstarted: unstarted})
 }
 
 // readReports reads the report pipe until its end, handing each line to
@@ -438,12 +447,34 @@ func (p *process) reportLine(line string, truncated bool) {
 		}
 		return
 	}
+	if r.Type == ReportPrefetch {
+		// Kept here, for the exit: as many as the worker claims, they would
+		// crowd the master's events.
+		p.mu.Lock()
+		p.prefetched(r)
+		p.mu.Unlock()
+		return
+	}
 	if r.Type == ReportExiting {
 		p.mu.Lock()
 		p.reported = r.Reason
 		p.mu.Unlock()
 	}
 	p.queue.push(Event{Process: p, Report: &r})
+}
+
+// prefetched applies a prefetch report to the set of jobs the worker holds
+// not started; p.mu is held.
+func (p *process) prefetched(r Report) {
+	if p.waiting == nil {
+		p.waiting = make(map[int64]struct{}, len(r.Prefetched))
+	}
+	for _, id := range r.Prefetched {
+		p.waiting[id] = struct{}{}
+	}
+	for _, id := range r.Dequeued {
+		delete(p.waiting, id)
+	}
 }
 
 // outputLine handles one line of the worker's stdout or stderr: its own

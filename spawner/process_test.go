@@ -963,10 +963,15 @@ func TestWorkArgs(t *testing.T) {
 		{"everything", Spec{
 			Supervisor: "sup", Queues: []string{"mail", "default"}, Master: "m1", Worker: "w1", Concurrency: 4,
 			MaxJobs: 500, MaxTime: time.Hour, MaxMemoryMB: 256, Tries: 3, Backoff: []int{1, 5, 30},
-			Timeout: 90 * time.Second, Paused: true, PausedQueues: []string{"mail"}, MaxConns: 2, Isolate: true,
+			Timeout: 90 * time.Second, PayloadBudget: 8 << 20, Paused: true, PausedQueues: []string{"mail"}, MaxConns: 2, Isolate: true,
 		}, append(slices.Clone(base),
 			"--max-jobs", "500", "--max-time", "3600", "--max-memory-mb", "256", "--tries", "3",
-			"--backoff", "1,5,30", "--timeout", "1m30s", "--paused", "--paused-queues", "mail", "--max-conns", "2", "--isolate")},
+			"--backoff", "1,5,30", "--timeout", "1m30s", "--payload-budget-bytes", "8388608", "--paused", "--paused-queues", "mail",
+			"--max-conns", "2", "--isolate")},
+		{"no byte budget", Spec{
+			Supervisor: "s", Queues: []string{"q"}, Master: "m", Worker: "w", Concurrency: 1, PayloadBudget: -1,
+		}, []string{"fleet:work", "--supervisor", "s", "--queue", "q", "--master", "m", "--worker-name", "w", "--concurrency", "1",
+			"--payload-budget-bytes", "0"}},
 		{"sub-second max time rounds up", Spec{
 			Supervisor: "s", Queues: []string{"q"}, Master: "m", Worker: "w", Concurrency: 1,
 			MaxTime: 1500 * time.Millisecond, Timeout: 250 * time.Millisecond,

@@ -91,6 +91,15 @@ const (
 	// no connection left. It is repeated while the worker waits; its
 	// master does not take it for a worker hanging at start.
 	ReportWaiting ReportType = "waiting"
+	// ReportPrefetch tells the master which claimed jobs wait in the
+	// worker for a slot, not started yet (Prefetched), and which stopped
+	// waiting (Dequeued: started, or given back). A worker under a master
+	// sends one after each claim that leaves jobs waiting, and one before
+	// it starts waiting jobs, so that when it dies the master knows which
+	// of the jobs it held never started: they are given back without an
+	// attempt (see Exit.Unstarted). The spawner keeps the set and does not
+	// pass these reports on as events.
+	ReportPrefetch ReportType = "prefetch"
 )
 
 // ExitReason says why a worker stopped.
@@ -171,6 +180,12 @@ type Report struct {
 	// connection to give. Their jobs are done, not stuck: the master does
 	// not kill the worker for their age while it keeps saying so.
 	Unwritten int `json:"unwritten,omitempty"`
+	// Prefetched lists the jobs the worker claimed that now wait for a
+	// slot, not started (prefetch).
+	Prefetched []int64 `json:"prefetched,omitempty"`
+	// Dequeued lists the jobs that no longer wait (prefetch): it started
+	// them, or gave them back. It is sent before they start.
+	Dequeued []int64 `json:"dequeued,omitempty"`
 }
 
 // CommandType is the kind of a master command.
@@ -234,7 +249,7 @@ func ParseReport(line string) (Report, error) {
 		return r, err
 	}
 	switch r.Type {
-	case ReportReady, ReportHeartbeat, ReportExiting, ReportWaiting:
+	case ReportReady, ReportHeartbeat, ReportExiting, ReportWaiting, ReportPrefetch:
 		return r, nil
 	}
 	return r, fmt.Errorf("unknown report type %q", r.Type)

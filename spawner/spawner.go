@@ -34,6 +34,10 @@ type Spec struct {
 	Tries   int
 	Backoff []int
 	Timeout time.Duration
+	// PayloadBudget is the worker's byte budget for the payloads it holds,
+	// in bytes (see worker.Config.PayloadBudget): 0 the queue section's
+	// (queue.payload_budget_bytes), negative no bound.
+	PayloadBudget int64
 	// Paused starts the worker paused.
 	Paused bool
 	// PausedQueues are queues the worker must not claim from until told
@@ -83,6 +87,11 @@ type Event struct {
 	Process Process
 	Report  *Report
 	Exit    *Exit
+	// Unstarted, with Exit, lists in id order the jobs the worker said it
+	// held waiting for a slot and had not started when it exited (its
+	// prefetch reports, ReportPrefetch): a crash never ran them. Empty for
+	// a spawner whose workers cannot die apart from their master.
+	Unstarted []int64
 }
 
 // Exit says how a process ended.

@@ -7,7 +7,10 @@ import (
 
 // Crashes. When a worker process dies (a crash: an exit status or a
 // signal it did not report a reason for), its master knows which jobs were
-// in it: every job still reserved under the worker's name. Which of them
+// in it: every job still reserved under the worker's name, but for those
+// the worker said it held waiting for a slot and never started (its
+// prefetch, see JobReleaseCrashedParams.Unstarted), which are given back
+// as if never claimed. Which of them
 // killed it is not known when it ran several, so none is charged:
 // JobReleaseCrashed ends each attempt with a 'lost' history row saying
 // why and gives the job one more try, so its next run is its next attempt
@@ -50,6 +53,13 @@ type JobReleaseCrashedParams struct {
 	// its backoff before its next attempt.
 	Tries   int
 	Backoff []int
+	// Unstarted are jobs the process said it held waiting for a slot and
+	// had not started (spawner.Exit.Unstarted): the crash did not touch
+	// them, so each is given back as a graceful stop gives back its
+	// prefetched jobs (JobRelease with Uncount): ready at once, its
+	// attempt taken back, no history row, no crash counted. An id the
+	// worker no longer holds is ignored.
+	Unstarted []int64
 }
 
 // CrashedJobs says what JobReleaseCrashed did.
@@ -63,27 +73,42 @@ type CrashedJobs struct {
 	Charged, Failed int64
 	// Cancelled counts jobs with a cancel request, which end as cancelled.
 	Cancelled int64
+	// Unstarted counts the jobs of Unstarted given back (no attempt, no
+	// crash: see JobReleaseCrashedParams.Unstarted).
+	Unstarted int64
 }
 
 // crashRelease is the statement of JobReleaseCrashed: $1 the worker, $2
 // isolated, $3 the default tries, $4 how the process ended, $5 the end of
 // its stderr, $6 the default backoff, $7 the most other ids an error
-// names. Every job reserved under the worker is locked (by id, so that two
-// releases never deadlock) and ends one of four ways: cancelled (a cancel
-// request), failed (charged, and its last try), retried (charged: ready
-// after its backoff, its attempt counted) or lost (beside the crash: ready
-// at once with one more try and its crash counted). It writes the
-// history rows and counters of each, hands the slots of the limited jobs
-// that left over, and returns what it did and the queues handed a slot.
+// names, $8 the jobs it never started. Every job reserved under the
+// worker is locked (by id, so that two releases never deadlock) and ends
+// one of five ways: cancelled (a cancel request), failed (charged, and its
+// last try), retried (charged: ready after its backoff, its attempt
+// counted), lost (beside the crash: ready at once with one more try and
+// its crash counted) or given back (never started: ready at once, its
+// attempt taken back, nothing written). It writes the history rows and
+// counters of each but the last, hands the slots of the limited jobs that
+// left over, and returns what it did and the queues handed a slot.
 var crashRelease = `
 	WITH held AS (
 		SELECT j.id, j.queue, j.name, j.attempts, j.reserved_at, j.reserved_by, j.reserved_master, j.tags,
 		       j.cancel_requested_at IS NOT NULL AS cancel, j.cancelled_by, j.crashes, j.limit_key,
-		       COALESCE(j.max_tries, $3) AS tries, COALESCE(j.backoff_secs, $6::integer[]) AS backoff
+		       COALESCE(j.max_tries, $3) AS tries, COALESCE(j.backoff_secs, $6::integer[]) AS backoff,
+		       j.id = ANY ($8::bigint[]) AS unstarted
 		FROM queue_jobs j WHERE j.reserved_by = $1 ORDER BY j.id FOR UPDATE
+	), unstarted AS (
+		UPDATE queue_jobs j
+		SET reserved_by = NULL, reserved_master = NULL, reserved_at = NULL, lease = NULL,
+		    available_at = now(), attempts = j.attempts - 1
+		FROM held h
+		WHERE j.id = h.id AND h.unstarted AND NOT h.cancel
+		RETURNING j.id
 	), lost AS (
-		SELECT h.*, $2::boolean AS charged, $2::boolean AND h.attempts >= h.tries AS spent,
-		       CASE WHEN $2::boolean THEN
+		SELECT h.*, $2::boolean AND NOT h.unstarted AS charged, $2::boolean AND NOT h.unstarted AND h.attempts >= h.tries AS spent,
+		       CASE WHEN h.unstarted THEN
+		           'never started: its process ' || $4 || ' while the job waited for a slot'
+		       WHEN $2::boolean THEN
 		           'crashed its process: the process ' || $4 || ' while running this job alone, in an isolation process (attempt '
 		           || h.attempts || ' of ' || h.tries || ' tries)'
 		           || CASE WHEN $5 <> '' THEN E'; the end of its stderr:\n' || $5 ELSE '; it wrote nothing on stderr' END
@@ -96,12 +121,13 @@ var crashRelease = `
 		              || ' processes that died, so it runs again alone, in an isolation process' ELSE '' END
 		       END AS msg
 		FROM held h, LATERAL (
-			SELECT (SELECT count(*) FROM held x WHERE x.id <> h.id) AS n,
+			SELECT (SELECT count(*) FROM held x WHERE x.id <> h.id AND NOT x.unstarted) AS n,
 			       (SELECT string_agg(y.id::text, ', ' ORDER BY y.id)
-			        FROM (SELECT x.id FROM held x WHERE x.id <> h.id ORDER BY x.id LIMIT $7) y) AS ids
+			        FROM (SELECT x.id FROM held x WHERE x.id <> h.id AND NOT x.unstarted ORDER BY x.id LIMIT $7) y) AS ids
 		) o
+		WHERE NOT h.unstarted OR h.cancel
 	), history_rows (` + historyColumns + `) AS (
-		SELECT id, queue, name, attempts,
+		SELECT id, queue, name, CASE WHEN unstarted THEN greatest(attempts - 1, 0) ELSE attempts END,
 		       CASE WHEN cancel THEN 'cancelled' WHEN charged THEN 'failed' ELSE 'lost' END,
 		       reserved_at, COALESCE(reserved_at, now()), now(),
 		       EXTRACT(EPOCH FROM now() - COALESCE(reserved_at, now())) * 1000,
@@ -153,7 +179,7 @@ var crashRelease = `
 	)
 	SELECT (SELECT count(*) FROM released), (SELECT count(*) FROM released WHERE crashes >= 2),
 	       (SELECT count(*) FROM lost WHERE charged AND NOT cancel), (SELECT count(*) FROM moved),
-	       (SELECT count(*) FROM cancelled), ` + limitHandedQueues
+	       (SELECT count(*) FROM cancelled), (SELECT count(*) FROM unstarted), ` + limitHandedQueues
 
 // JobReleaseCrashed releases the jobs a worker process held when it died
 // without saying why (see the comment on crashes above). With Isolated,
@@ -177,9 +203,13 @@ func (s *Store) JobReleaseCrashed(ctx context.Context, p JobReleaseCrashedParams
 		backoff[i] = int32(b)
 	}
 	var handed []string
+	unstarted := p.Unstarted
+	if unstarted == nil {
+		unstarted = []int64{}
+	}
 	err := s.pool.QueryRow(ctx, crashRelease, p.Worker, p.Isolated, p.Tries, p.Exit,
-		StorableText(p.Stderr), backoff, MaxCrashIDs).
-		Scan(&out.Released, &out.Suspects, &out.Charged, &out.Failed, &out.Cancelled, &handed)
+		StorableText(p.Stderr), backoff, MaxCrashIDs, unstarted).
+		Scan(&out.Released, &out.Suspects, &out.Charged, &out.Failed, &out.Cancelled, &out.Unstarted, &handed)
 	if err != nil {
 		return out, fmt.Errorf("release the jobs of crashed worker %s: %w", p.Worker, err)
 	}

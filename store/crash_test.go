@@ -54,6 +54,58 @@ func TestJobReleaseCrashedChargesNoJobOfASharedProcess(t *testing.T) {
 	}
 }
 
+// The jobs a crashed process held waiting for a slot, never started, are
+// given back as if never claimed: ready at once, their attempt taken
+// back, no history row, no crash and no counter; the others are lost
+// beside the crash and their errors count only the jobs that ran beside
+// them. A never-started job with a cancel request ends as cancelled. An
+// id the worker does not hold is ignored.
+func TestJobReleaseCrashedGivesBackJobsNeverStarted(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	st := store.New(pool)
+	exec(t, pool, `INSERT INTO queue_jobs (queue, name, max_tries) SELECT 'q', 'n' || g, 1 FROM generate_series(1, 8) g`)
+	jobs := claimAs(t, st, "q", "w1", 6)
+	other := claimAs(t, st, "q", "w2", 1)
+	exec(t, pool, `UPDATE queue_jobs SET cancel_requested_at = now() WHERE id = $1`, jobs[5].ID)
+	// Jobs 0 and 1 ran; 2 to 5 waited (5 with a cancel request).
+	unstarted := []int64{jobs[2].ID, jobs[3].ID, jobs[4].ID, jobs[5].ID, other[0].ID}
+	res, err := st.JobReleaseCrashed(ctx, store.JobReleaseCrashedParams{Worker: "w1", Exit: "killed by signal SIGKILL",
+		Tries: 3, Unstarted: unstarted})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (store.CrashedJobs{Released: 2, Cancelled: 1, Unstarted: 3}); res != want {
+		t.Fatalf("released %+v, want %+v", res, want)
+	}
+	if n := scalar[int64](t, pool, `SELECT count(*) FROM queue_jobs
+		WHERE id = ANY ($1) AND reserved_by IS NULL AND attempts = 0 AND max_tries = 1 AND crashes = 0
+		  AND available_at <= now() AND last_error IS NULL`, unstarted[:3]); n != 3 {
+		t.Errorf("%d never-started jobs ready again untouched, want 3", n)
+	}
+	if n := scalar[int64](t, pool, `SELECT count(*) FROM queue_jobs WHERE reserved_by = 'w2'`); n != 1 {
+		t.Errorf("the other worker holds %d jobs, want its 1 (its id was in the list)", n)
+	}
+	if n := scalar[int64](t, pool, `SELECT count(*) FROM fleet_jobs WHERE status = 'lost'`); n != 2 {
+		t.Errorf("%d lost history rows, want 2 (the jobs that ran)", n)
+	}
+	if n := scalar[int64](t, pool, `SELECT count(*) FROM fleet_jobs WHERE job_id = ANY ($1)`, unstarted[:3]); n != 0 {
+		t.Errorf("%d history rows of never-started jobs, want none", n)
+	}
+	first := scalar[string](t, pool, `SELECT last_error FROM queue_jobs WHERE id = $1`, jobs[0].ID)
+	if want := "lost: its process killed by signal SIGKILL while running it beside 1 other job ("; !strings.HasPrefix(first, want) {
+		t.Errorf("error %q, want it to start %q: only the job that ran beside it", first, want)
+	}
+	cancelled := scalar[string](t, pool, `SELECT error FROM fleet_jobs WHERE job_id = $1 AND status = 'cancelled' AND attempt = 0`, jobs[5].ID)
+	if !strings.Contains(cancelled, "never started") {
+		t.Errorf("the never-started cancelled job's row says %q, want it never started", cancelled)
+	}
+	if lost := scalar[int64](t, pool, `SELECT sum(lost) FROM fleet_counters`); lost != 2 {
+		t.Errorf("counted %d lost, want 2", lost)
+	}
+}
+
 // A job in two processes that died is a suspect: ordinary claims pass it
 // by, and only a claim of suspects takes it, which takes nothing else. A
 // crash of an isolation process is its job's: the attempt counts, the

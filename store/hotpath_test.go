@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fleet-go/fleet/pgtest"
@@ -350,5 +351,90 @@ func TestPriorityClaimReadsOnlyWhatItTakes(t *testing.T) {
 		if i > 0 && j.ID < claimed[i-1].ID {
 			t.Fatalf("claim %d took job %d after job %d: not the oldest first", i, j.ID, claimed[i-1].ID)
 		}
+	}
+}
+
+// TestClaimFromAMarkStepsPastWhatAHeldTransactionKeeps holds a
+// transaction open on another connection, so that the entries of claimed
+// jobs stay at the head of the ready index, and claims 3,000 jobs in
+// batches of 100. Under a generic plan, a claim from the head then steps
+// over all 3,000 entries, and a claim past the last job taken (a mark)
+// reads in proportion to its batch; both take the jobs in order, and a
+// mark on one priority leaves the others read from their head.
+func TestClaimFromAMarkStepsPastWhatAHeldTransactionKeeps(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	setup, generic := oneGenericSession(t)
+	st := store.New(generic)
+	exec(t, setup, `
+		INSERT INTO queue_jobs (queue, name, available_at)
+		SELECT 'default', 'n', now() - interval '1 hour' + g * interval '1 ms' FROM generate_series(1, 10000) g;
+		INSERT INTO queue_jobs (queue, name, priority, available_at)
+		SELECT 'default', 'later', 5, now() - interval '1 hour' + g * interval '1 ms' FROM generate_series(1, 1000) g`)
+	exec(t, setup, `VACUUM ANALYZE queue_jobs`)
+	if _, err := st.MemberBeat(ctx, store.MemberBeatParams{Instance: "m", Name: "m", Host: "h", PID: 1, State: "running", TTL: time.Hour}, false); err != nil {
+		t.Fatal(err)
+	}
+	hold, err := setup.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hold.Release()
+	if _, err := hold.Exec(ctx, `BEGIN; SELECT txid_current()`, pgx.QueryExecModeSimpleProtocol); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if _, err := hold.Exec(ctx, `ROLLBACK`); err != nil {
+			t.Error(err)
+		}
+	}()
+	var last store.ClaimedJob
+	claim := func(after []store.ClaimMark) []store.ClaimedJob {
+		t.Helper()
+		jobs, err := st.JobClaim(ctx, store.JobClaimParams{Queue: "default", Limit: 100, Worker: "w", Master: "m", After: after})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, j := range jobs {
+			if j.Priority == 0 && last.ID != 0 && store.ClaimOrder(j, last) <= 0 {
+				t.Fatalf("job %d claimed after job %d: not in order", j.ID, last.ID)
+			}
+			if j.Priority == 0 {
+				last = j
+			}
+		}
+		return jobs
+	}
+	for range 30 {
+		jobs := claim([]store.ClaimMark{store.MarkOf(last)})
+		if len(jobs) != 100 || jobs[0].Priority != 0 {
+			t.Fatalf("claimed %d jobs (first of priority %d), want 100 of priority 0", len(jobs), jobs[0].Priority)
+		}
+	}
+	if n := scalar[int64](t, setup, `SELECT count(*) FROM queue_jobs WHERE reserved_by = 'w'`); n != 3000 {
+		t.Fatalf("%d jobs held, want 3000", n)
+	}
+	measure := readsAtMost(t, generic)
+	measure("claim of 100 from a mark", 300, func() error {
+		if jobs := claim([]store.ClaimMark{store.MarkOf(last)}); len(jobs) != 100 {
+			t.Errorf("claimed %d jobs from a mark, want 100", len(jobs))
+		}
+		return nil
+	})
+	// A mark on priority 5 alone: priority 0 is read from its head, over
+	// the 3,100 entries the claims left there.
+	before := rowsRead(t, generic)
+	if jobs := claim([]store.ClaimMark{{Priority: 5, AvailableAt: time.Now(), ID: 0}}); len(jobs) != 100 || jobs[0].Priority != 0 {
+		t.Fatalf("claimed %d jobs from the head, want 100 of priority 0", len(jobs))
+	}
+	if read := rowsRead(t, generic) - before; read < 3100 {
+		t.Errorf("a claim from the head read %d rows of queue_jobs; want the 3,100 entries the held transaction keeps and more", read)
+	}
+	// Past the last job of priority 0 there is none: priority 5 is next.
+	mark := store.MarkOf(last)
+	exec(t, setup, `UPDATE queue_jobs SET reserved_by = 'x' WHERE priority = 0 AND reserved_by IS NULL AND id > $1`, mark.ID)
+	jobs := claim([]store.ClaimMark{mark})
+	if len(jobs) != 100 || jobs[0].Priority != 5 || jobs[0].Name != "later" {
+		t.Fatalf("claimed %d jobs past the end of priority 0, want 100 of priority 5", len(jobs))
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -130,13 +131,20 @@ func jobInsertStatement(jobs []JobInsertParams) (string, []any) {
 
 // jobInsertArgs are the eight arrays every insert statement takes ($1 to
 // $8); jobExtraArgs the three that follow them where a statement takes
-// priorities, tags and metadata ($9 to $11).
+// priorities, tags and metadata ($9 to $11). Jobs that share one payload
+// (the copies of one spec) share its string too: a batch of large
+// payloads then costs one copy of each payload it holds.
 func jobInsertArgs(jobs []JobInsertParams) []any {
 	n := len(jobs)
 	queues, names, payloads, backoffs := make([]string, n), make([]string, n), make([]string, n), make([]*string, n)
 	tries, timeouts, delays, retryOf := make([]int32, n), make([]int64, n), make([]int64, n), make([]int64, n)
 	for i, j := range jobs {
-		queues[i], names[i], payloads[i] = j.Queue, j.Name, string(j.Payload)
+		queues[i], names[i] = j.Queue, j.Name
+		if i > 0 && samePayload(j.Payload, jobs[i-1].Payload) {
+			payloads[i] = payloads[i-1]
+		} else {
+			payloads[i] = string(j.Payload)
+		}
 		tries[i] = int32(j.MaxTries)
 		if j.BackoffSecs != nil {
 			lit := intArrayLiteral(j.BackoffSecs)
@@ -147,6 +155,12 @@ func jobInsertArgs(jobs []JobInsertParams) []any {
 		retryOf[i] = j.RetryOf
 	}
 	return []any{queues, names, payloads, tries, backoffs, timeouts, delays, retryOf}
+}
+
+// samePayload reports whether a and b are the same bytes in memory (not
+// merely equal), which costs no comparison of their contents.
+func samePayload(a, b []byte) bool {
+	return len(a) == len(b) && len(a) > 0 && &a[0] == &b[0]
 }
 
 func jobExtraArgs(jobs []JobInsertParams) []any {
@@ -240,6 +254,73 @@ type JobClaimParams struct {
 	// more processes that died), for an isolation process; without it a
 	// claim passes them by (see crash.go).
 	Suspects bool
+	// After lists marks, at most one per priority: in a priority with a
+	// mark the claim takes only jobs past it (see ClaimMark). Without
+	// marks, or in a priority without one, it reads from the head. A
+	// claim of suspects takes no marks.
+	After []ClaimMark
+	// MaxBytes bounds the payload bytes of the jobs claimed, together
+	// (0: no bound): the claim takes its picked jobs, in the order it
+	// picked them, while their payloads fit (see payloadBytesSQL); the first
+	// job that does not fit ends it. With FirstAnySize its first job is
+	// claimed whatever its size, so that a job larger than the bound is
+	// claimed too, alone, by a worker that holds nothing else. A claim of
+	// suspects, one at a time, takes no bound.
+	MaxBytes     int64
+	FirstAnySize bool
+}
+
+// ClaimMark is where a claim begins in one priority of a queue: a key of
+// the ready index, (Priority, AvailableAt, ID), typically the last one
+// the claimer took there. A claim with a mark reads the index from the
+// mark on and takes only jobs after it.
+//
+// It is what keeps a claim's cost flat while another session holds a
+// transaction open. Every job claimed leaves a dead entry at the head of
+// the ready index, and every job finished a dead row; a vacuum, or the
+// next scan that passes them, removes them once no transaction can see
+// them. While one can (a report, a forgotten BEGIN, a replica with
+// hot_standby_feedback), they stay, and a claim from the head steps over
+// every entry the drain left behind: its cost grows with the jobs done
+// since the hold began. From a mark it steps over the entries other
+// claimers left since its own last claim only.
+//
+// A job can become ready behind a mark: a dispatch in a transaction that
+// began before the claimed jobs' (its available_at is its transaction's
+// now()), a job another claim skipped over while it held it and then
+// gave back (a claim rolled back). A claimer with marks must claim from
+// the head now and then (see worker's claim cursor), and such a job waits
+// until it does.
+type ClaimMark struct {
+	Priority    int
+	AvailableAt time.Time
+	ID          int64
+}
+
+// MarkOf is the mark of a claimed job: a claim with it takes only jobs
+// after j in the order claims take them.
+func MarkOf(j ClaimedJob) ClaimMark {
+	return ClaimMark{Priority: j.Priority, AvailableAt: j.AvailableAt, ID: j.ID}
+}
+
+// markArrays are the claim statements' @after_priorities, @after_at and
+// @after_ids.
+func markArrays(marks []ClaimMark) ([]int16, []time.Time, []int64) {
+	ps, ats, ids := make([]int16, len(marks)), make([]time.Time, len(marks)), make([]int64, len(marks))
+	for i, m := range marks {
+		ps[i], ats[i], ids[i] = int16(m.Priority), m.AvailableAt, m.ID
+	}
+	return ps, ats, ids
+}
+
+// payloadBytesSQL is the size a claim counts for the payload in column
+// col (see JobClaimParams.MaxBytes), as sql/claim.sql spells it: the size
+// of the stored jsonb value, which is about the length of its JSON text
+// for strings (larger for small numbers), read without reading the value
+// itself; for a value the server compressed, the length of its JSON text,
+// which costs decompressing it.
+func payloadBytesSQL(col string) string {
+	return "CASE WHEN pg_column_compression(" + col + ") IS NULL THEN pg_column_size(" + col + ") ELSE octet_length(" + col + "::text) END"
 }
 
 // JobClaim reserves up to Limit ready jobs of one queue, lowest priority
@@ -262,14 +343,22 @@ func (s *Store) JobClaim(ctx context.Context, p JobClaimParams) ([]ClaimedJob, e
 	if err := s.inject(ctx, "JobClaim"); err != nil {
 		return nil, fmt.Errorf("claim jobs on %q: %w", p.Queue, err)
 	}
-	sql, args := jobClaim.sql, []any{p.Queue, p.Limit, p.Worker, p.Master}
+	bytes, alone := p.MaxBytes, p.FirstAnySize
+	if bytes <= 0 {
+		bytes, alone = math.MaxInt64, true
+	}
+	ps, ats, ids := markArrays(p.After)
+	var sql string
+	var args []any
 	switch {
 	case p.Suspects && p.Master == "":
-		sql, args = jobClaimSuspectUnfenced.sql, args[:3]
+		sql, args = jobClaimSuspectUnfenced.sql, []any{p.Queue, p.Limit, p.Worker}
 	case p.Suspects:
-		sql = jobClaimSuspect.sql
+		sql, args = jobClaimSuspect.sql, []any{p.Queue, p.Limit, p.Worker, p.Master}
 	case p.Master == "":
-		sql, args = jobClaimUnfenced.sql, args[:3]
+		sql, args = jobClaimUnfenced.sql, []any{p.Queue, p.Limit, p.Worker, ps, ats, ids, bytes, alone}
+	default:
+		sql, args = jobClaim.sql, []any{p.Queue, p.Limit, p.Worker, p.Master, ps, ats, ids, bytes, alone}
 	}
 	sent := time.Now()
 	rows, err := s.pool.Query(ctx, sql, args...)
@@ -353,11 +442,11 @@ func ClaimOrder(a, b ClaimedJob) int {
 
 // The claim, fenced on the holder's master (sql/claim.sql) or, for a
 // holder with none, not (sql/claim_unfenced.sql); the unfenced claim takes
-// the first three parameters of the fenced one. An isolation process's
+// the parameters of the fenced one but the master. An isolation process's
 // claims of suspects are sql/claim_suspect.sql and its unfenced variant.
 var (
-	jobClaim                = mustStatement("claim.sql", "queue", "limit", "worker", "master")
-	jobClaimUnfenced        = mustStatement("claim_unfenced.sql", "queue", "limit", "worker")
+	jobClaim                = mustStatement("claim.sql", "queue", "limit", "worker", "master", "after_priorities", "after_at", "after_ids", "bytes", "alone")
+	jobClaimUnfenced        = mustStatement("claim_unfenced.sql", "queue", "limit", "worker", "after_priorities", "after_at", "after_ids", "bytes", "alone")
 	jobClaimSuspect         = mustStatement("claim_suspect.sql", "queue", "limit", "worker", "master")
 	jobClaimSuspectUnfenced = mustStatement("claim_suspect_unfenced.sql", "queue", "limit", "worker")
 )

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"time"
 )
 
@@ -46,6 +47,25 @@ type Scrape struct {
 	// Own holds the worker processes of the caller's own master row (by
 	// supervisor then group); only ScrapeReadAs fills it.
 	Own []ScrapeProcesses `json:"own"`
+	// HeldOldestSecs is how long the oldest session holding back the
+	// cleanup of dead rows has held it (see CleanupHolder), 0 with none.
+	HeldOldestSecs float64 `json:"held_oldest_secs"`
+	// Held lists the sessions that have held it back for at least
+	// ScrapeAs.HeldAfter, the oldest first, at most ScrapeHeldShown (none
+	// without a HeldAfter).
+	Held []ScrapeHeld `json:"held"`
+}
+
+// ScrapeHeldShown is the most sessions holding back cleanup a scrape
+// lists.
+const ScrapeHeldShown = 5
+
+// ScrapeHeld is a session holding back the cleanup of dead rows, as a
+// scrape shows it: no statement text, which a metric does not carry.
+type ScrapeHeld struct {
+	PID             int     `json:"pid"`
+	ApplicationName string  `json:"application_name"`
+	AgeSecs         float64 `json:"age_secs"`
 }
 
 // StateExporter is the fleet_state key of the exporter lease: the master
@@ -61,6 +81,9 @@ type ScrapeAs struct {
 	// Lease is how long a holder keeps the exporter role without renewing
 	// it; each read by the holder renews it.
 	Lease time.Duration
+	// HeldAfter, when positive, lists in Scrape.Held the sessions that
+	// have held back cleanup for that long.
+	HeldAfter time.Duration
 }
 
 // ScrapeQueue is how many jobs of one queue are pending (ready now), delayed
@@ -226,7 +249,15 @@ var scrapeSQL = `
 				FROM runtime_per p
 				JOIN (SELECT queue, name, row_number() OVER (PARTITION BY queue ORDER BY sum(n) DESC, name) AS rank
 				      FROM runtime_per GROUP BY queue, name) t ON t.queue = p.queue AND t.name = p.name
-				GROUP BY 1, 2, 3) b) ELSE '[]' END
+				GROUP BY 1, 2, 3) b) ELSE '[]' END,
+		'held_oldest_secs', CASE WHEN (SELECT exporting FROM flag) THEN (
+			SELECT COALESCE(EXTRACT(EPOCH FROM now() - min(since))::float8, 0) FROM ` + heldSessions + `) ELSE 0 END,
+		'held', CASE WHEN (SELECT exporting FROM flag) AND $10 > 0 THEN (
+			SELECT COALESCE(json_agg(json_build_object(
+				'pid', pid, 'application_name', COALESCE(application_name, ''), 'age_secs', EXTRACT(EPOCH FROM now() - since)::float8
+			) ORDER BY since, pid), '[]')
+			FROM (SELECT * FROM ` + heldSessions + ` WHERE since <= now() - $10 * interval '1 millisecond'
+			      ORDER BY since, pid LIMIT ` + strconv.Itoa(ScrapeHeldShown) + `) x) ELSE '[]' END
 	)`
 
 // ScrapeRead reads everything the fleet_* gauges show in one statement (one
@@ -250,6 +281,16 @@ func (s *Store) ScrapeReadAs(ctx context.Context, as ScrapeAs) (Scrape, error) {
 	return s.scrapeRead(ctx, as)
 }
 
+// ScrapeReadWith is ScrapeRead with the options of as: ScrapeReadAs's
+// when as.Instance is set, and the sessions holding back cleanup past
+// as.HeldAfter listed.
+func (s *Store) ScrapeReadWith(ctx context.Context, as ScrapeAs) (Scrape, error) {
+	if as.Instance != "" {
+		return s.ScrapeReadAs(ctx, as)
+	}
+	return s.scrapeRead(ctx, as)
+}
+
 // ScrapeRelease gives up the exporter lease if instance holds it, so that
 // the next master to read takes it at once rather than after the lease.
 func (s *Store) ScrapeRelease(ctx context.Context, instance string) error {
@@ -266,7 +307,8 @@ func (s *Store) scrapeRead(ctx context.Context, as ScrapeAs) (Scrape, error) {
 	var doc []byte
 	// It expands every master's report: JIT off (see queryNoJIT).
 	err := s.queryRowNoJIT(ctx, []any{&doc}, scrapeSQL, StatePauseAll, StatePauseSupervisorPrefix, StatePauseQueuePrefix,
-		ScrapeRuntimeNames, as.Instance, StateExporter, as.Lease.Milliseconds(), ScrapeRuntimeOther, s.at())
+		ScrapeRuntimeNames, as.Instance, StateExporter, as.Lease.Milliseconds(), ScrapeRuntimeOther, s.at(),
+		as.HeldAfter.Milliseconds())
 	if err != nil {
 		return Scrape{}, fmt.Errorf("read scrape: %w", err)
 	}

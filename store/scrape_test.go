@@ -45,7 +45,7 @@ func TestScrapeRead(t *testing.T) {
 		Queues: []store.ScrapeQueue{}, Masters: map[string]int{}, Processes: []store.ScrapeProcesses{},
 		PausedSupervisors: []string{}, PausedQueues: []string{},
 		Counters: []store.ScrapeCounter{}, Runtimes: []store.ScrapeRuntime{},
-		Exporter: true, Own: []store.ScrapeProcesses{},
+		Exporter: true, Own: []store.ScrapeProcesses{}, Held: []store.ScrapeHeld{},
 	}
 	if !reflect.DeepEqual(empty, want) {
 		t.Fatalf("empty database:\n got %+v\nwant %+v", empty, want)
@@ -115,6 +115,7 @@ func TestScrapeRead(t *testing.T) {
 		Counters:          []store.ScrapeCounter{{Queue: "drained", Processed: 7}, {Queue: "mail", Processed: 40, Failed: 3}},
 		Exporter:          true,
 		Own:               []store.ScrapeProcesses{},
+		Held:              []store.ScrapeHeld{},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("scrape:\n got %+v\nwant %+v", got, want)

@@ -171,6 +171,7 @@ func TestStatementFilesMatchTheSharedParts(t *testing.T) {
 		parts []string
 	}{
 		{"priority levels of $1", []statement{jobClaim, jobClaimUnfenced, readyPick}, []string{priorityLevels("$1")}},
+		{"payload bytes", []statement{jobClaim, jobClaimUnfenced}, []string{"sum(" + payloadBytesSQL("p.payload") + ") OVER w AS upto"}},
 		{"priority levels of q.name", []statement{jobReadyExists, jobNext, jobNextUnfenced}, []string{priorityLevels("q.name")}},
 		{"history's columns", []statement{jobFinish, jobFinishEnds, jobRelease, jobCancel},
 			[]string{"history_rows (" + historyColumns + ") AS ("}},

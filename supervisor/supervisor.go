@@ -76,6 +76,9 @@ type SupervisorOptions struct {
 	Backoff []int
 	// TimeoutSecs overrides the jobs' timeout when set.
 	TimeoutSecs *int
+	// PayloadBudgetBytes overrides the processes' byte budget
+	// (queue.payload_budget_bytes) when set; 0: no bound.
+	PayloadBudgetBytes *int
 }
 
 // Options is what Resolve needs from the configuration.
@@ -138,6 +141,9 @@ type Supervisor struct {
 	Backoff []int
 	// Timeout overrides the jobs' timeout; 0: not set.
 	Timeout time.Duration
+	// PayloadBudget overrides the processes' byte budget, in bytes, as
+	// spawner.Spec.PayloadBudget says it: 0 not set, negative no bound.
+	PayloadBudget int64
 }
 
 // Group is one process group of a supervisor: processes of a group work the
@@ -355,6 +361,17 @@ func resolveOne(name string, t SupervisorOptions, defaultConcurrency int, implic
 	if t.TimeoutSecs != nil && *t.TimeoutSecs < 1 {
 		fail(key+".timeout_secs", "must be at least 1, got %d", *t.TimeoutSecs)
 	}
+	var budget int64
+	if b := t.PayloadBudgetBytes; b != nil {
+		switch {
+		case *b < 0:
+			fail(key+".payload_budget_bytes", "must be at least 0 (0: no bound), got %d", *b)
+		case *b == 0:
+			budget = -1
+		default:
+			budget = int64(*b)
+		}
+	}
 	if t.FleetMaxProcesses != nil && *t.FleetMaxProcesses < 1 {
 		fail(key+".fleet_max_processes", "must be at least 1, got %d", *t.FleetMaxProcesses)
 	}
@@ -373,6 +390,7 @@ func resolveOne(name string, t SupervisorOptions, defaultConcurrency int, implic
 		Tries:             intOr(t.Tries, 0),
 		Backoff:           slices.Clone(t.Backoff),
 		Timeout:           time.Duration(intOr(t.TimeoutSecs, 0)) * time.Second,
+		PayloadBudget:     budget,
 	}, errs
 }
 

@@ -86,14 +86,22 @@ func TestResolveDefaults(t *testing.T) {
 					Queues: []string{"exports", "default"}, Balance: "off",
 					MinProcesses: intPtr(0), MaxProcesses: intPtr(10), Concurrency: intPtr(2),
 					MaxJobs: 1000, MaxMemoryMB: 512, MaxTimeSecs: 3600,
-					Tries: intPtr(2), Backoff: []int{0, 5}, TimeoutSecs: intPtr(30),
+					Tries: intPtr(2), Backoff: []int{0, 5}, TimeoutSecs: intPtr(30), PayloadBudgetBytes: intPtr(8 << 20),
 				},
 			}),
 			want: []supervisor.Supervisor{{
 				Name: "web-1_eu", Queues: []string{"exports", "default"}, Balance: supervisor.BalanceOff,
 				MinProcesses: 0, MaxProcesses: 10, Concurrency: 2,
 				MaxJobs: 1000, MaxMemoryMB: 512, MaxTime: time.Hour,
-				Tries: 2, Backoff: []int{0, 5}, Timeout: 30 * time.Second,
+				Tries: 2, Backoff: []int{0, 5}, Timeout: 30 * time.Second, PayloadBudget: 8 << 20,
+			}},
+		},
+		{
+			name: "a byte budget of 0 is no bound",
+			o:    opts(map[string]supervisor.SupervisorOptions{"big": {Queues: []string{"big"}, PayloadBudgetBytes: intPtr(0)}}),
+			want: []supervisor.Supervisor{{
+				Name: "big", Queues: []string{"big"}, Balance: supervisor.BalanceAuto,
+				MinProcesses: 1, MaxProcesses: 4, Concurrency: 4, PayloadBudget: -1,
 			}},
 		},
 		{
@@ -386,6 +394,11 @@ func TestResolveErrors(t *testing.T) {
 				"fleet.supervisors.web.max_memory_mb: must be at least 0, got -2",
 				"fleet.supervisors.web.max_time_secs: must be at least 0, got -3",
 			},
+		},
+		{
+			name: "negative byte budget",
+			o:    opts(one(supervisor.SupervisorOptions{Queues: q, PayloadBudgetBytes: intPtr(-1)})),
+			want: []string{"fleet.supervisors.web.payload_budget_bytes: must be at least 0 (0: no bound), got -1"},
 		},
 		{
 			name: "negative backoff",

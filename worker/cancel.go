@@ -154,7 +154,7 @@ func (c *claimer) cancelHeld(s *loopState, n store.CancelNotice) {
 	for i, j := range s.buffer {
 		if j.ID == n.ID && (n.Lease == 0 || n.Lease == j.Token) {
 			s.buffer = append(s.buffer[:i:i], s.buffer[i+1:]...)
-			c.release([]store.ClaimedJob{j}, "")
+			c.release(c.unbuffer(s, []buffered{j}), "")
 			return
 		}
 	}

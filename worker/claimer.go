@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fleet-go/fleet/internal/backoff"
 	"github.com/fleet-go/fleet/internal/lifecycle"
 	"github.com/fleet-go/fleet/internal/ratelog"
 	"github.com/fleet-go/fleet/spawner"
@@ -43,11 +44,16 @@ type claimer struct {
 	log  *slog.Logger
 	logs ratelog.Log // failing claims: once per streak, then once a minute
 	now  func() time.Time
-	// order is the order held jobs start in (see startOrder).
-	order func(a, b store.ClaimedJob) int
+	// order is the order held jobs start in (see startOrder), and
+	// bufOrder the same for the buffer's entries.
+	order    func(a, b store.ClaimedJob) int
+	bufOrder func(a, b buffered) int
 	// size bounds a claim while claims time out on the server (see
 	// batchSize); the loop's own.
 	size batchSize
+	// cursors are where the claims of each queue begin (see
+	// claimCursor); the loop's own.
+	cursors map[string]*claimCursor
 
 	// The roles and services it drives, given when it is built (see
 	// claimerDeps): the nudges wake it, the completer takes outcomes, the
@@ -92,6 +98,7 @@ type claimer struct {
 		claimed  lifecycle.Signal[int]                // a claim's jobs (how many, never 0) joined the buffer
 		split    lifecycle.Signal[int]                // a claim of that many jobs timed out and shrank
 		started  lifecycle.Signal[int64]              // the id of a job started, in start order
+		gaveBack lifecycle.Signal[int]                // that many prefetched jobs waited PrefetchHold and were given back
 	}
 }
 
@@ -112,6 +119,7 @@ func newClaimer(st *store.Store, cfg Config, log *slog.Logger, d claimerDeps) *c
 		now:       cfg.Now,
 		order:     startOrder(queueRanks(cfg.Queues)),
 		size:      batchSize{ceiling: cfg.Concurrency + cfg.Prefetch},
+		cursors:   make(map[string]*claimCursor, len(cfg.Queues)),
 		nudges:    d.nudges,
 		completer: d.completer,
 		exec:      d.exec,
@@ -121,6 +129,7 @@ func newClaimer(st *store.Store, cfg Config, log *slog.Logger, d claimerDeps) *c
 		done:      d.runners.done,
 		stop:      make(chan struct{}),
 	}
+	c.bufOrder = func(a, b buffered) int { return c.order(a.ClaimedJob, b.ClaimedJob) }
 	c.paused.Store(cfg.Paused)
 	c.pauseQueues(queueSet(cfg.PausedQueues))
 	return c
@@ -173,7 +182,10 @@ func (c *claimer) pauseQueues(set map[string]bool) { c.pausedQueues.Store(&set);
 func (c *claimer) requestStop() { c.stopOnce.Do(func() { close(c.stop) }) }
 
 type running struct {
+	// job is the job as claimed but its payload, which only the runner
+	// holds (see start).
 	job      store.ClaimedJob
+	bytes    int64 // its payload's size, held while it runs
 	started  time.Time
 	deadline time.Time
 	cancel   context.CancelFunc
@@ -184,18 +196,44 @@ type running struct {
 	cancelBy string
 }
 
+// buffered is a claimed job waiting in the prefetch buffer for a slot.
+type buffered struct {
+	store.ClaimedJob
+	// at is when it was claimed, by the worker's clock: it starts within
+	// PrefetchHold of that, or is given back (see giveBackOverdue).
+	at time.Time
+	// told says the master was told it waits (Config.ReportPrefetch), and
+	// must be told before it starts or once it is given back.
+	told bool
+}
+
 type loopState struct {
 	running map[int64]*running
 	// buffer holds claimed jobs waiting for a free slot (prefetch), in
-	// the order they start in (see mergeClaimed).
-	buffer  []store.ClaimedJob
-	claimed int64 // jobs claimed
+	// the order they start in (see mergeClaimed). oldest is at most the
+	// earliest claim time among them (it is not raised as they start).
+	buffer  []buffered
+	oldest  time.Time
+	claimed int64 // jobs claimed, less those given back unstarted
 	started int64 // jobs started
+	// runningBytes is the payload bytes of the running jobs; jobBytes the
+	// smallest payload of the last claim that took any (0 before one),
+	// by which a claim under the byte budget asks for no more jobs than
+	// fit (see claimLimit).
+	runningBytes int64
+	jobBytes     int64
 	// runtime is a moving average of recent runtimes; negative until the
-	// first attempt finishes.
-	runtime  time.Duration
-	stopping bool
-	reason   spawner.ExitReason
+	// first attempt finishes. lastEnd is when the last attempt finished,
+	// or when the worker, idle, started a job: how long the running jobs
+	// have gone without one finishing (see runtimeNow).
+	runtime time.Duration
+	lastEnd time.Time
+	// gaveBack counts the prefetched jobs given back since the last line
+	// that said so, gaveBackLogged is when that line was written.
+	gaveBack       int
+	gaveBackLogged time.Time
+	stopping       bool
+	reason         spawner.ExitReason
 	// fencedSince is when the worker first found its master's row not
 	// live, in the current run of such answers (zero: not fenced).
 	fencedSince time.Time
@@ -241,6 +279,16 @@ func (c *claimer) stopSignal(s *loopState, fromCtx bool) {
 // held is how many jobs the worker holds and has not finished.
 func (s *loopState) held() int { return len(s.running) + len(s.buffer) }
 
+// heldBytes is the payload bytes of the jobs the worker holds and has not
+// finished: running, and claimed waiting for a slot.
+func (s *loopState) heldBytes() int64 {
+	n := s.runningBytes
+	for _, j := range s.buffer {
+		n += int64(len(j.Payload))
+	}
+	return n
+}
+
 func (c *claimer) loop(ctx, jobBase context.Context) (Result, error) {
 	s := &loopState{running: map[int64]*running{}, runtime: -1}
 	c.report(spawner.Report{Type: spawner.ReportReady, PID: os.Getpid(), Worker: c.cfg.Name,
@@ -264,6 +312,12 @@ func (c *claimer) loop(ctx, jobBase context.Context) (Result, error) {
 	}()
 	reconcile := time.NewTicker(c.cfg.HeartbeatInterval)
 	defer reconcile.Stop()
+	// hold wakes the loop when a prefetched job has waited PrefetchHold
+	// (see giveBackOverdue); armed while jobs wait in the buffer.
+	hold := time.NewTimer(time.Hour)
+	hold.Stop()
+	defer hold.Stop()
+	holdArmed := false
 	var maxTime <-chan time.Time
 	if c.cfg.MaxTime > 0 {
 		t := time.NewTimer(c.cfg.MaxTime)
@@ -274,6 +328,9 @@ func (c *claimer) loop(ctx, jobBase context.Context) (Result, error) {
 	needClaim, probe := true, false
 	for {
 		c.startBuffered(jobBase, s)
+		if c.giveBackOverdue(s) {
+			needClaim = true
+		}
 		if s.stopping && len(s.running) == 0 {
 			break
 		}
@@ -302,6 +359,14 @@ func (c *claimer) loop(ctx, jobBase context.Context) (Result, error) {
 		var reconcileC <-chan time.Time
 		if c.reconcileDue(s) {
 			reconcileC = reconcile.C
+		}
+		var holdC <-chan time.Time
+		if len(s.buffer) > 0 && c.cfg.PrefetchHold > 0 {
+			if !holdArmed {
+				hold.Reset(max(c.cfg.PrefetchHold-c.since(s.oldest), time.Millisecond))
+				holdArmed = true
+			}
+			holdC = hold.C
 		}
 		select {
 		case <-s.ctxDone:
@@ -343,6 +408,8 @@ func (c *claimer) loop(ctx, jobBase context.Context) (Result, error) {
 			}
 		case <-s.graceC():
 			c.interrupt(s)
+		case <-holdC:
+			holdArmed = false // the loop's next round gives back what waited too long
 		}
 	}
 	if s.stuck != nil && s.beside > 0 {
@@ -385,6 +452,7 @@ func (c *claimer) claim(ctx, jobBase context.Context, s *loopState, poll *time.T
 	if c.cfg.MaxJobs > 0 {
 		limit = min(limit, c.cfg.MaxJobs-int(s.claimed))
 	}
+	limit = c.claimLimit(s, limit)
 	// The claim must not be cut off half-way by a stop signal: a claim whose
 	// answer is lost would leave jobs reserved until a master releases them.
 	// Only a claim still hanging StopCut after a stop is cut (see cut).
@@ -412,7 +480,7 @@ func (c *claimer) claim(ctx, jobBase context.Context, s *loopState, poll *time.T
 		}
 	}
 	paused := *c.pausedQueues.Load()
-	for _, q := range c.cfg.Queues {
+	for i, q := range c.cfg.Queues {
 		if limit <= 0 {
 			break
 		}
@@ -422,10 +490,15 @@ func (c *claimer) claim(ctx, jobBase context.Context, s *loopState, poll *time.T
 		var jobs []store.ClaimedJob
 		var err error
 		want := c.size.limit(limit)
+		cur := c.cursor(q)
+		began := c.now()
+		after := cur.after(began)
+		bytes, alone := c.byteRoom(s)
 		c.await(s, func() {
 			jobs, err = c.st.JobClaim(claimCtx, store.JobClaimParams{Queue: q, Limit: want, Worker: c.cfg.Name, Master: c.cfg.Master,
-				Suspects: c.cfg.Isolate})
+				Suspects: c.cfg.Isolate, After: after, MaxBytes: bytes, FirstAnySize: alone})
 		})
+		cur.claimed(began, c.since(began), after, jobs)
 		if err != nil {
 			c.resyncSoon()
 			if store.StatementTimedOut(err) && ctx.Err() == nil {
@@ -447,16 +520,33 @@ func (c *claimer) claim(ctx, jobBase context.Context, s *loopState, poll *time.T
 			return false
 		}
 		if len(jobs) > 0 {
-			s.buffer = mergeClaimed(s.buffer, jobs, c.order)
+			at := c.now()
+			if len(s.buffer) == 0 {
+				s.oldest = at
+			}
+			batch := make([]buffered, len(jobs))
+			for i := range jobs {
+				batch[i] = buffered{ClaimedJob: jobs[i], at: at}
+			}
+			s.buffer = mergeClaimed(s.buffer, batch, c.bufOrder)
+			s.jobBytes = smallestPayload(jobs)
 			c.sig.claimed.Send(len(jobs))
 		}
 		s.claimed += int64(len(jobs))
 		held := want < limit && len(jobs) == want // the claim size held it back
 		limit -= len(jobs)
-		// Start them now, not after the rest of the round.
+		// Start them now, not after the rest of the round; the master
+		// hears first of those left waiting (the jobs past the free slots).
+		c.tellPrefetched(s, c.cfg.Concurrency-len(s.running))
 		c.startBuffered(jobBase, s)
 		if held {
 			return true // more may be waiting in this queue: claim again at once
+		}
+		if len(jobs) < want && c.cutByBytes(claimCtx, s, q, i, len(jobs), alone) {
+			// The queue's next job does not fit the byte budget now: it is
+			// claimed, before any job of a later queue, once enough of the
+			// jobs held have finished.
+			return false
 		}
 	}
 	if c.cfg.MaxJobs > 0 && s.claimed >= int64(c.cfg.MaxJobs) {
@@ -479,6 +569,20 @@ func (c *claimer) claim(ctx, jobBase context.Context, s *loopState, poll *time.T
 		}
 	}
 	return false
+}
+
+// cursor is where the claims of queue q begin. An isolation process's
+// claims of suspects read from the head, always: a suspect's index has
+// an entry for suspects only.
+func (c *claimer) cursor(q string) *claimCursor {
+	cur, ok := c.cursors[q]
+	if !ok {
+		cur = &claimCursor{}
+		if !c.cfg.Isolate {
+			c.cursors[q] = cur
+		}
+	}
+	return cur
 }
 
 // claimTimedOut shrinks the claim size after a claim of n jobs timed out
@@ -549,19 +653,251 @@ func (c *claimer) fenced(s *loopState, live bool) bool {
 }
 
 // prefetch is how many jobs beyond its concurrency the worker may claim
-// now (see PrefetchFor).
+// now (see PrefetchFor), by the runtime its jobs take now (runtimeNow).
 func (c *claimer) prefetch(s *loopState) int {
-	return PrefetchFor(c.cfg.Concurrency, c.cfg.Prefetch, s.runtime)
+	return PrefetchFor(c.cfg.Concurrency, c.cfg.Prefetch, c.runtimeNow(s))
+}
+
+// runtimeNow is the runtime the prefetch is sized by (see RuntimeNow).
+func (c *claimer) runtimeNow(s *loopState) time.Duration {
+	return RuntimeNow(s.runtime, len(s.running), c.since(s.lastEnd))
+}
+
+// RuntimeNow is the runtime a worker's prefetch is sized by: avg, the
+// moving average of its recent runtimes (negative: none finished yet);
+// while jobs run, how long they have gone without one finishing (quiet),
+// when that is longer; and unknown (-1) once the worker has been idle
+// (nothing running) for longer than PrefetchWindow. An average of the
+// jobs that finished says nothing of those that have not: when short jobs
+// give way to long ones, it stays short until the first long one ends,
+// and a claim sized by it would take many long jobs for slots that will
+// not be free for a long while. Running at least PrefetchBelow without a
+// finish thus ends the prefetch until jobs finish again; and after a lull,
+// whatever comes next (a burst of slow jobs, or those another worker just
+// gave back) is claimed for free slots only, until the first of it ends.
+func RuntimeNow(avg time.Duration, running int, quiet time.Duration) time.Duration {
+	switch {
+	case avg < 0:
+		return avg
+	case running > 0:
+		return max(avg, quiet)
+	case quiet > PrefetchWindow:
+		return -1
+	default:
+		return avg
+	}
+}
+
+// giveBackOverdue gives back the prefetched jobs that have waited
+// PrefetchHold since their claim without a slot (see giveBack), and
+// reports whether it gave any back.
+func (c *claimer) giveBackOverdue(s *loopState) bool {
+	hold := c.cfg.PrefetchHold
+	if len(s.buffer) == 0 || hold <= 0 || s.stopping {
+		return false
+	}
+	now := c.now()
+	if now.Sub(s.oldest) < hold {
+		return false
+	}
+	var back []buffered
+	keep := s.buffer[:0]
+	var oldest time.Time
+	for _, b := range s.buffer {
+		if now.Sub(b.at) >= hold {
+			back = append(back, b)
+			continue
+		}
+		keep = append(keep, b)
+		if oldest.IsZero() || b.at.Before(oldest) {
+			oldest = b.at
+		}
+	}
+	clear(s.buffer[len(keep):])
+	s.buffer, s.oldest = keep, oldest
+	if len(s.buffer) == 0 {
+		s.buffer = nil
+	}
+	if len(back) == 0 {
+		return false
+	}
+	c.giveBack(s, back)
+	return true
+}
+
+// giveBack gives back prefetched jobs that waited too long for a slot:
+// their attempt is not counted, and their queues are notified, so that a
+// worker with a free slot takes them at once. This one claims only for
+// its free slots until its running jobs finish (see RuntimeNow): it does
+// not take them back. It logs once, then at most once a minute with the
+// count since.
+func (c *claimer) giveBack(s *loopState, back []buffered) {
+	jobs := c.unbuffer(s, back)
+	c.release(jobs, "")
+	var queues []string
+	for _, j := range jobs {
+		if !slices.Contains(queues, j.Queue) {
+			queues = append(queues, j.Queue)
+		}
+	}
+	ctx, cancel := context.WithTimeout(c.cut, reconcileTimeout)
+	if err := c.st.QueueNotify(ctx, queues); err != nil {
+		c.log.Debug("notifying the queues of given-back jobs failed: other workers find them at their poll", "err", err)
+	}
+	cancel()
+	s.gaveBack += len(jobs)
+	if s.gaveBackLogged.IsZero() || c.since(s.gaveBackLogged) >= time.Minute {
+		c.log.Info("gave back prefetched jobs that waited for a slot longer than the prefetch hold: a worker with a free slot takes them, and this one claims only for free slots until its running jobs finish",
+			"jobs", s.gaveBack, "prefetch_hold", c.cfg.PrefetchHold, "running", len(s.running), "job_ids", jobIDs(jobs, 10))
+		s.gaveBack, s.gaveBackLogged = 0, c.now()
+	}
+	c.sig.gaveBack.Send(len(jobs))
+}
+
+// unbuffer accounts for buffered jobs that leave the buffer without
+// starting (given back, cancelled, or no longer the worker's): their
+// claim no longer counts toward MaxJobs, and the master hears they no
+// longer wait. It returns their jobs.
+func (c *claimer) unbuffer(s *loopState, out []buffered) []store.ClaimedJob {
+	s.claimed -= int64(len(out))
+	c.tellDequeued(out)
+	jobs := make([]store.ClaimedJob, len(out))
+	for i, b := range out {
+		jobs[i] = b.ClaimedJob
+	}
+	return jobs
+}
+
+// tellPrefetched tells the master which buffered jobs, past the first
+// from (those about to start in free slots), wait for a slot and it has not
+// heard of (Config.ReportPrefetch). It is called before they start, so
+// that a job that starts at once from its claim is never reported, and a
+// job that waits is reported before its claim's first job runs. Should the
+// jobs that start not be the first from (a queue paused meanwhile), a
+// reported one that starts is still said to leave first (tellDequeued).
+func (c *claimer) tellPrefetched(s *loopState, from int) {
+	if !c.cfg.ReportPrefetch {
+		return
+	}
+	var ids []int64
+	for i := max(from, 0); i < len(s.buffer); i++ {
+		if b := &s.buffer[i]; !b.told {
+			b.told = true
+			ids = append(ids, b.ID)
+		}
+	}
+	for len(ids) > 0 {
+		n := min(len(ids), maxReportIDs)
+		c.report(spawner.Report{Type: spawner.ReportPrefetch, Prefetched: ids[:n]})
+		ids = ids[n:]
+	}
+}
+
+// maxReportIDs bounds the job ids of one prefetch report, so that its line
+// stays far below spawner.MaxLineLength (an id takes at most 20 bytes),
+// which a master drops whole.
+const maxReportIDs = 1000
+
+// tellDequeued tells the master that the jobs of out it heard of no
+// longer wait (Config.ReportPrefetch). It is called before they start:
+// the report is written on the pipe before their handler runs.
+func (c *claimer) tellDequeued(out []buffered) {
+	if !c.cfg.ReportPrefetch {
+		return
+	}
+	var ids []int64
+	for _, b := range out {
+		if b.told {
+			ids = append(ids, b.ID)
+		}
+	}
+	for len(ids) > 0 {
+		n := min(len(ids), maxReportIDs)
+		c.report(spawner.Report{Type: spawner.ReportPrefetch, Dequeued: ids[:n]})
+		ids = ids[n:]
+	}
+}
+
+// jobIDs returns the ids of the first n jobs, for a log line.
+func jobIDs(jobs []store.ClaimedJob, n int) []int64 {
+	ids := make([]int64, 0, min(len(jobs), n))
+	for _, j := range jobs[:cap(ids)] {
+		ids = append(ids, j.ID)
+	}
+	return ids
 }
 
 // roomToClaim reports whether a claim is due: a slot is free and no
 // prefetched job waits for it, or a quarter of the room for prefetched
 // jobs is free. A claim of a job or two while others still wait in the
 // buffer would cost a round trip and a commit for little.
+//
+// Under a byte budget (Config.PayloadBudget) the same holds of its bytes:
+// a claim is due only while the jobs held leave some of the budget free,
+// and, while prefetched jobs wait, a quarter of it. A worker that holds
+// nothing may always claim (a job larger than the budget runs alone).
 func (c *claimer) roomToClaim(s *loopState) bool {
 	room := c.cfg.Concurrency + c.prefetch(s)
 	free := room - s.held()
-	return free > 0 && (len(s.buffer) == 0 || free >= room/4)
+	if free <= 0 || (len(s.buffer) > 0 && free < room/4) {
+		return false
+	}
+	if budget := c.cfg.PayloadBudget; budget > 0 && s.held() > 0 {
+		freeBytes := budget - s.heldBytes()
+		return freeBytes > 0 && (len(s.buffer) == 0 || freeBytes >= budget/4)
+	}
+	return true
+}
+
+// byteRoom is what a claim may take under the byte budget now: the bytes
+// the jobs held leave free, and whether its first job is taken whatever
+// its size (the worker holds nothing). No budget: no bound.
+func (c *claimer) byteRoom(s *loopState) (int64, bool) {
+	if c.cfg.PayloadBudget <= 0 {
+		return 0, false
+	}
+	return max(c.cfg.PayloadBudget-s.heldBytes(), 1), s.held() == 0
+}
+
+// claimLimit bounds a claim's limit under the byte budget by the jobs of
+// the last claim's smallest payload that fit what is free (one more, so
+// that a claim of such jobs is cut by bytes, not by its count): a claim of
+// large payloads then locks about as many rows as it takes.
+func (c *claimer) claimLimit(s *loopState, limit int) int {
+	if c.cfg.PayloadBudget <= 0 || s.jobBytes <= 0 {
+		return limit
+	}
+	free, _ := c.byteRoom(s)
+	return int(min(int64(limit), free/s.jobBytes+1))
+}
+
+// cutByBytes reports, after a claim of queue number i took fewer jobs than
+// it asked for (took of them, its first of any size when alone), whether
+// the byte budget cut it short while later queues remain to be claimed
+// from: whether the queue still has a job ready (the claim left it, as it
+// does a job that does not fit). The round then ends, so that a large job
+// is not passed over for smaller ones of later queues for as long as those
+// keep the worker busy. With no budget, on the last queue, or after a
+// claim that took nothing though its first job could be of any size (the
+// queue had none ready), no statement is run.
+func (c *claimer) cutByBytes(ctx context.Context, s *loopState, q string, i, took int, alone bool) bool {
+	if c.cfg.PayloadBudget <= 0 || i == len(c.cfg.Queues)-1 || (took == 0 && alone) {
+		return false
+	}
+	var ready bool
+	var err error
+	c.await(s, func() { ready, err = c.st.JobReadyExists(ctx, []string{q}) })
+	return err == nil && ready
+}
+
+// smallestPayload is the size of the smallest payload among jobs (at least
+// 1).
+func smallestPayload(jobs []store.ClaimedJob) int64 {
+	n := len(jobs[0].Payload)
+	for _, j := range jobs[1:] {
+		n = min(n, len(j.Payload))
+	}
+	return int64(max(n, 1))
 }
 
 // startBuffered starts claimed jobs in free slots, in the buffer's order
@@ -573,12 +909,12 @@ func (c *claimer) startBuffered(jobBase context.Context, s *loopState) {
 		return
 	}
 	if s.stopping || c.paused.Load() {
-		c.release(s.buffer, "")
+		c.release(c.unbuffer(s, s.buffer), "")
 		s.buffer = nil
 		return
 	}
 	if paused := *c.pausedQueues.Load(); len(paused) > 0 {
-		var back []store.ClaimedJob
+		var back []buffered
 		keep := s.buffer[:0]
 		for _, j := range s.buffer {
 			if paused[j.Queue] {
@@ -587,14 +923,19 @@ func (c *claimer) startBuffered(jobBase context.Context, s *loopState) {
 				keep = append(keep, j)
 			}
 		}
+		clear(s.buffer[len(keep):])
 		s.buffer = keep
-		c.release(back, "")
+		c.release(c.unbuffer(s, back), "")
 	}
-	n := min(len(s.buffer), c.cfg.Concurrency-len(s.running))
-	for _, j := range s.buffer[:max(n, 0)] {
-		c.start(jobBase, s, j)
+	n := max(min(len(s.buffer), c.cfg.Concurrency-len(s.running)), 0)
+	c.tellDequeued(s.buffer[:n])
+	for _, j := range s.buffer[:n] {
+		c.start(jobBase, s, j.ClaimedJob)
 	}
-	s.buffer = s.buffer[max(n, 0):]
+	// The started jobs leave the buffer's array too: their payloads are
+	// the runners' alone from here.
+	clear(s.buffer[:n])
+	s.buffer = s.buffer[n:]
 	if len(s.buffer) == 0 {
 		s.buffer = nil
 	}
@@ -641,7 +982,13 @@ func (c *claimer) start(jobBase context.Context, s *loopState, j store.ClaimedJo
 	tctx, cancel := context.WithTimeout(jobBase, timeout)
 	jctx, stop := context.WithCancelCause(tctx)
 	now := c.now()
-	s.running[j.ID] = &running{job: j, started: now, deadline: now.Add(timeout), cancel: cancel, stop: stop}
+	if len(s.running) == 0 {
+		s.lastEnd = now // busy from now: no finish yet
+	}
+	held, size := j, int64(len(j.Payload))
+	held.Payload = nil
+	s.running[j.ID] = &running{job: held, bytes: size, started: now, deadline: now.Add(timeout), cancel: cancel, stop: stop}
+	s.runningBytes += size
 	s.started++
 	c.sig.started.Send(j.ID)
 	// Never blocks: at most Concurrency jobs run, and tasks holds as many.
@@ -669,7 +1016,9 @@ func (c *claimer) finish(s *loopState, f finished) {
 	}
 	r.cancel()
 	delete(s.running, f.job.ID)
+	s.runningBytes -= r.bytes
 	c.finished.Add(1)
+	s.lastEnd = f.ended
 	if took := f.ended.Sub(r.started); s.runtime < 0 {
 		s.runtime = took
 	} else {
@@ -705,6 +1054,7 @@ func (c *claimer) overdue(s *loopState, now time.Time) *running {
 func (c *claimer) giveUp(s *loopState, r *running) {
 	cancelled := !r.cancelAt.IsZero()
 	delete(s.running, r.job.ID)
+	s.runningBytes -= r.bytes
 	c.finished.Add(1)
 	c.runners.giveUp(1) // the loop waits for it no more, nor does the runners' Stop
 	c.exec.settle(attemptEnd{finished: finished{job: r.job, timeout: r.deadline.Sub(r.started), ended: c.now()},
@@ -762,6 +1112,7 @@ func (c *claimer) interrupt(s *loopState) {
 	}
 	s.interrupted = len(attempts)
 	clear(s.running)
+	s.runningBytes = 0
 	c.runners.giveUp(len(attempts))
 	slices.Sort(ids)
 	c.log.Warn("interrupted the jobs still running after the grace period: released to run again as their next attempt, no try spent",
@@ -804,12 +1155,46 @@ func (c *claimer) release(jobs []store.ClaimedJob, reason string) {
 	}
 	ctx, cancel := context.WithTimeout(parent, timeout)
 	defer cancel()
-	n, err := c.st.JobRelease(ctx, store.JobReleaseParams{Leases: leases, Uncount: true, Error: reason})
+	n, err := c.releaseLeases(ctx, leases, reason)
 	if err != nil {
-		c.log.Error("release jobs failed: they stay reserved until a master releases them", "jobs", len(jobs), "err", err)
+		c.log.Error("release jobs failed: they stay reserved until a master releases them", "jobs", len(jobs)-n, "err", err)
 		return
 	}
 	c.log.Info("released jobs that had not started", "jobs", n)
+}
+
+// releaseLeases releases jobs that had not started (no attempt counted),
+// as JobRelease does, but does not give up while the database answers: a
+// release the server cancelled for its statement timeout is tried again
+// in halves, and one it refused for now (a deadlock, too many
+// connections) again after a short pause, until ctx ends. Only a database
+// that does not answer ends it at once; those jobs stay reserved until
+// this worker's reconcile or a master releases them. It returns how many
+// jobs it released.
+func (c *claimer) releaseLeases(ctx context.Context, leases []store.Lease, reason string) (int, error) {
+	answered := backoff.Exponential{Base: transientRetryBase, Max: TransientRetryMax}
+	for {
+		n, err := c.st.JobRelease(ctx, store.JobReleaseParams{Leases: leases, Uncount: true, Error: reason})
+		if err == nil {
+			return n, nil
+		}
+		if ctx.Err() != nil || store.ClassifyError(err) != store.ErrorTransient {
+			return 0, err
+		}
+		if store.StatementTimedOut(err) && len(leases) > 1 {
+			half := len(leases) / 2
+			a, err := c.releaseLeases(ctx, leases[:half], reason)
+			if err != nil {
+				return a, err
+			}
+			b, err := c.releaseLeases(ctx, leases[half:], reason)
+			return a + b, err
+		}
+		d := answered.Next()
+		if serr := backoff.Sleep(ctx, backoff.Between(d/2, d)); serr != nil {
+			return 0, fmt.Errorf("%w (then: %w)", err, serr)
+		}
+	}
 }
 
 func (c *claimer) exit(s *loopState, runErr error) (Result, error) {

@@ -70,6 +70,9 @@ type finished struct {
 func (e *executor) run(t task) finished {
 	var inTx atomic.Bool
 	err := e.call(t.ctx, &t.job, t.started, &inTx)
+	// Nothing of the worker's keeps the payload once the handler returned:
+	// the claimer's record of the job never had it.
+	t.job.Payload = nil
 	return finished{job: t.job, err: err, timeout: t.timeout, expired: errors.Is(t.ctx.Err(), context.DeadlineExceeded),
 		ended: e.now(), inTx: inTx.Load()}
 }

@@ -31,6 +31,9 @@ type Signals struct {
 	// unread events, so a test that reads them once the worker is done
 	// runs fewer jobs than that.
 	Started *lifecycle.Signal[int64]
+	// GaveBack: that many prefetched jobs waited Config.PrefetchHold for a
+	// slot and were given back.
+	GaveBack *lifecycle.Signal[int]
 	// Listening: the listener's connection listens.
 	Listening *lifecycle.Signal[struct{}]
 	// Vacuumed: the vacuum handled a tick, true when it asked the
@@ -52,6 +55,7 @@ func InitSignals(w *Worker) *Signals {
 		Claimed:    &w.claimer.sig.claimed,
 		ClaimSplit: &w.claimer.sig.split,
 		Started:    &w.claimer.sig.started,
+		GaveBack:   &w.claimer.sig.gaveBack,
 		Listening:  &w.listener.sig.connected,
 		Vacuumed:   &w.vacuum.sig.round,
 	}
@@ -61,6 +65,7 @@ func InitSignals(w *Worker) *Signals {
 	s.Claimed.Init()
 	s.ClaimSplit.Init()
 	s.Started.Init()
+	s.GaveBack.Init()
 	s.Listening.Init()
 	s.Vacuumed.Init()
 	return s

@@ -52,7 +52,7 @@ func startOrder(rank map[string]int) func(a, b store.ClaimedJob) int {
 // prefetched job still waiting. A prefetch thus delays a more urgent job
 // by at most one claim: only the jobs that start before that claim
 // returns go first.
-func mergeClaimed(waiting, batch []store.ClaimedJob, order func(a, b store.ClaimedJob) int) []store.ClaimedJob {
+func mergeClaimed[J any](waiting, batch []J, order func(a, b J) int) []J {
 	if len(waiting) == 0 {
 		return batch
 	}

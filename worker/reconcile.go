@@ -115,12 +115,14 @@ func (c *claimer) reconcile(parent context.Context, s *loopState) {
 // them: they are no longer the worker's to run.
 func (c *claimer) dropUnreserved(s *loopState, mine map[store.Lease]bool) {
 	var dropped []store.Lease
+	var gone []buffered
 	keep := s.buffer[:0]
 	for _, j := range s.buffer {
 		if mine[j.Lease()] {
 			keep = append(keep, j)
 		} else {
 			dropped = append(dropped, j.Lease())
+			gone = append(gone, j)
 		}
 	}
 	clear(s.buffer[len(keep):])
@@ -128,6 +130,7 @@ func (c *claimer) dropUnreserved(s *loopState, mine map[store.Lease]bool) {
 	if len(s.buffer) == 0 {
 		s.buffer = nil
 	}
+	c.unbuffer(s, gone)
 	if len(dropped) > 0 {
 		c.log.Warn("dropped claimed jobs the database no longer has reserved by this worker (released by a master, or their claim lost in a failover): they are not started here",
 			"jobs", len(dropped), "job_ids", leaseIDs(dropped, 10))

@@ -227,8 +227,11 @@ func TestReconcileDropsAClaimNoLongerReserved(t *testing.T) {
 		return nil
 	})
 	var logs syncbuf.Buffer
+	// A frozen clock: every runtime reads 0 and no claimed job has waited
+	// (see worker.RuntimeNow and Config.PrefetchHold), so the worker keeps
+	// prefetching while the slot is held.
 	w := b.worker(t, worker.Config{Concurrency: 1, HeartbeatInterval: 20 * time.Millisecond,
-		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+		Logger: slog.New(slog.NewTextHandler(&logs, nil)), Now: frozen()})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { _, err := w.Run(ctx); done <- err }()

@@ -14,8 +14,9 @@ import (
 // it, and `app fleet:work` reads its flags into a spec (the inverse of
 // spawner.WorkArgs) and goes through it too.
 //
-// The spec's queues, concurrency and job defaults (Tries, Backoff,
-// Timeout) replace base's when the spec sets them (non-zero, non-empty);
+// The spec's queues, concurrency, job defaults (Tries, Backoff, Timeout)
+// and byte budget replace base's when the spec sets them (non-zero,
+// non-empty);
 // its limits, pause state, worker name and master always do, since a spec
 // that sets none asks for none. A spec's supervisor is added to the
 // logger, base.Logger or else slog.Default(), as the attribute
@@ -44,6 +45,9 @@ func SpecConfig(spec spawner.Spec, base Config) Config {
 	}
 	if spec.Timeout > 0 {
 		cfg.DefaultTimeout = spec.Timeout
+	}
+	if spec.PayloadBudget != 0 {
+		cfg.PayloadBudget = spec.PayloadBudget
 	}
 	if spec.Supervisor != "" {
 		cfg.Logger = cmp.Or(base.Logger, slog.Default()).With("supervisor", spec.Supervisor)

@@ -67,10 +67,15 @@ type Config struct {
 	// PrefetchWindow of work by the recent average runtime (see
 	// PrefetchFor). Jobs that take PrefetchBelow or more are claimed only
 	// for free slots, so that no worker sits on slow jobs others could
-	// run. The price of prefetching is leases held on jobs not yet
-	// running: if the worker dies, they wait for its lease to be released
-	// like its running ones. Default DefaultPrefetch; negative: never
-	// prefetch.
+	// run; the runtime that counts is the recent average, or how long the
+	// running jobs have gone without one finishing when that is longer
+	// (RuntimeNow). A prefetched job that still waits PrefetchHold after
+	// its claim is given back (see PrefetchHold). The price of
+	// prefetching is leases held on jobs not yet running: if the worker
+	// dies, they wait for its lease to be released like its running ones
+	// (under a master that hears its prefetch reports, see ReportPrefetch,
+	// they are given back without an attempt). Default DefaultPrefetch;
+	// negative: never prefetch.
 	//
 	// Prefetched jobs wait, and start, in order: the queues' order, then
 	// within a queue lowest priority first, then the earliest available,
@@ -83,6 +88,30 @@ type Config struct {
 	// start before that claim returns go first). Running jobs are never
 	// preempted.
 	Prefetch int
+	// PayloadBudget bounds, in bytes, the payloads of the jobs the worker
+	// holds, claimed and running, besides the count of its slots: a claim
+	// takes no more jobs than fit what the held jobs leave of it (the
+	// database measures each payload as it is stored, see
+	// store.JobClaimParams.MaxBytes), and the worker claims nothing while
+	// it is full. A worker that holds nothing claims the next job whatever
+	// its size, so a job larger than the budget runs too, alone. Default
+	// DefaultPayloadBudget; negative: no bound.
+	PayloadBudget int64
+	// PrefetchHold bounds how long a prefetched job waits for a slot: one
+	// that has waited this long since its claim is given back, its attempt
+	// not counted, and its queue notified, so that a worker with a free
+	// slot takes it at once. So whatever the timing (a claim sized by
+	// short jobs that took long ones, a burst after a lull), no job waits
+	// behind another worker's prefetch for longer than this while slots
+	// are free elsewhere. Default DefaultPrefetchHold; negative: never
+	// give back.
+	PrefetchHold time.Duration
+	// ReportPrefetch sends Reports a spawner.ReportPrefetch report after
+	// each claim that leaves jobs waiting for a slot, and before such jobs
+	// start or once they are given back, so that its master, when the
+	// process dies, gives back without an attempt the jobs it never
+	// started. A worker under a master sets it.
+	ReportPrefetch bool
 	// MaxJobs stops the worker after it has started this many jobs (0: never).
 	MaxJobs int
 	// MaxTime stops the worker after it has run this long (0: never).
@@ -230,6 +259,13 @@ func New(st *store.Store, jobs *queue.Registry, cfg Config) (*Worker, error) {
 	case cfg.Prefetch < 0:
 		cfg.Prefetch = 0
 	}
+	switch {
+	case cfg.PayloadBudget == 0:
+		cfg.PayloadBudget = DefaultPayloadBudget
+	case cfg.PayloadBudget < 0:
+		cfg.PayloadBudget = 0
+	}
+	cfg.PrefetchHold = cmp.Or(cfg.PrefetchHold, DefaultPrefetchHold)
 	cfg.Tries = cmp.Or(cfg.Tries, DefaultTries)
 	cfg.PollInterval = cmp.Or(cfg.PollInterval, DefaultPollInterval)
 	cfg.DefaultTimeout = cmp.Or(cfg.DefaultTimeout, DefaultTimeout)
@@ -312,6 +348,11 @@ const (
 	// 20,000 jobs/s with a bound of 64, 26,000 with 256 and 31,000 with
 	// 512, against 35,000 at concurrency 1000.
 	DefaultPrefetch = 512
+	// DefaultPrefetchHold is the default bound on a prefetched job's wait
+	// for a slot (Config.PrefetchHold): five times the work a full
+	// prefetch holds (PrefetchWindow), so that only a prefetch whose
+	// jobs turned out slow is given back.
+	DefaultPrefetchHold = defaults.PrefetchHold
 )
 
 // PrefetchFor is how many jobs may wait for a free slot, beyond the
@@ -331,6 +372,10 @@ func PrefetchFor(concurrency, bound int, runtime time.Duration) int {
 	n := int64(PrefetchWindow) * int64(concurrency) / int64(runtime)
 	return int(min(n, int64(bound)))
 }
+
+// DefaultPayloadBudget is the default byte budget of a worker's claimed
+// and running payloads (Config.PayloadBudget).
+const DefaultPayloadBudget = defaults.PayloadBudget
 
 // DefaultName returns host:pid:random, unique per process (a master's
 // default name has the same form).

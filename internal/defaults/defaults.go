@@ -28,6 +28,12 @@ const (
 	// PollInterval is the workers' polling fallback beside LISTEN
 	// (queue.poll_interval_ms).
 	PollInterval = time.Second
+	// PayloadBudget bounds the payload bytes a worker holds, claimed and
+	// running (queue.payload_budget_bytes).
+	PayloadBudget = 32 << 20
+	// PrefetchHold is how long a prefetched job may wait for a slot
+	// before its worker gives it back (queue.prefetch_hold_ms).
+	PrefetchHold = 100 * time.Millisecond
 )
 
 // Backoff is the seconds before each retry of a job that sets none
@@ -56,6 +62,9 @@ const (
 	// LongWaitCooldown is the least time between two long-wait alerts of
 	// one queue (fleet.long_wait_cooldown_minutes).
 	LongWaitCooldown = 15 * time.Minute
+	// HeldWarn is how long a transaction may hold back the cleanup of
+	// fleet's tables before its master warns (fleet.held_warn_secs).
+	HeldWarn = time.Minute
 )
 
 // How long history is kept (fleet.trim).
