@@ -1,6 +1,6 @@
 // Package bench is "app bench": the load-testing scenarios (bound, drain,
 // paths, held, cold, masters, latency, dispatch, idle, backlog, scale,
-// peers), the raw SQL loop every throughput is compared with, the
+// peers, payload), the raw SQL loop every throughput is compared with, the
 // statements that fill, measure and clean the bench's own queues, and the
 // report it prints. It holds no cobra and does not import cmd: the
 // application's command parses the flags into a Plan and hands Run what
@@ -66,19 +66,23 @@ var benchScenarios = []string{"bound", "drain", "paths", "held", "cold", "master
 
 // onlyByName are the scenarios "all" leaves out: they run only when
 // named. peers compares fleet with other queues that the bench does not
-// ship (see bench/peers/install.sh).
-var onlyByName = []string{"peers"}
+// ship (see bench/peers/install.sh); payload writes gigabytes of payloads
+// for each size.
+var onlyByName = []string{"peers", "payload"}
 
-// Register adds the bench's no-op handler, and its sleeping one
-// (SleepJobName), to jobs unless it has handlers of those names. Call it
-// only in a process that runs the bench or that the bench started (EnvRun
-// set).
+// Register adds the bench's no-op handler, its sleeping one
+// (SleepJobName) and the payload scenario's (PayloadJobName) to jobs unless
+// it has handlers of those names. Call it only in a process that runs the
+// bench or that the bench started (EnvRun set).
 func Register(jobs *queue.Registry) {
 	if _, ok := jobs.Lookup(JobName); !ok {
 		jobs.Handle(JobName, func(context.Context, *queue.Job) error { return nil })
 	}
 	if _, ok := jobs.Lookup(SleepJobName); !ok {
 		jobs.Handle(SleepJobName, sleepJob)
+	}
+	if _, ok := jobs.Lookup(PayloadJobName); !ok {
+		jobs.Handle(PayloadJobName, handlePayload)
 	}
 }
 
@@ -111,7 +115,7 @@ func RegisterStamp(jobs *queue.Registry, path string) {
 // Flags are the options of "app bench", as its command line gives them.
 type Flags struct {
 	// Scenario is bound, drain, paths, held, cold, masters, prefetch,
-	// latency, dispatch, idle, backlog, scale, peers or all.
+	// latency, dispatch, idle, backlog, scale, peers, payload or all.
 	Scenario string
 	// Jobs is the job count of bound, drain, paths, held, cold, masters,
 	// dispatch and peers.
@@ -144,6 +148,13 @@ type Flags struct {
 	// Masters lists the numbers of masters the masters scenario compares,
 	// comma-separated, the first being the reference (default 1,2,4,8).
 	Masters string
+	// PayloadSizes lists the payload scenario's payload sizes in KiB,
+	// comma-separated (default DefaultPayloadSizes); PayloadMB is the MiB
+	// of payloads it dispatches and drains for each size, PayloadConc the
+	// draining worker's concurrency.
+	PayloadSizes string
+	PayloadMB    int
+	PayloadConc  int
 	// JSON prints one JSON document instead of the table.
 	JSON bool
 	// Force runs on a database holding jobs of other queues.
@@ -252,6 +263,7 @@ type benchReport struct {
 	Backlog   *backlogResult  `json:"backlog,omitempty"`
 	Scale     *scaleResult    `json:"scale,omitempty"`
 	Peers     *peersResult    `json:"peers,omitempty"`
+	Payload   *payloadResult  `json:"payload,omitempty"`
 	Cleanup   cleanupResult   `json:"cleanup"`
 }
 
@@ -408,6 +420,12 @@ func benchPlan(f *Flags) ([]string, error) {
 	if _, err := mastersList(f.Masters); err != nil {
 		return nil, err
 	}
+	if _, err := payloadSizes(f.PayloadSizes); err != nil {
+		return nil, err
+	}
+	if f.PayloadMB < 1 || f.PayloadConc < 1 {
+		return nil, fmt.Errorf("--payload-mb and --payload-concurrency must be at least 1, got %d and %d", f.PayloadMB, f.PayloadConc)
+	}
 	return want, nil
 }
 
@@ -479,7 +497,7 @@ func (b *bench) run(ctx context.Context, scenarios []string) error {
 	run := map[string]func(context.Context) error{
 		"bound": b.bound, "drain": b.drain, "latency": b.latency, "dispatch": b.dispatch,
 		"idle": b.idle, "backlog": b.backlog, "scale": b.scale, "paths": b.paths, "held": b.held,
-		"peers": b.peers, "cold": b.cold, "masters": b.masters, "prefetch": b.prefetch,
+		"peers": b.peers, "cold": b.cold, "masters": b.masters, "prefetch": b.prefetch, "payload": b.payload,
 	}
 	for _, s := range scenarios {
 		b.progressf("== %s", s)

@@ -22,7 +22,8 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 // defaultFlags are the flags of "app bench" left at their defaults.
 func defaultFlags() Flags {
 	return Flags{Scenario: "all", Jobs: 200000, Backlog: 1000000, IdleSecs: 60, CellSecs: 15, Samples: 200, Rounds: 3,
-		ScaleBacklogs: "10000,100000,1000000", ScaleConcurrency: "1,16,64,256,1000", Masters: DefaultMasters}
+		ScaleBacklogs: "10000,100000,1000000", ScaleConcurrency: "1,16,64,256,1000", Masters: DefaultMasters,
+		PayloadSizes: DefaultPayloadSizes, PayloadMB: DefaultPayloadMB, PayloadConc: DefaultPayloadConc}
 }
 
 // TestPlan: the scenarios each --scenario runs, the --sustain default and
@@ -62,6 +63,9 @@ func TestPlan(t *testing.T) {
 		{"masters", func(f *Flags) { f.Scenario = "masters"; f.Masters = "1,3" }},
 		{"masters-bad", func(f *Flags) { f.Scenario = "masters"; f.Masters = "1,x" }},
 		{"masters-many", func(f *Flags) { f.Scenario = "masters"; f.Masters = "1,1001" }},
+		{"payload", func(f *Flags) { f.Scenario = "payload" }},
+		{"payload-sizes-bad", func(f *Flags) { f.Scenario = "payload"; f.PayloadSizes = "512,0" }},
+		{"payload-mb0", func(f *Flags) { f.Scenario = "payload"; f.PayloadMB = 0 }},
 	}
 	var got strings.Builder
 	for _, c := range cases {
@@ -154,7 +158,8 @@ func TestReportKeys(t *testing.T) {
 		Cold:     &coldResult{Master: coldPath{Rounds: []coldRound{{}}}, One: coldPath{Rounds: []coldRound{{}}}},
 		Masters:  &mastersResult{Cases: []mastersCase{{coldPath: coldPath{Rounds: []coldRound{{}}}}}}, Scale: &scaleResult{Cells: []scaleCell{{}}, Grid: []string{"x"}},
 		Peers: &peersResult{Paths: []peerPath{{Name: "n", Version: "v", Settings: "s", Missing: "m", JobsPerSec: []float64{1}, FromStart: []float64{1},
-			Median: 1, MedianFromStart: 1, MasterVs: 1, MasterVsFromStart: 1}}}}
+			Median: 1, MedianFromStart: 1, MasterVs: 1, MasterVsFromStart: 1}}},
+		Payload: &payloadResult{Sizes: []payloadSize{{}}}}
 	doc, err := json.Marshal(rep)
 	if err != nil {
 		t.Fatal(err)

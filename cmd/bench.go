@@ -18,7 +18,7 @@ import (
 func (r *runner) benchCommand() *cobra.Command {
 	var f bench.Flags
 	c := &cobra.Command{
-		Use:   "bench [--scenario bound|drain|paths|held|cold|masters|prefetch|latency|dispatch|idle|backlog|scale|peers|all] [--jobs N] [--json]",
+		Use:   "bench [--scenario bound|drain|paths|held|cold|masters|prefetch|latency|dispatch|idle|backlog|scale|peers|payload|all] [--jobs N] [--json]",
 		Short: "Measure throughput and latency of this app's fleet on the configured database",
 		Long: "Runs benchmark scenarios on the configured database (database.url) with the real master " +
 			"and real fleet:work children of this executable, and prints a table (or, with --json, one " +
@@ -48,8 +48,11 @@ func (r *runner) benchCommand() *cobra.Command {
 			"concurrency); peers (--rounds rounds of --jobs no-op jobs through a master of 2 × 500, one " +
 			"fleet:work × 1000, River and graphile-worker, at the versions bench/peers/install.sh pins and " +
 			"installs into --peers-dir, each peer in a schema of its own that is dropped after; a peer not " +
-			"installed is left out with a line saying how to install it); all (every scenario in that " +
-			"order but peers, one bound).\n\n" +
+			"installed is left out with a line saying how to install it); payload (for each of --payload-sizes, " +
+			"--payload-mb MiB of jobs with a payload of that size, dispatched by 'app dispatch --count' and " +
+			"drained by one fleet:work × --payload-concurrency, each a process of its own: MB/s of each and " +
+			"the peak RSS of the dispatcher and of the worker); all (every scenario in that " +
+			"order but peers and payload, one bound).\n\n" +
 			"The bench migrates nothing: run 'app migrate' first. It uses only queues named " + bench.Prefix +
 			"*, refuses a database holding jobs of any other queue unless --force, and deletes its " +
 			"queues' jobs, failed jobs, history, counters and snapshots before and after (also after " +
@@ -63,7 +66,7 @@ func (r *runner) benchCommand() *cobra.Command {
 		},
 	}
 	fl := c.Flags()
-	fl.StringVar(&f.Scenario, "scenario", "all", "bound, drain, paths, held, cold, masters, prefetch, latency, dispatch, idle, backlog, scale, peers or all")
+	fl.StringVar(&f.Scenario, "scenario", "all", "bound, drain, paths, held, cold, masters, prefetch, latency, dispatch, idle, backlog, scale, peers, payload or all")
 	fl.IntVar(&f.Jobs, "jobs", 200000, "jobs for bound, drain, paths, held, cold, masters, dispatch and peers")
 	fl.IntVar(&f.Backlog, "backlog", 1000000, "pending jobs for the backlog scenario")
 	fl.DurationVar(&f.Sustain, "sustain", 0, "sustained drain of the backlog scenario (default 10m, 2m under --scenario all)")
@@ -74,6 +77,9 @@ func (r *runner) benchCommand() *cobra.Command {
 	fl.StringVar(&f.ScaleBacklogs, "scale-backlogs", "10000,100000,1000000", "backlog sizes of the scale grid")
 	fl.StringVar(&f.ScaleConcurrency, "scale-concurrency", "1,16,64,256,1000", "concurrencies of the scale grid")
 	fl.StringVar(&f.Masters, "masters", bench.DefaultMasters, "numbers of masters the masters scenario compares, the first the reference")
+	fl.StringVar(&f.PayloadSizes, "payload-sizes", bench.DefaultPayloadSizes, "payload sizes of the payload scenario, in KiB, comma-separated")
+	fl.IntVar(&f.PayloadMB, "payload-mb", bench.DefaultPayloadMB, "MiB of payloads the payload scenario dispatches and drains for each size")
+	fl.IntVar(&f.PayloadConc, "payload-concurrency", bench.DefaultPayloadConc, "concurrency of the payload scenario's worker")
 	fl.StringVar(&f.PeersDir, "peers-dir", bench.DefaultPeersDir, "where the peers scenario finds River and graphile-worker (see bench/peers/install.sh)")
 	fl.BoolVar(&f.JSON, "json", false, "print one JSON document instead of the table")
 	fl.BoolVar(&f.Force, "force", false, "run on a database that holds jobs of other queues")

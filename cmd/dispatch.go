@@ -22,10 +22,13 @@ import (
 // How many jobs one INSERT of dispatch --count carries: at most
 // dispatchBatch, and no more than fill dispatchBatchBytes with their
 // payloads (at least one). The command streams: it holds one batch at a
-// time, so its memory follows the batch, not --count.
+// time, so its memory follows the batch, not --count. The server unnests a
+// batch's arrays into memory of its own, up to work_mem (4 MB by default)
+// before it spills to a temporary file: a batch of 2 MiB stays within it,
+// one of 4 MiB spilled.
 const (
 	dispatchBatch      = 1000
-	dispatchBatchBytes = 4 << 20
+	dispatchBatchBytes = 2 << 20
 )
 
 // dispatchBatchSize is how many copies of a job whose payload is
@@ -74,7 +77,7 @@ func (r *runner) dispatchCommand() *cobra.Command {
 		Short: "Dispatch jobs from the shell",
 		Long: "Dispatch N copies of a job in batches, all in one transaction: " +
 			"either every copy is dispatched or none is. A batch holds up to 1000 copies, " +
-			"fewer of a large payload (4 MiB of payloads at most, at least one copy), and " +
+			"fewer of a large payload (2 MiB of payloads at most, at least one copy), and " +
 			"the command holds one batch at a time, so its memory does not grow with N.",
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error { return r.dispatch(c, f) },

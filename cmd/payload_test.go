@@ -92,7 +92,7 @@ func TestDispatchPayloadFromFileAndStdin(t *testing.T) {
 }
 
 // TestDispatchCountStreams: dispatch --count sends its copies in batches
-// of at most 4 MiB of payloads (at least one copy, at most 1000), one
+// of at most 2 MiB of payloads (at least one copy, at most 1000), one
 // INSERT each, so that it holds one batch at a time whatever the count:
 // the rows of one INSERT share its command id in the transaction (cmin),
 // so the database shows the batches. All of them commit together.
@@ -109,8 +109,8 @@ func TestDispatchCountStreams(t *testing.T) {
 		// want is the size of each batch, in order.
 		want []int
 	}{
-		// 4 MiB holds six payloads of 600 kB.
-		{"big", "@big.json", "20", []int{6, 6, 6, 2}},
+		// 2 MiB holds three payloads of 600 kB.
+		{"big", "@big.json", "20", []int{3, 3, 3, 3, 3, 3, 2}},
 		// Small payloads: 1000 a batch.
 		{"small", `{"a":1}`, "2500", []int{1000, 1000, 500}},
 	} {

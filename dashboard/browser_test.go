@@ -170,9 +170,19 @@ func (b *browser) check(t *testing.T, when string) {
 	}
 }
 
+// do runs steps. The page re-renders its cards on every refresh, so an
+// element found by a query may be replaced before the click reaches it
+// (Chromium answers "Could not find node with given id"): no event was
+// dispatched then, and the steps are run again, up to three times.
 func (b *browser) do(t *testing.T, what string, steps ...chromedp.Action[chromedp.Void]) {
 	t.Helper()
-	if err := chromedp.Do(b.ctx, steps...); err != nil {
+	var err error
+	for range 3 {
+		if err = chromedp.Do(b.ctx, steps...); err == nil || !strings.Contains(err.Error(), "Could not find node with given id") {
+			break
+		}
+	}
+	if err != nil {
 		t.Fatalf("%s: %v", what, err)
 	}
 }

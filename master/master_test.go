@@ -2,6 +2,7 @@ package master_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -684,4 +685,62 @@ func TestMasterGivesNoSpareProcessesToAPausedQueue(t *testing.T) {
 		t.Fatal(err)
 	}
 	poll(t, "mail to get its share back", func() bool { g := b.byGroup(); return g["mail"] == 2 && g["default"] == 2 })
+}
+
+// A master's first children start with what its first reads found: the
+// fleet's pause state, set before the master started, and the workload,
+// which weighs the first allocation (a backlog on one queue takes it a
+// process above its minimum at once; a paused queue gets no spare
+// process).
+func TestMasterStartsItsFirstWorkersWithTheStateAndWorkloadItRead(t *testing.T) {
+	t.Parallel()
+	sups := resolve(t, map[string]supervisor.SupervisorOptions{
+		"default": {Queues: []string{"a", "b"}, MinProcesses: intp(1), MaxProcesses: intp(4), Concurrency: intp(2)},
+	})
+	for _, all := range []bool{false, true} {
+		pool := pgtest.Pool(t)
+		ctx := context.Background()
+		st := store.New(pool)
+		keys := []string{store.StatePauseQueuePrefix + "b"}
+		if all {
+			keys = append(keys, store.StatePauseAll)
+		}
+		for _, key := range keys {
+			if err := st.StateSet(ctx, key); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := pool.Exec(ctx, `INSERT INTO queue_jobs (queue, name) SELECT q, 'x' FROM unnest('{a,b}'::text[]) q, generate_series(1, 100)`); err != nil {
+			t.Fatal(err)
+		}
+		b := start(t, pool, sups, nil)
+		// Paused, the supervisor keeps its minimum: one process a queue.
+		want := map[string]int{"a": 2, "b": 1}
+		if all {
+			want = map[string]int{"a": 1, "b": 1}
+		}
+		n := want["a"] + want["b"]
+		if err := b.fake.WaitSpawned(waitCtx(t), n); err != nil {
+			t.Fatalf("paused all %v: %v; log:\n%s", all, err, b.logs.String())
+		}
+		logs := b.logs.String()
+		line, _, _ := strings.Cut(logs[strings.Index(logs, "msg=allocation"):], "\n")
+		if w := fmt.Sprintf(`processes="map[a:%d b:%d]"`, want["a"], want["b"]); !strings.Contains(line, w) {
+			t.Errorf("paused all %v: first allocation: %s, want %s", all, line, w)
+		}
+		groups := map[string]int{}
+		for _, s := range b.fake.Specs()[:n] {
+			groups[s.Group()]++
+			if s.Paused != all {
+				t.Errorf("paused all %v: worker %s started with paused %v", all, s.Worker, s.Paused)
+			}
+			if w := map[string]string{"a": "", "b": "b"}[s.Group()]; strings.Join(s.PausedQueues, ",") != w {
+				t.Errorf("paused all %v: worker of %s started with paused queues %q, want %q", all, s.Group(), s.PausedQueues, w)
+			}
+		}
+		if groups["a"] != want["a"] || groups["b"] != want["b"] {
+			t.Errorf("paused all %v: first workers per queue: %v, want %v", all, groups, want)
+		}
+		b.stop(t)
+	}
 }

@@ -143,8 +143,11 @@ func TestBeatFailuresAreCountedAndLoggedOnce(t *testing.T) {
 	pool := pgtest.Pool(t)
 	ctx := context.Background()
 	logs := &syncBuffer{}
-	const ttl = 600 * time.Millisecond
-	s, err := membership.New(store.New(pool), membership.Config{Name: "m", TTL: ttl, Interval: 50 * time.Millisecond,
+	// A ttl and beat interval Slack times an idle machine's, so that a
+	// loaded machine's beats still pass within their time limit: a failed
+	// beat would lose trust on its own and prove nothing here.
+	const ttl = testwait.Slack * 600 * time.Millisecond
+	s, err := membership.New(store.New(pool), membership.Config{Name: "m", TTL: ttl, Interval: testwait.Slack * 50 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	if err != nil {
 		t.Fatal(err)
@@ -194,8 +197,11 @@ func TestLostBeatsLoseTrust(t *testing.T) {
 	pool := pgtest.Pool(t)
 	ctx := context.Background()
 	logs := &syncBuffer{}
-	const ttl = 600 * time.Millisecond
-	s, err := membership.New(store.New(pool), membership.Config{Name: "m", TTL: ttl, Interval: 50 * time.Millisecond,
+	// A ttl and beat interval Slack times an idle machine's, so that a
+	// loaded machine's beats still pass within their time limit: a failed
+	// beat would lose trust on its own and prove nothing here.
+	const ttl = testwait.Slack * 600 * time.Millisecond
+	s, err := membership.New(store.New(pool), membership.Config{Name: "m", TTL: ttl, Interval: testwait.Slack * 50 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	if err != nil {
 		t.Fatal(err)

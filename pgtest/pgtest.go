@@ -45,6 +45,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"flag"
 	"fmt"
 	"hash/fnv"
 	"log/slog"
@@ -52,6 +53,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -108,13 +111,16 @@ type harness struct {
 
 var h harness
 
-// Main runs the package's tests, then stops the throwaway cluster the harness
-// started (dropping the template it made there first) and the TimescaleDB
-// cluster of TimescaleURL, and checks, when the
-// tests passed, that they leaked no goroutines. It exits the process with
-// the tests' code, or 1 when teardown fails or goroutines leaked.
+// Main runs the package's tests, at least four parallel ones at once
+// unless -parallel says otherwise (see minParallel), then drops the
+// databases the tests left (see URL), stops the throwaway cluster the
+// harness started (dropping the template it made there first) and the
+// TimescaleDB cluster of TimescaleURL, and checks, when the tests passed,
+// that they leaked no goroutines. It exits the process with the tests'
+// code, or 1 when teardown fails or goroutines leaked.
 func Main(m *testing.M) {
 	h.running = true
+	raiseParallel()
 	code := m.Run()
 	if err := errors.Join(h.teardown(), ts.teardown()); err != nil {
 		fmt.Fprintf(os.Stderr, "pgtest: %v\n", err)
@@ -129,6 +135,25 @@ func Main(m *testing.M) {
 		}
 	}
 	os.Exit(code)
+}
+
+// minParallel is the least number of parallel tests (those calling
+// t.Parallel) Main runs at once when -parallel is not given: tests on a
+// database mostly wait, for the server and for timers, so more of them
+// than the default GOMAXPROCS keep a small machine busy.
+const minParallel = 4
+
+// raiseParallel sets -test.parallel to minParallel unless it was given or
+// GOMAXPROCS is larger.
+func raiseParallel() {
+	if !flag.Parsed() {
+		flag.Parse()
+	}
+	given := false
+	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
+	if !given && flag.Lookup("test.parallel") != nil && runtime.GOMAXPROCS(0) < minParallel {
+		_ = flag.Set("test.parallel", strconv.Itoa(minParallel)) // a valid int
+	}
 }
 
 // URL returns the URL of a fresh database, already migrated, used by this
@@ -159,10 +184,11 @@ func URL(t testing.TB) string {
 
 // NewDatabase is URL for code that has no testing.TB: an Example
 // function, or TestMain itself. It returns the URL of a fresh, migrated
-// database and drop, which drops it (WITH (FORCE)); the caller calls drop
-// once done with it, before Main returns. It works only while Main runs
-// the tests (from TestMain or a test), and returns an error when no server
-// can be had.
+// database and drop, which closes it as the end of a test closes URL's
+// (ending its connections) and has it dropped with a later batch, by the
+// time Main ends; the caller calls drop once done with it, before Main
+// returns. It works only while Main runs the tests (from TestMain or a
+// test), and returns an error when no server can be had.
 func NewDatabase(ctx context.Context) (url string, drop func() error, err error) {
 	if !h.running {
 		return "", nil, errors.New("pgtest: call pgtest.Main from TestMain: func TestMain(m *testing.M) { pgtest.Main(m) }")
@@ -175,7 +201,13 @@ func NewDatabase(ctx context.Context) (url string, drop func() error, err error)
 	if err != nil {
 		return "", nil, err
 	}
-	return u, func() error { return h.drop(name) }, nil
+	return u, func() error {
+		if err := h.close(name); err != nil {
+			return err
+		}
+		h.spares.later(name)
+		return nil
+	}, nil
 }
 
 // create returns the URL and name of a database of its own for a test: a

@@ -2,6 +2,7 @@ package pgtest_test
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -79,7 +80,8 @@ func databaseExists(t *testing.T, admin *pgx.Conn, name string) bool {
 }
 
 // TestNewDatabase: a database of NewDatabase, for code without a testing.TB,
-// is migrated and named like URL's, and drop removes it.
+// is migrated and named like URL's, and drop closes it, ending its
+// connections, and has it dropped with a later batch.
 func TestNewDatabase(t *testing.T) {
 	t.Parallel()
 	url, drop, err := pgtest.NewDatabase(t.Context())
@@ -96,12 +98,19 @@ func TestNewDatabase(t *testing.T) {
 	if !strings.HasPrefix(name, "fleet_test_") {
 		t.Errorf("database name %q lacks the fleet_test_ prefix", name)
 	}
-	_ = conn.Close(t.Context())
 	if err := drop(); err != nil {
 		t.Fatal(err)
 	}
+	if err := conn.Ping(t.Context()); err == nil {
+		t.Errorf("a connection to database %s still works after drop", name)
+	}
+	_ = conn.Close(t.Context())
+	if connectsTo(t, name) {
+		t.Errorf("connected to database %s after drop", name)
+	}
+	dropClosed(t)
 	if databaseExists(t, connect(t, pgtest.AdminURL(t)), name) {
-		t.Errorf("database %s still exists after drop", name)
+		t.Errorf("database %s still exists after its batch was dropped", name)
 	}
 }
 
@@ -315,5 +324,34 @@ func BenchmarkURL(b *testing.B) {
 	pgtest.AdminURL(b) // set the harness up before b.Loop starts the timer
 	for b.Loop() {
 		pgtest.URL(b)
+	}
+}
+
+// TestParallelAtLeastFour runs this test binary with a GOMAXPROCS and a
+// -parallel of its own: Main runs four parallel tests at once unless
+// -parallel is given or GOMAXPROCS is larger.
+func TestParallelAtLeastFour(t *testing.T) {
+	if os.Getenv("PGTEST_PARALLEL_CHILD") == "1" {
+		fmt.Printf("parallel=%s\n", flag.Lookup("test.parallel").Value)
+		return
+	}
+	t.Parallel()
+	for _, c := range []struct {
+		gomaxprocs string
+		args       []string
+		want       string
+	}{
+		{"1", nil, "parallel=4"},
+		{"2", nil, "parallel=4"},
+		{"2", []string{"-test.parallel=1"}, "parallel=1"},
+		{"6", nil, "parallel=6"},
+	} {
+		args := append([]string{"-test.run=^TestParallelAtLeastFour$", "-test.count=1"}, c.args...)
+		cmd := exec.CommandContext(t.Context(), os.Args[0], args...)
+		cmd.Env = append(os.Environ(), "PGTEST_PARALLEL_CHILD=1", "GOMAXPROCS="+c.gomaxprocs)
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), c.want+"\n") {
+			t.Errorf("GOMAXPROCS=%s %v: err %v, want %q:\n%s", c.gomaxprocs, c.args, err, c.want, out)
+		}
 	}
 }

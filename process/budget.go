@@ -6,8 +6,6 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/fleet-go/fleet/config"
 	"github.com/fleet-go/fleet/store"
 	"github.com/fleet-go/fleet/supervisor"
@@ -42,59 +40,50 @@ func ReadServer(ctx context.Context, q store.DBTX, cfg *config.Config) (supervis
 		Reserve: Reserve(cfg, sc.MaxConnections)}, nil
 }
 
-// probeServer connects once to d as appName and reads what the server has
-// room for. ok is false when nothing was read: behind a pooler, whose
-// clients are not the server's (fleet.max_connections caps the fleet
-// there), or when the statement failed (a warning is logged, and the
-// fleet runs on its configured budget). A connection that fails is the
-// error, explained as OpenPool's first connection is (ErrUnreachable).
-func probeServer(ctx context.Context, d Database, cfg *config.Config, appName string, log *slog.Logger) (_ supervisor.Server, ok bool, _ error) {
-	if d.Pooler != config.PoolerNone {
-		return supervisor.Server{}, false, nil
-	}
-	cc, err := pgx.ParseConfig(d.URL)
-	if err != nil {
-		return supervisor.Server{}, false, fmt.Errorf("%s %s is not a valid connection string", d.Key(), config.RedactURL(d.URL))
-	}
-	if _, set := cc.RuntimeParams["application_name"]; !set && appName != "" {
-		cc.RuntimeParams["application_name"] = appName
-	}
-	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	conn, err := pgx.ConnectConfig(cctx, cc)
-	if err != nil {
-		return supervisor.Server{}, false, newConnectError(d.Key(), d.URL, cc.User, cc.Database, err)
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	srv, err := ReadServer(ctx, conn, cfg)
-	if err != nil {
-		log.Warn("cannot read the server's connection settings: the pools keep their configured sizes", "logger", "fleet", "err", err)
-		return supervisor.Server{}, false, nil
-	}
-	return srv, true, nil
-}
-
-// fitMaster reads the server's room (probeServer) and fits p's
-// supervisors and connection budget in it (supervisor.FitServer), logging
-// a warning that names the numbers and the keys when the configuration
-// does not fit. p comes back with Budget set, and Supervisors lowered
-// when the fleet runs fewer processes.
+// fitMaster opens the master's pool, at the size the configuration asks
+// for, and reads on its first connection what the server has room for
+// (not behind a pooler, whose clients are not the server's:
+// fleet.max_connections caps the fleet there). It fits p's supervisors and
+// connection budget in that room (supervisor.FitServer), logging a
+// warning that names the numbers and the keys when the configuration does
+// not fit, and reopens the pool smaller when the fit shrinks it (the
+// connection read on is closed then). p comes back with Budget set, and
+// Supervisors lowered when the fleet runs fewer processes, and with the
+// pool for newMasterProcess. A pool that cannot connect is the error,
+// explained (ErrUnreachable); a server whose room cannot be read leaves a
+// warning, and the fleet runs on its configured budget.
+//
+// The server is read through the master's own pool, not a connection of
+// its own, so that a master starting cold sets up one connection fewer
+// before its first worker starts.
 func fitMaster(ctx context.Context, p MasterProcess, appName string) (MasterProcess, error) {
 	cfg := p.Config
 	opts := budgetOptions(cfg)
-	if _, err := supervisor.ConnectionBudget(p.Supervisors, opts); err != nil {
+	configured, err := supervisor.ConnectionBudget(p.Supervisors, opts)
+	if err != nil {
 		return p, err // the configuration itself is wrong: before anything connects
 	}
 	db, err := DatabaseOf(cfg)
 	if err != nil {
 		return p, err
 	}
-	srv, ok, err := probeServer(ctx, db, cfg, appName, p.Logger)
-	if err != nil || !ok {
+	pool, err := OpenPool(ctx, db, configured.Master, appName)
+	if err != nil {
 		return p, err
+	}
+	p.pool = pool
+	if db.Pooler != config.PoolerNone {
+		return p, nil
+	}
+	srv, err := ReadServer(ctx, pool, cfg)
+	if err != nil {
+		p.Logger.Warn("cannot read the server's connection settings: the pools keep their configured sizes", "logger", "fleet", "err", err)
+		return p, nil
 	}
 	sups, b, warning, err := supervisor.FitServer(p.Supervisors, opts, srv)
 	if err != nil {
+		ClosePool(pool)
+		p.pool = nil
 		return p, err
 	}
 	attrs := []any{"logger", "fleet", "max_connections", srv.MaxConnections, "reserved", srv.Reserved,
@@ -103,6 +92,13 @@ func fitMaster(ctx context.Context, p MasterProcess, appName string) (MasterProc
 		p.Logger.Warn("the fleet's connections do not fit in what the server has free: "+warning, attrs...)
 	} else {
 		p.Logger.Info("connection budget", attrs...)
+	}
+	if b.Master != configured.Master {
+		ClosePool(pool)
+		if p.pool, err = NewPool(ctx, db, b.Master, appName); err != nil {
+			p.pool = nil
+			return p, err
+		}
 	}
 	p.Supervisors, p.Budget = sups, &b
 	return p, nil

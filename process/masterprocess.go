@@ -51,16 +51,20 @@ type MasterProcess struct {
 	// lifecycle, when initialised (by a test), receives "start NAME" and
 	// "stop NAME" as the services start and stop.
 	lifecycle *lifecycle.Signal[string]
+	// pool is the master's pool as fitMaster opened it (its first
+	// connection open), sized to the fitted budget; nil: newMasterProcess
+	// opens one.
+	pool *pgxpool.Pool
 }
 
 // RunMaster runs the master process until ctx ends or a terminate request
-// arrives. It first connects once to read what the server has room for
-// (its max_connections, reserved slots and sessions open: not behind a
-// pooler), and fits the pools and the processes in it so that
-// database.reserve_connections stay free, warning when the configuration
-// does not fit (see supervisor.FitServer); a database that does not
-// answer fails there, with a clear error (ErrUnreachable), before anything
-// is built. The process is then an ordered list of services, started in
+// arrives. It first opens its pool and reads, on the pool's first
+// connection, what the server has room for (its max_connections, reserved
+// slots and sessions open: not behind a pooler), and fits the pools and the
+// processes in it so that database.reserve_connections stay free, warning
+// when the configuration does not fit (see supervisor.FitServer); a
+// database that does not answer fails there, with a clear error
+// (ErrUnreachable), before anything is built. The process is then an ordered list of services, started in
 // this order and stopped in the reverse (package internal/lifecycle):
 //
 //  1. pool: the master's database pool, which its start checks (a clear
@@ -96,6 +100,9 @@ func RunMaster(ctx context.Context, p MasterProcess) (master.Summary, error) {
 	}
 	mp, err := newMasterProcess(ctx, p)
 	if err != nil {
+		if p.pool != nil {
+			ClosePool(p.pool) // safe twice: the pool service's stop may have closed it
+		}
 		return master.Summary{}, err
 	}
 	return mp.run(ctx)
@@ -124,9 +131,11 @@ func newMasterProcess(ctx context.Context, p MasterProcess) (*masterProcess, err
 	p.Name = cmp.Or(p.Name, MasterName(cfg, p.getenv), master.DefaultName())
 	appName := masterAppName(p.Name)
 	log := p.Logger
-	pool, err := NewPool(ctx, db, budget.Master, appName)
-	if err != nil {
-		return nil, err
+	pool := p.pool
+	if pool == nil {
+		if pool, err = NewPool(ctx, db, budget.Master, appName); err != nil {
+			return nil, err
+		}
 	}
 	mp := &masterProcess{sig: p.lifecycle}
 	mp.services = append(mp.services, &part{

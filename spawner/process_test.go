@@ -628,14 +628,26 @@ func TestProcessForgedReportsAreOutput(t *testing.T) {
 			t.Parallel()
 			ts := newTestSpawner(t, ProcessOptions{}, tc.modes...)
 			c := ts.start(t, testSpec)
+			var reports []Report
 			if len(tc.modes) == 1 {
-				// The forgeries come before the first heartbeat.
-				c.report("a heartbeat", func(r Report) bool { return r.Type == ReportHeartbeat })
+				// The forgeries come before the first heartbeat; the
+				// reports up to it are checked with the rest.
+				for {
+					e := c.next()
+					if e.Exit != nil {
+						t.Fatalf("process exited (%+v) before a heartbeat", *e.Exit)
+					}
+					reports = append(reports, *e.Report)
+					if e.Report.Type == ReportHeartbeat {
+						break
+					}
+				}
 				if err := c.p.Send(Command{Type: CommandStop}); err != nil {
 					t.Fatal(err)
 				}
 			}
-			exit, reports := c.waitExit()
+			exit, rest := c.waitExit()
+			reports = append(reports, rest...)
 			if exit != tc.want {
 				t.Errorf("exit = %+v, want %+v", exit, tc.want)
 			}

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fleet-go/fleet/internal/backoff"
 	"github.com/fleet-go/fleet/internal/lifecycle"
 	"github.com/fleet-go/fleet/internal/ratelog"
 	"github.com/fleet-go/fleet/spawner"
@@ -804,10 +805,17 @@ func (c *claimer) tellPrefetched(s *loopState, from int) {
 			ids = append(ids, b.ID)
 		}
 	}
-	if len(ids) > 0 {
-		c.report(spawner.Report{Type: spawner.ReportPrefetch, Prefetched: ids})
+	for len(ids) > 0 {
+		n := min(len(ids), maxReportIDs)
+		c.report(spawner.Report{Type: spawner.ReportPrefetch, Prefetched: ids[:n]})
+		ids = ids[n:]
 	}
 }
+
+// maxReportIDs bounds the job ids of one prefetch report, so that its line
+// stays far below spawner.MaxLineLength (an id takes at most 20 bytes),
+// which a master drops whole.
+const maxReportIDs = 1000
 
 // tellDequeued tells the master that the jobs of out it heard of no
 // longer wait (Config.ReportPrefetch). It is called before they start:
@@ -822,8 +830,10 @@ func (c *claimer) tellDequeued(out []buffered) {
 			ids = append(ids, b.ID)
 		}
 	}
-	if len(ids) > 0 {
-		c.report(spawner.Report{Type: spawner.ReportPrefetch, Dequeued: ids})
+	for len(ids) > 0 {
+		n := min(len(ids), maxReportIDs)
+		c.report(spawner.Report{Type: spawner.ReportPrefetch, Dequeued: ids[:n]})
+		ids = ids[n:]
 	}
 }
 
@@ -1164,12 +1174,46 @@ func (c *claimer) release(jobs []store.ClaimedJob, reason string) {
 	}
 	ctx, cancel := context.WithTimeout(parent, timeout)
 	defer cancel()
-	n, err := c.st.JobRelease(ctx, store.JobReleaseParams{Leases: leases, Uncount: true, Error: reason})
+	n, err := c.releaseLeases(ctx, leases, reason)
 	if err != nil {
-		c.log.Error("release jobs failed: they stay reserved until a master releases them", "jobs", len(jobs), "err", err)
+		c.log.Error("release jobs failed: they stay reserved until a master releases them", "jobs", len(jobs)-n, "err", err)
 		return
 	}
 	c.log.Info("released jobs that had not started", "jobs", n)
+}
+
+// releaseLeases releases jobs that had not started (no attempt counted),
+// as JobRelease does, but does not give up while the database answers: a
+// release the server cancelled for its statement timeout is tried again
+// in halves, and one it refused for now (a deadlock, too many
+// connections) again after a short pause, until ctx ends. Only a database
+// that does not answer ends it at once; those jobs stay reserved until
+// this worker's reconcile or a master releases them. It returns how many
+// jobs it released.
+func (c *claimer) releaseLeases(ctx context.Context, leases []store.Lease, reason string) (int, error) {
+	answered := backoff.Exponential{Base: transientRetryBase, Max: TransientRetryMax}
+	for {
+		n, err := c.st.JobRelease(ctx, store.JobReleaseParams{Leases: leases, Uncount: true, Error: reason})
+		if err == nil {
+			return n, nil
+		}
+		if ctx.Err() != nil || store.ClassifyError(err) != store.ErrorTransient {
+			return 0, err
+		}
+		if store.StatementTimedOut(err) && len(leases) > 1 {
+			half := len(leases) / 2
+			a, err := c.releaseLeases(ctx, leases[:half], reason)
+			if err != nil {
+				return a, err
+			}
+			b, err := c.releaseLeases(ctx, leases[half:], reason)
+			return a + b, err
+		}
+		d := answered.Next()
+		if serr := backoff.Sleep(ctx, backoff.Between(d/2, d)); serr != nil {
+			return 0, fmt.Errorf("%w (then: %w)", err, serr)
+		}
+	}
 }
 
 func (c *claimer) exit(s *loopState, runErr error) (Result, error) {

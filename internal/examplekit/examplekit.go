@@ -17,8 +17,8 @@ import (
 )
 
 // Pool returns a pool on a fresh database with fleet's tables, and done,
-// which closes the pool and drops the database. It panics when no
-// database can be had, which fails the Example.
+// which closes the pool and the database (pgtest drops it later). It
+// panics when no database can be had, which fails the Example.
 func Pool() (pool *pgxpool.Pool, done func()) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
