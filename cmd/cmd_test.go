@@ -53,7 +53,7 @@ func TestMigrateIsIdempotent(t *testing.T) {
 		t.Fatalf("migrate: %+v", r)
 	}
 	r = run(t, t.TempDir(), env, "migrate", "status")
-	if r.code != 0 || !strings.Contains(r.stdout, "queue  version 9 of 9, clean") || !strings.Contains(r.stdout, "fleet  version 11 of 11, clean") {
+	if r.code != 0 || !strings.Contains(r.stdout, "queue  version 10 of 10, clean") || !strings.Contains(r.stdout, "fleet  version 11 of 11, clean") {
 		t.Fatalf("status: %+v", r)
 	}
 	r = run(t, t.TempDir(), env, "migrate", "down", "--set", "fleet", "--steps", "1")

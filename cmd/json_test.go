@@ -66,7 +66,7 @@ func TestJSONOfStateAndChanges(t *testing.T) {
 	same(d["dispatched"].(map[string]any)["queue"], `"mail"`)
 
 	st := js(0, "migrate", "status")
-	same(st["sets"], `[{"applied":true,"dirty":false,"latest":9,"set":"queue","version":9},{"applied":true,"dirty":false,"latest":11,"set":"fleet","version":11}]`)
+	same(st["sets"], `[{"applied":true,"dirty":false,"latest":10,"set":"queue","version":10},{"applied":true,"dirty":false,"latest":11,"set":"fleet","version":11}]`)
 	same(st["history"], `"partitions"`)
 	same(js(0, "migrate")["applied"], `0`)
 	down := js(0, "migrate", "down", "--set", "fleet", "--steps", "1")

@@ -47,7 +47,7 @@ func TestMigrateSQLScriptMigratesAnEmptyDatabase(t *testing.T) {
 	}
 
 	env := dbEnv(url)
-	if st := run(t, t.TempDir(), env, "migrate", "status"); st.code != 0 || !strings.Contains(st.stdout, "queue  version 9 of 9, clean") ||
+	if st := run(t, t.TempDir(), env, "migrate", "status"); st.code != 0 || !strings.Contains(st.stdout, "queue  version 10 of 10, clean") ||
 		!strings.Contains(st.stdout, "fleet  version 11 of 11, clean") {
 		t.Fatalf("status after the script: %+v", st)
 	}

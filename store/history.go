@@ -14,15 +14,16 @@ import (
 // counterUpsert and counterConflict wrap a SELECT of (queue, shard,
 // processed, failed, completed, attempt_failed, timed_out, lost, cancelled,
 // retried, failed_final, requeued) increments into fleet_counters, with
-// counterShard as the shard: one of 16 rows per queue picked by backend, so
-// that concurrent writers rarely wait on one another's row; readers sum the
-// shards. Rows are taken in queue order so concurrent writers never
+// counterShard as the shard: one of 16 rows per queue, one no other
+// writing transaction holds (queue_counter_shard, in the queue migrations),
+// so that concurrent writers do not wait on one another's row while fewer
+// than 16 write at once; readers sum the shards. Rows are taken in queue order so concurrent writers never
 // deadlock. sql/fragments/attempt_counters.sql writes the same columns and
 // conflict clause for the finish statements.
 const (
 	counterUpsert = `INSERT INTO fleet_counters AS c (queue, shard, processed, failed,
 		completed, attempt_failed, timed_out, lost, cancelled, retried, failed_final, requeued)`
-	counterShard    = `mod(pg_backend_pid(), 16)`
+	counterShard    = `queue_counter_shard(0)`
 	counterConflict = `
 		ON CONFLICT (queue, shard) DO UPDATE SET processed = c.processed + EXCLUDED.processed,
 		    failed = c.failed + EXCLUDED.failed, completed = c.completed + EXCLUDED.completed,

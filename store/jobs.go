@@ -541,8 +541,9 @@ var (
 
 // finishParams are the parameters of both finish statements: an array per
 // attempt field, then the writer's master and worker, then its shard base
-// (the counters and the runtime histogram are bumped on the shard
-// @shard_base plus the backend's pick of 16).
+// (the counters and the runtime histogram are bumped on one of the 16
+// shards from @shard_base that no other writing transaction holds: see
+// queue_counter_shard).
 var finishParams = []string{"job_ids", "leases", "kinds", "statuses", "delays_ms", "errors", "tries",
 	"queues", "names", "attempts", "reserved", "started", "finished", "runtimes_ms",
 	"master", "worker", "shard_base"}
@@ -551,7 +552,8 @@ var finishParams = []string{"job_ids", "leases", "kinds", "statuses", "delays_ms
 // count on shards 0 to 15, and a job completed in a handler's transaction
 // on 16 to 31, since that transaction holds its counter row until it
 // commits and must not make the outcome writers of other workers wait for
-// that.
+// that (each range has its own locks in queue_counter_shard, so neither
+// takes a shard from the other).
 const (
 	writerShards   = 0
 	completeShards = 16

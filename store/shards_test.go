@@ -2,8 +2,13 @@ package store_test
 
 import (
 	"context"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fleet-go/fleet/pgtest"
 	"github.com/fleet-go/fleet/store"
@@ -56,4 +61,173 @@ func TestFinishCountsOnItsShardRange(t *testing.T) {
 			}
 		}
 	}
+}
+
+// Each writing transaction gets a counter shard no other one holds, keeps
+// it for the rest of the transaction, and gives it up at its end; only a
+// 17th concurrent writer of a range falls back to its backend's own shard
+// (and may wait there, as every writer used to). The writers' range (0 to
+// 15) and the completing transactions' (16 to 31) have their own locks.
+func TestCounterShardsAreEachTransactionsOwn(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := poolOf(t, 18)
+	var txs []pgx.Tx
+	t.Cleanup(func() {
+		for _, tx := range txs {
+			_ = tx.Rollback(ctx)
+		}
+	})
+	shardOf := func(tx pgx.Tx, base int) int {
+		t.Helper()
+		var s int
+		if err := tx.QueryRow(ctx, `SELECT queue_counter_shard($1)`, base).Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	held := map[int]bool{}
+	for range 16 {
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		txs = append(txs, tx)
+		s := shardOf(tx, 0)
+		if s < 0 || s > 15 || held[s] {
+			t.Fatalf("a writer got shard %d; the others hold %v", s, held)
+		}
+		held[s] = true
+		if again := shardOf(tx, 0); again != s {
+			t.Errorf("a transaction's second pick %d differs from its first %d", again, s)
+		}
+	}
+	// Every writer's shard is held: a 17th writer falls back to its
+	// backend's, and a completing transaction still gets one of its own.
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	txs = append(txs, tx)
+	var pid int
+	if err := tx.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	if s := shardOf(tx, 0); s != pid%16 {
+		t.Errorf("with every writer's shard held, a 17th writer got %d, want its backend's %d", s, pid%16)
+	}
+	if s := shardOf(tx, 16); s != 16+pid%16 {
+		t.Errorf("a completing transaction got %d, want %d (its range's locks are its own)", s, 16+pid%16)
+	}
+	// A shard is free again once its transaction has ended.
+	first := shardOf(txs[0], 0)
+	if err := txs[0].Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	txs = txs[1:]
+	next, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	txs = append(txs, next)
+	if s := shardOf(next, 0); s != first {
+		t.Errorf("after the holder of shard %d committed, a new writer got %d", first, s)
+	}
+}
+
+// Many writers at once, more than there are shards, dispatching,
+// claiming, finishing and releasing on two queues, each in transactions of
+// its own: nothing deadlocks, and the counts (queue_counts, summed over
+// the shards) and the counters (fleet_counters) come out exact.
+func TestCountersExactUnderManyWriters(t *testing.T) {
+	if testing.Short() {
+		t.Skip("many concurrent writers; runs without -short")
+	}
+	t.Parallel()
+	ctx := context.Background()
+	const writers, rounds, batch = 20, 15, 20
+	pool := poolOf(t, writers)
+	st := store.New(pool)
+	var wg sync.WaitGroup
+	errs := make(chan error, writers)
+	for w := range writers {
+		wg.Go(func() {
+			q := []string{"a", "b"}[w%2]
+			name := fmt.Sprintf("w%d", w)
+			for range rounds {
+				if _, err := pool.Exec(ctx, `INSERT INTO queue_jobs (queue, name) SELECT $1, 'n' FROM generate_series(1, $2::int)`, q, batch); err != nil {
+					errs <- err
+					return
+				}
+				jobs, err := st.JobClaim(ctx, store.JobClaimParams{Queue: q, Limit: batch, Worker: name})
+				if err != nil {
+					errs <- err
+					return
+				}
+				// Half are completed, the other half given back.
+				var done []store.JobOutcome
+				var back []store.Lease
+				for i, j := range jobs {
+					if i%2 == 0 {
+						now := time.Now()
+						done = append(done, store.JobOutcome{Lease: j.Lease(), Kind: store.OutcomeCompleted, Status: "completed",
+							Queue: j.Queue, Name: j.Name, Attempt: j.Attempt, StartedAt: now, FinishedAt: now, RuntimeMs: 1})
+					} else {
+						back = append(back, j.Lease())
+					}
+				}
+				if _, err := st.JobFinishMany(ctx, store.JobFinishParams{Worker: name, Outcomes: done}); err != nil {
+					errs <- err
+					return
+				}
+				if _, err := st.JobRelease(ctx, store.JobReleaseParams{Leases: back, Uncount: true}); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	for _, q := range []string{"a", "b"} {
+		var unreserved, reserved, jobs, completed int64
+		if err := pool.QueryRow(ctx, `SELECT coalesce(sum(unreserved), 0), coalesce(sum(reserved), 0) FROM queue_counts WHERE queue = $1`, q).Scan(&unreserved, &reserved); err != nil {
+			t.Fatal(err)
+		}
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM queue_jobs WHERE queue = $1 AND reserved_by IS NULL`, q).Scan(&jobs); err != nil {
+			t.Fatal(err)
+		}
+		if err := pool.QueryRow(ctx, `SELECT coalesce(sum(completed), 0) FROM fleet_counters WHERE queue = $1`, q).Scan(&completed); err != nil {
+			t.Fatal(err)
+		}
+		var history int64
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM fleet_jobs WHERE queue = $1 AND status = 'completed'`, q).Scan(&history); err != nil {
+			t.Fatal(err)
+		}
+		if unreserved != jobs || reserved != 0 {
+			t.Errorf("queue %s: queue_counts says %d unreserved and %d reserved, the table holds %d jobs, none reserved", q, unreserved, reserved, jobs)
+		}
+		if completed != history || completed == 0 {
+			t.Errorf("queue %s: fleet_counters counts %d completed, the history %d", q, completed, history)
+		}
+	}
+}
+
+// poolOf is a pool of up to n connections on a test database of its own.
+func poolOf(t *testing.T, n int) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(pgtest.URL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = int32(n)
+	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
 }

@@ -176,7 +176,7 @@ func TestStatementFilesMatchTheSharedParts(t *testing.T) {
 		{"history's columns", []statement{jobFinish, jobFinishEnds, jobRelease, jobCancel},
 			[]string{"history_rows (" + historyColumns + ") AS ("}},
 		{"counters", []statement{jobFinish, jobFinishEnds},
-			[]string{counterUpsert + " SELECT queue, ($17::integer + " + counterShard + ")", counterConflict}},
+			[]string{counterUpsert + " SELECT queue, " + strings.Replace(counterShard, "(0)", "($17::integer)", 1), counterConflict}},
 		{"runtime histogram", []statement{jobFinish, jobFinishEnds},
 			[]string{runtimeBucketSQL("GREATEST(runtime, 0)") + " AS bucket"}},
 		{"cancel channel", []statement{jobCancel}, []string{"pg_notify('" + CancelChannel + "'"}},

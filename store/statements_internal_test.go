@@ -24,7 +24,7 @@ func TestFinishStatements(t *testing.T) {
 				t.Errorf("%s: CTE %q present %v, want %v", tc.name, cte, !tc.releases, tc.releases)
 			}
 		}
-		if n := strings.Count(tc.sql, "($17::integer + mod(pg_backend_pid(), 16))"); n != 2 {
+		if n := strings.Count(tc.sql, "queue_counter_shard($17::integer)"); n != 2 {
 			t.Errorf("%s: %d shard expressions on $17, want 2 (the counters and the runtime histogram)", tc.name, n)
 		}
 		params := map[string]bool{}

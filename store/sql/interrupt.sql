@@ -36,11 +36,12 @@ WITH d AS MATERIALIZED (
            @error, reserved_master, reserved_by, tags
     FROM held
 
--- The counters, on the backend's shard, rows taken in queue order so
--- concurrent writers never deadlock.
+-- The counters, on a shard no other writing transaction holds
+-- (queue_counter_shard), rows taken in queue order so concurrent writers
+-- never deadlock.
 ), counted AS (
     INSERT INTO fleet_counters AS c (queue, shard, processed, interrupted)
-    SELECT queue, mod(pg_backend_pid(), 16), count(*), count(*) FROM held
+    SELECT queue, queue_counter_shard(0), count(*), count(*) FROM held
     GROUP BY queue ORDER BY queue
     ON CONFLICT (queue, shard) DO UPDATE SET processed = c.processed + EXCLUDED.processed,
         interrupted = c.interrupted + EXCLUDED.interrupted, updated_at = now()

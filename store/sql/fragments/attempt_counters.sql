@@ -1,7 +1,8 @@
 -- Adds the attempts a finish statement wrote to the counters
--- (fleet_counters), per queue, on one of 16 shards from @shard_base picked
--- by backend, so that concurrent writers rarely wait on one another's row;
--- rows are taken in queue order so that they never deadlock. Snoozed
+-- (fleet_counters), per queue, on one of 16 shards from @shard_base that
+-- no other writing transaction holds (queue_counter_shard), so that
+-- concurrent writers do not wait on one another's row; rows are taken in
+-- queue order so that they never deadlock. Snoozed
 -- attempts are no attempts; cancelled and snoozed ones are no failures.
 -- Reads written (queue, kind, status: as written_attempts makes it).
 -- Defines counted. The columns and the conflict clause are those of
@@ -11,7 +12,7 @@
 ), counted AS (
     INSERT INTO fleet_counters AS c (queue, shard, processed, failed,
     completed, attempt_failed, timed_out, lost, cancelled, retried, failed_final, requeued)
-    SELECT queue, (@shard_base::integer + mod(pg_backend_pid(), 16)), count(*) FILTER (WHERE status <> 'snoozed'),
+    SELECT queue, queue_counter_shard(@shard_base::integer), count(*) FILTER (WHERE status <> 'snoozed'),
     count(*) FILTER (WHERE status IN ('failed', 'timed_out', 'lost')),
     count(*) FILTER (WHERE status = 'completed'), count(*) FILTER (WHERE status = 'failed'),
     count(*) FILTER (WHERE status = 'timed_out'), 0, count(*) FILTER (WHERE status = 'cancelled'),

@@ -8,7 +8,7 @@
 -- @params @shard_base
 ), timed AS (
     INSERT INTO fleet_runtime_counters AS r (queue, name, shard, bucket, n, sum_ms)
-    SELECT queue, name, (@shard_base::integer + mod(pg_backend_pid(), 16)), bucket, count(*), sum(runtime)
+    SELECT queue, name, queue_counter_shard(@shard_base::integer), bucket, count(*), sum(runtime)
     FROM (SELECT queue, name, GREATEST(runtime, 0) AS runtime, (15 - width_bucket(-(GREATEST(runtime, 0))::float8, '{-1800000,-300000,-60000,-30000,-10000,-5000,-2500,-1000,-500,-250,-100,-50,-25,-10,-5}'::float8[])) AS bucket
           FROM written WHERE status <> 'snoozed' AND runtime IS NOT NULL) t
     GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3, 4
