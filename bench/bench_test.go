@@ -153,7 +153,7 @@ func keyPaths(prefix string, v any, out *[]string) {
 func TestReportKeys(t *testing.T) {
 	t.Parallel()
 	rep := benchReport{Bound: &boundResult{Durable: &durableResult{}}, Drain: &drainResult{VsDurable: 1}, Latency: &latencyResult{}, Dispatch: &dispatchResult{},
-		Idle: &idleResult{}, Backlog: &backlogResult{}, Held: &heldResult{},
+		Idle: &idleResult{}, Backlog: &backlogResult{}, Held: &heldResult{Free: heldPath{Rounds: []heldRound{{}}}, Held: heldPath{Rounds: []heldRound{{DeadRows: 1}}}},
 		Prefetch: &prefetchResult{Settings: []prefetchSetting{{Runs: []prefetchRun{{SlowPerWorker: []int{4}, JobsPerWorker: []int{4}}}}}},
 		Cold:     &coldResult{Master: coldPath{Rounds: []coldRound{{}}}, One: coldPath{Rounds: []coldRound{{}}}},
 		Masters:  &mastersResult{Cases: []mastersCase{{coldPath: coldPath{Rounds: []coldRound{{}}}}}}, Scale: &scaleResult{Cells: []scaleCell{{}}, Grid: []string{"x"}},

@@ -30,8 +30,8 @@ func (r *runner) benchCommand() *cobra.Command {
 			"master with one supervisor, 2 processes × 64); paths (--rounds rounds of --jobs no-op jobs " +
 			"through one fleet:work × 1000, one × 64 and a master of 2 × 500, with the ratios of their " +
 			"medians and the master's ratio to the durable bound); held (--rounds rounds of --jobs no-op jobs " +
-			"through a master of 2 × 200, each drained once without and once with another session's " +
-			"transaction held open, alternated, with both rates and their ratio); cold (--rounds alternated rounds of --jobs " +
+			"through a master process of 2 × 200, each drained once without and once with another session's " +
+			"transaction held open, alternated, with both rates, their ratio and the CPU per job of each); cold (--rounds alternated rounds of --jobs " +
 			"no-op jobs through a master process of 2 × 500 and through one fleet:work × 1000, each started " +
 			"onto the backlog and timed from its start to the queue empty, and the ratio of their medians); " +
 			"masters (--rounds rounds of --jobs no-op jobs through N master processes on the database for " +

@@ -111,7 +111,7 @@ type harness struct {
 
 var h harness
 
-// Main runs the package's tests, at least four parallel ones at once
+// Main runs the package's tests, at least two parallel ones at once
 // unless -parallel says otherwise (see minParallel), then drops the
 // databases the tests left (see URL), stops the throwaway cluster the
 // harness started (dropping the template it made there first) and the
@@ -138,10 +138,11 @@ func Main(m *testing.M) {
 }
 
 // minParallel is the least number of parallel tests (those calling
-// t.Parallel) Main runs at once when -parallel is not given: tests on a
-// database mostly wait, for the server and for timers, so more of them
-// than the default GOMAXPROCS keep a small machine busy.
-const minParallel = 4
+// t.Parallel) Main runs at once when -parallel is not given. It is 2, no
+// more than a 2-core machine's default: at 4 the suite's masters and
+// workers took most of a stock server's 100 connections at times, and
+// fleet's connection budget then shrank the fleets under test.
+const minParallel = 2
 
 // raiseParallel sets -test.parallel to minParallel unless it was given or
 // GOMAXPROCS is larger.

@@ -327,10 +327,10 @@ func BenchmarkURL(b *testing.B) {
 	}
 }
 
-// TestParallelAtLeastFour runs this test binary with a GOMAXPROCS and a
-// -parallel of its own: Main runs four parallel tests at once unless
+// TestParallelAtLeastTwo runs this test binary with a GOMAXPROCS and a
+// -parallel of its own: Main runs two parallel tests at once unless
 // -parallel is given or GOMAXPROCS is larger.
-func TestParallelAtLeastFour(t *testing.T) {
+func TestParallelAtLeastTwo(t *testing.T) {
 	if os.Getenv("PGTEST_PARALLEL_CHILD") == "1" {
 		fmt.Printf("parallel=%s\n", flag.Lookup("test.parallel").Value)
 		return
@@ -341,12 +341,12 @@ func TestParallelAtLeastFour(t *testing.T) {
 		args       []string
 		want       string
 	}{
-		{"1", nil, "parallel=4"},
-		{"2", nil, "parallel=4"},
+		{"1", nil, "parallel=2"},
+		{"2", nil, "parallel=2"},
 		{"2", []string{"-test.parallel=1"}, "parallel=1"},
 		{"6", nil, "parallel=6"},
 	} {
-		args := append([]string{"-test.run=^TestParallelAtLeastFour$", "-test.count=1"}, c.args...)
+		args := append([]string{"-test.run=^TestParallelAtLeastTwo$", "-test.count=1"}, c.args...)
 		cmd := exec.CommandContext(t.Context(), os.Args[0], args...)
 		cmd.Env = append(os.Environ(), "PGTEST_PARALLEL_CHILD=1", "GOMAXPROCS="+c.gomaxprocs)
 		out, err := cmd.CombinedOutput()

@@ -783,18 +783,34 @@ type NextJob struct {
 // The look for work of a worker with a master (sql/next.sql) and of one
 // without (sql/next_unfenced.sql).
 var (
-	jobNext         = mustStatement("next.sql", "queues", "master")
-	jobNextUnfenced = mustStatement("next_unfenced.sql", "queues")
+	jobNext         = mustStatement("next.sql", "queues", "master", "after_keys", "after_at", "after_ids")
+	jobNextUnfenced = mustStatement("next_unfenced.sql", "queues", "after_keys", "after_at", "after_ids")
 )
 
 func (s *Store) JobNext(ctx context.Context, queues []string, master string) (NextJob, error) {
+	return s.JobNextAfter(ctx, queues, master, nil)
+}
+
+// JobNextAfter is JobNext reading each queue of after only past its marks,
+// as a claim with them does (see ClaimMark): it steps over no dead entry
+// before a mark, and does not see a job that became ready behind one.
+func (s *Store) JobNextAfter(ctx context.Context, queues []string, master string, after map[string][]ClaimMark) (NextJob, error) {
 	var ms *float64
 	var out NextJob
+	var keys []string
+	var ats []time.Time
+	var ids []int64
+	for q, marks := range after {
+		for _, m := range marks {
+			keys = append(keys, q+","+strconv.Itoa(m.Priority))
+			ats, ids = append(ats, m.AvailableAt), append(ids, m.ID)
+		}
+	}
 	// A worker without a master (tests) is always live: its statement has
 	// no liveness condition rather than a catch-all one.
-	sql, args := jobNextUnfenced.sql, []any{queues}
+	sql, args := jobNextUnfenced.sql, []any{queues, keys, ats, ids}
 	if master != "" {
-		sql, args = jobNext.sql, append(args, master)
+		sql, args = jobNext.sql, []any{queues, master, keys, ats, ids}
 	}
 	err := s.pool.QueryRow(ctx, sql, args...).Scan(&ms, &out.Live)
 	if err != nil {

@@ -64,20 +64,32 @@ func TestFinishCountsOnItsShardRange(t *testing.T) {
 }
 
 // Each writing transaction gets a counter shard no other one holds, keeps
-// it for the rest of the transaction, and gives it up at its end; only a
-// 17th concurrent writer of a range falls back to its backend's own shard
-// (and may wait there, as every writer used to). The writers' range (0 to
-// 15) and the completing transactions' (16 to 31) have their own locks.
+// it for the rest of the transaction, and gives it up at its end; only
+// when every shard of its range is held does a writer fall back to its
+// backend's own shard (and may wait there, as every writer used to). The
+// writers' range (0 to 15) and the completing transactions' (16 to 31)
+// have their own locks. A transaction that takes the shards' locks itself
+// stands for the writers that hold them, so the test needs four
+// connections, not seventeen.
 func TestCounterShardsAreEachTransactionsOwn(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := poolOf(t, 18)
+	pool := poolOf(t, 4)
 	var txs []pgx.Tx
 	t.Cleanup(func() {
 		for _, tx := range txs {
 			_ = tx.Rollback(ctx)
 		}
 	})
+	begin := func() pgx.Tx {
+		t.Helper()
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		txs = append(txs, tx)
+		return tx
+	}
 	shardOf := func(tx pgx.Tx, base int) int {
 		t.Helper()
 		var s int
@@ -86,68 +98,70 @@ func TestCounterShardsAreEachTransactionsOwn(t *testing.T) {
 		}
 		return s
 	}
-	held := map[int]bool{}
-	for range 16 {
-		tx, err := pool.Begin(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		txs = append(txs, tx)
-		s := shardOf(tx, 0)
-		if s < 0 || s > 15 || held[s] {
-			t.Fatalf("a writer got shard %d; the others hold %v", s, held)
-		}
-		held[s] = true
-		if again := shardOf(tx, 0); again != s {
-			t.Errorf("a transaction's second pick %d differs from its first %d", again, s)
-		}
+	a, b := begin(), begin()
+	sa := shardOf(a, 0)
+	sb := shardOf(b, 0)
+	if sa < 0 || sa > 15 || sb < 0 || sb > 15 || sa == sb {
+		t.Fatalf("two writers got shards %d and %d, want two distinct ones of 0..15", sa, sb)
 	}
-	// Every writer's shard is held: a 17th writer falls back to its
-	// backend's, and a completing transaction still gets one of its own.
-	tx, err := pool.Begin(ctx)
-	if err != nil {
+	if again := shardOf(a, 0); again != sa {
+		t.Errorf("a transaction's second pick %d differs from its first %d", again, sa)
+	}
+	// Every other writer's shard held too: a fourth writer falls back to
+	// its backend's, while a completing transaction gets one of its own.
+	holder := begin()
+	if _, err := holder.Exec(ctx, `SELECT pg_advisory_xact_lock(1718838116, s) FROM generate_series(0, 15) s WHERE s <> ALL ($1::int[])`,
+		[]int{sa, sb}); err != nil {
 		t.Fatal(err)
 	}
-	txs = append(txs, tx)
+	c := begin()
 	var pid int
-	if err := tx.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+	if err := c.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
 		t.Fatal(err)
 	}
-	if s := shardOf(tx, 0); s != pid%16 {
-		t.Errorf("with every writer's shard held, a 17th writer got %d, want its backend's %d", s, pid%16)
+	if s := shardOf(c, 0); s != pid%16 {
+		t.Errorf("with every writer's shard held, a writer got %d, want its backend's %d", s, pid%16)
 	}
-	if s := shardOf(tx, 16); s != 16+pid%16 {
-		t.Errorf("a completing transaction got %d, want %d (its range's locks are its own)", s, 16+pid%16)
+	if s := shardOf(c, 16); s < 16 || s > 31 {
+		t.Errorf("a completing transaction got %d, want one of 16..31 (its range's locks are its own)", s)
 	}
 	// A shard is free again once its transaction has ended.
-	first := shardOf(txs[0], 0)
-	if err := txs[0].Commit(ctx); err != nil {
+	if err := a.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
 	txs = txs[1:]
-	next, err := pool.Begin(ctx)
-	if err != nil {
+	if err := c.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
-	txs = append(txs, next)
-	if s := shardOf(next, 0); s != first {
-		t.Errorf("after the holder of shard %d committed, a new writer got %d", first, s)
+	txs = txs[:len(txs)-1]
+	if s := shardOf(begin(), 0); s != sa {
+		t.Errorf("after the holder of shard %d committed, a new writer got %d", sa, s)
 	}
 }
 
-// Many writers at once, more than there are shards, dispatching,
-// claiming, finishing and releasing on two queues, each in transactions of
-// its own: nothing deadlocks, and the counts (queue_counts, summed over
-// the shards) and the counters (fleet_counters) come out exact.
+// Many writers at once, most shards held meanwhile by another transaction
+// (so that writers share the two left and fall back to their backends'),
+// dispatching, claiming, finishing and releasing on two queues, each in
+// transactions of its own: nothing deadlocks, and the counts
+// (queue_counts, summed over the shards) and the counters (fleet_counters)
+// come out exact.
 func TestCountersExactUnderManyWriters(t *testing.T) {
 	if testing.Short() {
 		t.Skip("many concurrent writers; runs without -short")
 	}
 	t.Parallel()
 	ctx := context.Background()
-	const writers, rounds, batch = 20, 15, 20
-	pool := poolOf(t, writers)
+	const writers, rounds, batch = 8, 20, 20
+	pool := poolOf(t, writers+1)
 	st := store.New(pool)
+	holder, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = holder.Rollback(ctx) }()
+	if _, err := holder.Exec(ctx, `SELECT pg_advisory_xact_lock(1718838116, s) FROM generate_series(2, 15) s`); err != nil {
+		t.Fatal(err)
+	}
 	var wg sync.WaitGroup
 	errs := make(chan error, writers)
 	for w := range writers {

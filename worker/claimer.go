@@ -461,7 +461,8 @@ func (c *claimer) claim(ctx, jobBase context.Context, s *loopState, poll *time.T
 	if probe && !c.cfg.StopWhenEmpty {
 		var next store.NextJob
 		var err error
-		c.await(s, func() { next, err = c.st.JobNext(claimCtx, c.cfg.Queues, c.cfg.Master) })
+		after := c.marks()
+		c.await(s, func() { next, err = c.st.JobNextAfter(claimCtx, c.cfg.Queues, c.cfg.Master, after) })
 		if err != nil {
 			c.resyncSoon()
 			c.logs.Fail(c.log, "claim", "looking for ready jobs failed; retrying at the next poll", "err", err)
@@ -562,13 +563,31 @@ func (c *claimer) claim(ctx, jobBase context.Context, s *loopState, poll *time.T
 	}
 	var next store.NextJob
 	var err error
-	c.await(s, func() { next, err = c.st.JobNext(claimCtx, c.cfg.Queues, c.cfg.Master) })
+	after := c.marks()
+	c.await(s, func() { next, err = c.st.JobNextAfter(claimCtx, c.cfg.Queues, c.cfg.Master, after) })
 	if err == nil {
 		if c.fenced(s, next.Live) && next.Any && next.In > 0 {
 			c.schedule(poll, next.In)
 		}
 	}
 	return false
+}
+
+// marks are the marks the worker's claims of each queue would read past
+// now (see claimCursor.after): a look for work reads past them too, and
+// from the head of a queue whose claim from the head is due.
+func (c *claimer) marks() map[string][]store.ClaimMark {
+	now := c.now()
+	var out map[string][]store.ClaimMark
+	for q, cur := range c.cursors {
+		if m := cur.after(now); m != nil {
+			if out == nil {
+				out = make(map[string][]store.ClaimMark, len(c.cursors))
+			}
+			out[q] = m
+		}
+	}
+	return out
 }
 
 // cursor is where the claims of queue q begin. An isolation process's
