@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/fleet-go/fleet/queue"
 	"github.com/fleet-go/fleet/worker"
@@ -243,8 +244,10 @@ func TestPayloadNotKeptAfterTheHandler(t *testing.T) {
 		return nil
 	})
 	// One slot: the first claim takes one job (no prefetch before a job
-	// has finished), the second the other ten, which wait in turn.
-	w := b.worker(t, worker.Config{Concurrency: 1, StopWhenEmpty: true})
+	// has finished), the second the other ten, which wait in turn. The
+	// prefetch hold is long enough that a slow machine does not give the
+	// waiting jobs back while the blocked one runs.
+	w := b.worker(t, worker.Config{Concurrency: 1, StopWhenEmpty: true, PrefetchHold: time.Hour})
 	done := make(chan error, 1)
 	go func() { _, err := w.Run(context.Background()); done <- err }()
 	for id := range started {
