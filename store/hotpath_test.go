@@ -221,6 +221,25 @@ func TestQueueVacuumWhenDeadRowsPileUp(t *testing.T) {
 	if res, err = st.QueueVacuum(ctx, params); err != nil || res.Vacuumed || res.Dead != 0 || res.Live != 10000 {
 		t.Fatalf("after the vacuum: %+v, %v; want no dead rows, 10000 live and no second vacuum", res, err)
 	}
+	// Dead rows over the threshold again, but a vacuum ended within the
+	// gap (whoever ran it): none now. With no gap, one.
+	for _, sql := range []string{
+		`INSERT INTO queue_jobs (queue, name) SELECT 'q', 'n' FROM generate_series(1, 30000)`,
+		`DELETE FROM queue_jobs WHERE id > 30000 AND id <= 50000`,
+		`SELECT pg_stat_force_next_flush()`,
+	} {
+		if _, err := pool.Exec(ctx, sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gap := params
+	gap.MinGap = time.Hour
+	if res, err = st.QueueVacuum(ctx, gap); err != nil || res.Vacuumed || !res.Recent || res.Dead < 20000 {
+		t.Fatalf("within the gap: %+v, %v; want 20000 dead found, the last vacuum recent and no vacuum", res, err)
+	}
+	if res, err = st.QueueVacuum(ctx, params); err != nil || !res.Vacuumed || res.Recent {
+		t.Fatalf("with no gap: %+v, %v; want a vacuum", res, err)
+	}
 }
 
 // TestQueueNotifyWakesListeners covers the notification a dispatching

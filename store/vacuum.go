@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -13,16 +14,25 @@ type QueueVacuumParams struct {
 	MinDead int64
 	// DeadPerLive is the fewest dead rows per live row worth a vacuum.
 	DeadPerLive float64
+	// MinGap skips the vacuum when one of queue_jobs (fleet's, or
+	// autovacuum's) ended less than MinGap ago, by the database's clock: the
+	// workers of every master on the database look on their own, and
+	// without it each of N workers would vacuum as often as one does alone.
+	// 0: no gap.
+	MinGap time.Duration
 }
 
 // QueueVacuumResult says what QueueVacuum found and did.
 type QueueVacuumResult struct {
 	Dead, Live int64
 	Vacuumed   bool
+	// Recent is set when a vacuum ended within MinGap: none was run.
+	Recent bool
 }
 
 // QueueVacuum vacuums and analyzes queue_jobs when PostgreSQL's statistics
-// count enough dead rows, skipping it when another vacuum holds the table.
+// count enough dead rows, skipping it when another vacuum holds the table
+// or one ended within MinGap.
 //
 // Every job leaves two dead row versions in queue_jobs (its claim's and its
 // deletion's), and their entries stay at the head of the ready index, the
@@ -34,12 +44,17 @@ type QueueVacuumResult struct {
 func (s *Store) QueueVacuum(ctx context.Context, p QueueVacuumParams) (QueueVacuumResult, error) {
 	var r QueueVacuumResult
 	err := s.pool.QueryRow(ctx, `
-		SELECT COALESCE(n_dead_tup, 0), COALESCE(n_live_tup, 0)
-		FROM pg_stat_user_tables WHERE relid = 'queue_jobs'::regclass`).Scan(&r.Dead, &r.Live)
+		SELECT COALESCE(n_dead_tup, 0), COALESCE(n_live_tup, 0),
+		       COALESCE(greatest(last_vacuum, last_autovacuum) > now() - $1::bigint * interval '1 microsecond', false)
+		FROM pg_stat_user_tables WHERE relid = 'queue_jobs'::regclass`, p.MinGap.Microseconds()).Scan(&r.Dead, &r.Live, &r.Recent)
 	if err != nil {
 		return r, fmt.Errorf("read the dead rows of queue_jobs: %w", err)
 	}
 	if r.Dead < p.MinDead || float64(r.Dead) < p.DeadPerLive*float64(r.Live) {
+		r.Recent = false
+		return r, nil
+	}
+	if r.Recent {
 		return r, nil
 	}
 	// VACUUM cannot run in a transaction, so it goes as a simple query.

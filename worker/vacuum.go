@@ -23,7 +23,12 @@ const vacuumTimeout = 10 * time.Minute
 // churns it: at start, then every VacuumEvery if the worker finished jobs
 // since its last look, it asks store.QueueVacuum. An idle worker asks
 // nothing after its first look. With a negative VacuumEvery it starts and
-// does nothing.
+// does nothing. A look finds the table vacuumed enough when a vacuum of it
+// ended less than VacuumEvery ago, whoever ran it: the workers of every
+// master on the database look on their own, and N of them would otherwise
+// vacuum N times as often as one worker alone (with 8 masters of one
+// worker each draining a backlog, 24 vacuums in 16 s, 4.3 s of the
+// server's time).
 type vacuum struct {
 	st    *store.Store
 	every time.Duration
@@ -95,7 +100,7 @@ func (v *vacuum) look(ctx context.Context) {
 	vctx, cancel := context.WithTimeout(ctx, vacuumTimeout)
 	defer cancel()
 	began := v.now()
-	r, err := v.st.QueueVacuum(vctx, store.QueueVacuumParams{MinDead: vacuumMinDead, DeadPerLive: vacuumDeadPerLive})
+	r, err := v.st.QueueVacuum(vctx, store.QueueVacuumParams{MinDead: vacuumMinDead, DeadPerLive: vacuumDeadPerLive, MinGap: v.every})
 	switch {
 	case err != nil && ctx.Err() == nil:
 		v.log.Warn("vacuum of queue_jobs failed; claims slow down as dead rows pile up", "err", err)
