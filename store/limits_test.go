@@ -246,7 +246,10 @@ func TestLimitSweepUnparksDueJobsAndRepairsDrift(t *testing.T) {
 	b := newLimitBundle(t)
 	ctx := t.Context()
 	// Delayed limited jobs are parked until due, whatever the free slots.
-	b.dispatch(t, "q", "k", 3, 5, 200*time.Millisecond)
+	// The delay leaves a busy machine room for the checks and the sweep
+	// before it passes.
+	const delay = 3 * time.Second
+	b.dispatch(t, "q", "k", 3, 5, delay)
 	if u, p, a := b.unparked(t, "k"), b.parked(t, "k"), b.active(t, "k"); u != 0 || p != 5 || a != 0 {
 		t.Fatalf("delayed: %d unparked, %d parked, active %d; want 0, 5, 0", u, p, a)
 	}
@@ -265,7 +268,7 @@ func TestLimitSweepUnparksDueJobsAndRepairsDrift(t *testing.T) {
 	if res := sweep(); res.Visited != 1 || res.Due != 0 || res.Unparked != 0 {
 		t.Fatalf("sweep before due: %+v", res)
 	}
-	time.Sleep(250 * time.Millisecond) // the jobs' own delay, on the database clock
+	time.Sleep(delay + 50*time.Millisecond) // the jobs' own delay, on the database clock
 	if res := sweep(); res.Due != 1 || res.Unparked != 3 || !slices.Equal(res.Queues, []string{"q"}) {
 		t.Fatalf("sweep once due: %+v; want 3 unparked on q", res)
 	}
