@@ -328,9 +328,11 @@ func testSevenConnections(t *testing.T) {
 	closeAll(held)
 	held = nil
 	starvedFor := time.Since(starved)
-	apptest.Eventually(t, 30*time.Second, "the first wave written", func() bool {
+	if !apptest.Within(30*time.Second, func() bool {
 		return d.count(`SELECT count(*) FROM queue_jobs WHERE name = 'test.sleep'`) == 0
-	})
+	}) {
+		t.Fatalf("not within %s: the first wave written; the server's sessions:\n%s", apptest.Slack*30*time.Second, sessions(d))
+	}
 	dispatchTo(t, super, dir, "default", second, 100)
 	apptest.Eventually(t, 30*time.Second, "the second wave done", func() bool {
 		return d.count(`SELECT count(*) FROM queue_jobs WHERE name = 'test.sleep'`) == 0
@@ -344,4 +346,24 @@ func testSevenConnections(t *testing.T) {
 	checkFirstAttempts(t, d, first+second)
 	t.Logf("max_connections 7: %d worker sessions ended, every slot taken for %s; %d jobs once each, all first attempts",
 		ended, starvedFor.Round(100*time.Millisecond), first+second)
+}
+
+// sessions lists the server's sessions, for a failure's message.
+func sessions(d *mmDB) string {
+	rows, err := d.pool.Query(context.Background(), `SELECT pid, coalesce(usename, ''), application_name, coalesce(state, ''), backend_type, left(coalesce(query, ''), 80)
+		FROM pg_stat_activity ORDER BY backend_type, pid`)
+	if err != nil {
+		return err.Error()
+	}
+	defer rows.Close()
+	var b strings.Builder
+	for rows.Next() {
+		var pid int
+		var user, app, state, typ, query string
+		if err := rows.Scan(&pid, &user, &app, &state, &typ, &query); err != nil {
+			return err.Error()
+		}
+		fmt.Fprintf(&b, "%d %s %q %s %s %q\n", pid, user, app, state, typ, query)
+	}
+	return b.String()
 }

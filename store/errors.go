@@ -94,6 +94,14 @@ func ClassifyError(err error) ErrorClass {
 	return ErrorRejected
 }
 
+// ConnectionRefused reports whether err is a connection the server
+// refused for want of a free slot (SQLSTATE 53300: max_connections, the
+// slots reserved for superusers, or a role's or database's limit).
+func ConnectionRefused(err error) bool {
+	var pg *pgconn.PgError
+	return errors.As(err, &pg) && pg.Code == "53300"
+}
+
 // StatementTimedOut reports whether err is a statement the server
 // cancelled (SQLSTATE 57014: its statement_timeout, or a cancel request):
 // the database answered, and a smaller statement may well pass.

@@ -464,7 +464,7 @@ func (c *claimer) claim(ctx, jobBase context.Context, s *loopState, poll *time.T
 		after := c.marks()
 		c.await(s, func() { next, err = c.st.JobNextAfter(claimCtx, c.cfg.Queues, c.cfg.Master, after) })
 		if err != nil {
-			c.resyncSoon()
+			c.failed(err)
 			c.logs.Fail(c.log, "claim", "looking for ready jobs failed; retrying at the next poll", "err", err)
 			return false
 		}
@@ -501,7 +501,7 @@ func (c *claimer) claim(ctx, jobBase context.Context, s *loopState, poll *time.T
 		})
 		cur.claimed(began, c.since(began), after, jobs)
 		if err != nil {
-			c.resyncSoon()
+			c.failed(err)
 			if store.StatementTimedOut(err) && ctx.Err() == nil {
 				// The database answered: a smaller claim may pass, and is
 				// tried at once.

@@ -42,7 +42,8 @@ var _ completer = (*writer)(nil)
 // before any of them (see assemble), so that each is given them when it
 // is built. The listener and the writer poke it, the listener and the
 // writer ask for a reconcile, and the listener and the cancel poller hand
-// it cancel requests.
+// it cancel requests. A statement refused a connection tells the
+// listener to give up its own (see listener.yield).
 type nudges struct {
 	wake chan struct{}
 	// resync asks for a reconcile even while nothing is held (see
@@ -51,10 +52,13 @@ type nudges struct {
 	// cancels carries cancel requests from the listener and the poller to
 	// the loop.
 	cancels chan store.CancelNotice
+	// refused carries, to the listener, that a statement of the worker was
+	// refused a connection for want of a free slot on the server.
+	refused chan struct{}
 }
 
 func newNudges() *nudges {
-	return &nudges{wake: make(chan struct{}, 1), cancels: make(chan store.CancelNotice, cancelBacklog)}
+	return &nudges{wake: make(chan struct{}, 1), cancels: make(chan store.CancelNotice, cancelBacklog), refused: make(chan struct{}, 1)}
 }
 
 // poke wakes the loop for a claim, never blocking.
@@ -69,6 +73,19 @@ func (n *nudges) poke() {
 // worker holds nothing by then: a statement failed (the database may have
 // failed over), or the notification connection came back.
 func (n *nudges) resyncSoon() { n.resync.Store(true) }
+
+// failed is resyncSoon for a statement that failed with err; when the
+// server refused it a connection (store.ConnectionRefused) it also tells
+// the listener, never blocking.
+func (n *nudges) failed(err error) {
+	n.resyncSoon()
+	if store.ConnectionRefused(err) {
+		select {
+		case n.refused <- struct{}{}:
+		default:
+		}
+	}
+}
 
 // noticeCancel hands a notified cancel request to the loop, never
 // blocking the listener.

@@ -81,7 +81,7 @@ func (c *claimer) reconcile(parent context.Context, s *loopState) {
 	var err error
 	c.await(s, func() { reserved, err = c.st.JobReservedBy(ctx, c.cfg.Name) })
 	if err != nil {
-		c.resyncSoon()
+		c.failed(err)
 		c.logs.Fail(c.log, "reconcile", "reading the jobs reserved by this worker failed; trying again at the next beat", "err", err)
 		return
 	}
@@ -101,7 +101,7 @@ func (c *claimer) reconcile(parent context.Context, s *loopState) {
 	var lost store.LostJobs
 	c.await(s, func() { lost, err = c.st.JobReleaseUnheld(ctx, c.cfg.Name, unheld) })
 	if err != nil {
-		c.resyncSoon()
+		c.failed(err)
 		c.logs.Fail(c.log, "reconcile", "releasing jobs reserved under this worker that it does not hold failed; trying again at the next beat",
 			"jobs", len(unheld), "err", err)
 		return

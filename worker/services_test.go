@@ -206,16 +206,21 @@ func TestRunnersStopLeavesOnlyTheHandlersGivenUpOn(t *testing.T) {
 // The listener wakes the worker on a dispatch to its queues, and not on
 // one to another queue; hands on cancel requests; and when its connection
 // is killed reconnects, asks for a reconcile and wakes the worker again.
+// When a statement of the worker is refused a connection, it closes its
+// own, waits, and comes back the same way.
 func TestListenerWakesAndReconnects(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t)
 	st := store.New(pool)
 	var wakes, resyncs atomic.Int64
 	cancels := make(chan store.CancelNotice, 8)
+	refused := make(chan struct{}, 1)
 	l := newListener(st, []string{"mine"}, discardLog(), func() { wakes.Add(1) }, func() { resyncs.Add(1) },
-		func(n store.CancelNotice) { cancels <- n })
+		func(n store.CancelNotice) { cancels <- n }, refused)
+	l.yieldWait = 100 * time.Millisecond
 	l.sig.connected.Init()
 	l.sig.lost.Init()
+	l.sig.yielded.Init()
 	if err := l.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -255,6 +260,21 @@ func TestListenerWakesAndReconnects(t *testing.T) {
 	// (a fourth would be the dispatch to another queue).
 	if resyncs.Load() != 1 || wakes.Load() != 3 {
 		t.Fatalf("after the reconnect: %d resyncs, %d wakes; want 1 and 3", resyncs.Load(), wakes.Load())
+	}
+
+	refused <- struct{}{}
+	l.sig.yielded.Wait(t)
+	poll(t, "the notification session closed", func() bool {
+		var n int
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND query LIKE 'LISTEN%'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n == 0
+	})
+	l.sig.connected.Wait(t)
+	if resyncs.Load() != 2 || wakes.Load() != 4 {
+		t.Fatalf("after coming back: %d resyncs, %d wakes; want 2 and 4", resyncs.Load(), wakes.Load())
 	}
 }
 

@@ -291,7 +291,7 @@ func New(st *store.Store, jobs *queue.Registry, cfg Config) (*Worker, error) {
 	log := cfg.Logger.With("worker", cfg.Name)
 	n := newNudges()
 	wr := newWriter(st, cfg.Name, cfg.Master, log, writerHooks{
-		onWritten: n.poke, onFail: n.resyncSoon, events: jobs, onEvent: cfg.OnEvent})
+		onWritten: n.poke, onFail: n.failed, events: jobs, onEvent: cfg.OnEvent})
 	return assemble(st, jobs, cfg, log, n, wr), nil
 }
 
@@ -311,7 +311,7 @@ func assemble(st *store.Store, jobs *queue.Registry, cfg Config, log *slog.Logge
 		completer: comp,
 		runners:   run,
 		poller:    poller,
-		listener:  newListener(st, cfg.Queues, log, n.poke, n.resyncSoon, n.noticeCancel),
+		listener:  newListener(st, cfg.Queues, log, n.poke, n.resyncSoon, n.noticeCancel, n.refused),
 		vacuum:    newVacuum(st, cfg.VacuumEvery, log, cfg.Now, c.finished.Load),
 		claimer:   c,
 	}

@@ -85,7 +85,7 @@ type writer struct {
 	log       *slog.Logger
 	logs      ratelog.Log // failing writes and split batches: once per streak, then once a minute
 	onWritten func()      // called after every written batch
-	onFail    func()      // called after every failed write; nil: none
+	onFail    func(error) // called with the error of every failed write; nil: none
 	// events receives the events of written outcomes (see publish); nil:
 	// none.
 	events *queue.Registry
@@ -119,7 +119,7 @@ type writer struct {
 // may be nil.
 type writerHooks struct {
 	onWritten func()            // after every written batch
-	onFail    func()            // after every failed write
+	onFail    func(error)       // after every failed write
 	events    *queue.Registry   // the events of written outcomes (see publish)
 	onEvent   func(queue.Event) // Config.OnEvent
 }
@@ -296,7 +296,7 @@ func (w *writer) writeAll(ctx context.Context) {
 		}
 		w.setFailing(true)
 		if w.onFail != nil {
-			w.onFail()
+			w.onFail(err)
 		}
 		class, timedOut := w.classify(ctx, err)
 		if timedOut && len(batch) > 1 {
@@ -389,7 +389,7 @@ func (w *writer) write(ctx context.Context, batch []store.JobOutcome) bool {
 		}
 		w.setFailing(true)
 		if w.onFail != nil {
-			w.onFail()
+			w.onFail(err)
 		}
 		class, timedOut := w.classify(ctx, err)
 		if timedOut && len(batch) > 1 {
