@@ -330,6 +330,9 @@ func (s *Service) beatWithin(ctx context.Context, d time.Duration) error {
 		Version: s.cfg.Version, State: state, Report: report, TTL: s.cfg.TTL,
 	}
 	trusted := s.Trusted()
+	s.mu.Lock()
+	params.Renew = !s.lastAt.IsZero()
+	s.mu.Unlock()
 	v, err := s.st.MemberBeat(bctx, params, trusted)
 	// A database that answered with a passing refusal (the statement
 	// timeout of a busy server, a deadlock) is asked again at once, after
@@ -342,6 +345,13 @@ func (s *Service) beatWithin(ctx context.Context, d time.Duration) error {
 			break
 		}
 		s.beatRetries.Add(1)
+		v, err = s.st.MemberBeat(bctx, params, trusted)
+	}
+	if _, mine := v.Find(s.instance); err == nil && params.Renew && !mine {
+		// The row is gone (a failover to a standby that lagged, or
+		// peers pruned it while this process was frozen): it is written
+		// again at once.
+		params.Renew = false
 		v, err = s.st.MemberBeat(bctx, params, trusted)
 	}
 	s.durations.observe(s.cfg.Now().Sub(start).Seconds())
@@ -464,9 +474,10 @@ func (s *Service) BeatDurations() (buckets map[float64]uint64, count uint64, sum
 // statement runs on Config.LeaveContext, within LeaveTimeout; a row it
 // could not delete expires on its own after the ttl (LeaveErr says why).
 // A beat in flight is waited for, not cancelled: it is bounded by the
-// beat's own time limit (BeatTimeout), and a beat cut on the client may
-// still be written by the server after the leave, bringing the row back
-// for a ttl. Call it only once nothing of this member holds a job. It is
+// beat's own time limit (BeatTimeout). A beat cut on the client may still
+// be run by the server after the leave; it only renews a row that exists
+// (store.MemberBeatParams.Renew), so it does not bring a deleted row back
+// (a lingering one may be rewritten by it, expiring a ttl after it). Call it only once nothing of this member holds a job. It is
 // safe before Start (no leave then, nor after a Start that failed), twice
 // and from several goroutines at once.
 func (s *Service) Stop() {

@@ -229,6 +229,41 @@ func TestLostBeatsLoseTrust(t *testing.T) {
 	}
 }
 
+// A member whose row is gone (a standby that never had it, or peers that
+// pruned it while the process was frozen) writes it again at its next
+// beat, though its beats after the first only renew a row there is, and
+// loses trust as for lost beats.
+func TestVanishedRowIsWrittenAgain(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	ctx := context.Background()
+	logs := &syncBuffer{}
+	const ttl = testwait.Slack * 600 * time.Millisecond
+	s, err := membership.New(store.New(pool), membership.Config{Name: "m", TTL: ttl, Interval: testwait.Slack * 50 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stop()
+	waitFor(t, "trust", s.Trusted)
+	if _, err := pool.Exec(ctx, `DELETE FROM fleet_masters WHERE instance = $1`, s.Instance()); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the vanished row noticed", func() bool { return strings.Contains(logs.String(), "the database lost beats") })
+	waitFor(t, "the row written again", func() bool {
+		v, err := store.New(pool).MemberView(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, ok := v.Find(s.Instance())
+		return ok
+	})
+	waitFor(t, "trust again", s.Trusted)
+}
+
 // A beat the database answers with a statement timeout (or a deadlock) is
 // tried again within the beat's time limit, not given up until the next
 // interval: three timed-out statements in a row cost the first beat

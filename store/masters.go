@@ -45,6 +45,13 @@ type MemberBeatParams struct {
 	State    string
 	Report   json.RawMessage // at most a few KiB; nil: {}
 	TTL      time.Duration   // the row expires TTL after this beat
+	// Renew only renews a row that exists, and never inserts one: a
+	// member's beats after its first, so that a beat the client gave up on,
+	// which the server may still run after the member left (deleted its
+	// row), does not bring the row back. Without the row the view comes
+	// back without the member (Find fails), and the member beats again
+	// without Renew.
+	Renew bool
 }
 
 // Member is a row of fleet_masters as one beat or read saw it.
@@ -117,6 +124,26 @@ func (v View) Find(instance string) (Member, bool) {
 
 const memberColumns = `instance, kind, name, host, pid, version, state, report, started_at, beat_at, expires_at`
 
+// memberUpsert writes a member's row, inserting it when there is none;
+// memberRenew only renews the row there is (see MemberBeatParams.Renew).
+// The instance is random per process, so kind, name, host and pid in
+// memberRenew's filter are the row's own: they are there for the
+// statement to take the same parameters.
+const (
+	memberUpsert = `
+			INSERT INTO fleet_masters AS m (instance, kind, name, host, pid, version, state, report, started_at, beat_at, expires_at)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, now(), now(), now() + $9 * interval '1 millisecond')
+			ON CONFLICT (instance) DO UPDATE SET
+				state = EXCLUDED.state, report = EXCLUDED.report, version = EXCLUDED.version,
+				beat_at = now(), expires_at = EXCLUDED.expires_at
+			RETURNING ` + memberColumns
+	memberRenew = `
+			UPDATE fleet_masters SET
+				state = $7, report = $8, version = $6, beat_at = now(), expires_at = now() + $9 * interval '1 millisecond'
+			WHERE instance = $1 AND kind = $2 AND name = $3 AND host = $4 AND pid = $5
+			RETURNING ` + memberColumns
+)
+
 // MemberBeat writes the member's row (expiring TTL from now on the database
 // clock) and returns the view in the same statement. With expire, rows that
 // expired more than MemberGoneRetention ago are deleted; their jobs were
@@ -130,16 +157,14 @@ func (s *Store) MemberBeat(ctx context.Context, p MemberBeatParams, expire bool)
 	if kind == "" {
 		kind = KindMaster
 	}
+	me := memberUpsert
+	if p.Renew {
+		me = memberRenew
+	}
 	rows, err := s.pool.Query(ctx, `
 		WITH prev AS (
 			SELECT beat_at FROM fleet_masters WHERE instance = $1
-		), me AS (
-			INSERT INTO fleet_masters AS m (instance, kind, name, host, pid, version, state, report, started_at, beat_at, expires_at)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, now(), now(), now() + $9 * interval '1 millisecond')
-			ON CONFLICT (instance) DO UPDATE SET
-				state = EXCLUDED.state, report = EXCLUDED.report, version = EXCLUDED.version,
-				beat_at = now(), expires_at = EXCLUDED.expires_at
-			RETURNING `+memberColumns+`
+		), me AS (`+me+`
 		), gone AS (
 			DELETE FROM fleet_masters
 			WHERE $10 AND instance <> $1 AND expires_at < now() - $11 * interval '1 millisecond'
