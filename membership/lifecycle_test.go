@@ -23,6 +23,8 @@ import (
 // is read on Config.Now. It runs alone, so that goleak sees only its own
 // goroutines.
 func TestServiceLifecycle(t *testing.T) {
+	// Not parallel: it checks for goroutines left, and the other tests
+	// would have theirs.
 	pool := pgtest.Pool(t)
 	st := store.New(pool)
 	ctx := context.Background()

@@ -20,6 +20,7 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 type syncBuffer = syncbuf.Buffer
 
 func TestValidate(t *testing.T) {
+	t.Parallel()
 	for _, tt := range []struct {
 		ttl, interval time.Duration
 		ok            bool
@@ -41,6 +42,7 @@ func TestValidate(t *testing.T) {
 }
 
 func TestReportOverTheCapIsABootError(t *testing.T) {
+	t.Parallel()
 	pool := pgtest.Pool(t)
 	s, err := membership.New(store.New(pool), membership.Config{Name: "big",
 		Report: func() (string, any) { return "running", strings.Repeat("x", membership.MaxReportBytes) }})
@@ -61,6 +63,7 @@ func TestReportOverTheCapIsABootError(t *testing.T) {
 }
 
 func TestShareSumsToTheBudgetAndRankIsStable(t *testing.T) {
+	t.Parallel()
 	members := []store.Member{{Instance: "a"}, {Instance: "b"}, {Instance: "c"}}
 	for total := 0; total <= 10; total++ {
 		sum := 0
@@ -86,6 +89,7 @@ func TestShareSumsToTheBudgetAndRankIsStable(t *testing.T) {
 // Each member sees the others in its view, with the database clock, and
 // a stop leaves (deletes the row) or lingers.
 func TestViewAndLeave(t *testing.T) {
+	t.Parallel()
 	pool := pgtest.Pool(t)
 	st := store.New(pool)
 	ctx := context.Background()
@@ -140,6 +144,7 @@ func TestViewAndLeave(t *testing.T) {
 // is counted, and is logged once for the whole streak; trust is lost and
 // comes back only after a whole ttl of good beats.
 func TestBeatFailuresAreCountedAndLoggedOnce(t *testing.T) {
+	t.Parallel()
 	pool := pgtest.Pool(t)
 	ctx := context.Background()
 	logs := &syncBuffer{}
@@ -194,6 +199,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // their latest beats too and may look expired. Trust comes back after a
 // whole ttl of good beats.
 func TestLostBeatsLoseTrust(t *testing.T) {
+	t.Parallel()
 	pool := pgtest.Pool(t)
 	ctx := context.Background()
 	logs := &syncBuffer{}

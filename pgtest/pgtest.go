@@ -100,6 +100,7 @@ type harness struct {
 	source   string // where the server came from, for messages
 	admin    *pgxpool.Pool
 	template string
+	strategy string  // CREATE DATABASE's STRATEGY clause for copies of the template, or ""
 	spares   *spares // made ahead and dropped behind the tests
 
 	// A throwaway cluster, when the harness started one.
@@ -233,7 +234,7 @@ func (h *harness) create(ctx context.Context) (string, string, error) {
 func (h *harness) copyTemplate(ctx context.Context) (string, error) {
 	name := testDBPrefix + randomHex(8)
 	err := retryInUse(ctx, func() error {
-		_, err := h.admin.Exec(ctx, "CREATE DATABASE "+ident(name)+" TEMPLATE "+ident(h.template))
+		_, err := h.admin.Exec(ctx, "CREATE DATABASE "+ident(name)+" TEMPLATE "+ident(h.template)+h.strategy)
 		return err
 	})
 	if err != nil {
@@ -339,6 +340,20 @@ func (h *harness) setup() {
 	if err != nil {
 		h.err = fmt.Errorf("pgtest: template database on %s: %w", h.source, err)
 		return
+	}
+	var version int
+	if err := h.admin.QueryRow(ctx, `SELECT current_setting('server_version_num')::int`).Scan(&version); err != nil {
+		h.err = fmt.Errorf("pgtest: read the version of %s: %w", h.source, err)
+		return
+	}
+	if version >= 150000 {
+		// PostgreSQL 15 copies a database through the WAL by default,
+		// block by block: about 0.22 s of the server's CPU per copy of
+		// the template, against 0.07 s for a copy of its files, and the
+		// quick tier makes some 400 copies on a machine whose CPU it
+		// fills. The two checkpoints of a file copy cost little beside
+		// the one every DROP DATABASE makes anyway (see dropBatch).
+		h.strategy = " STRATEGY FILE_COPY"
 	}
 	h.spares = newSpares(h.copyTemplate, h.drop)
 	if built {
