@@ -1297,15 +1297,24 @@ func testSIGTERMWithTimeouts(t *testing.T, srv *mmServer) {
 	a := apptest.Start(t, dir, mmEnv(url, "a", "APP_FLEET__SUPERVISORS__WORK__MAX_PROCESSES=2"), "fleet")
 	am := d.waitMember(a, 10*time.Second, "master a running", func(m member) bool { return m.State == "running" })
 	// The short jobs run long enough (4 s) to be still running once the
-	// long ones are dispatched and claimed, however loaded the machine.
-	file := dispatchTo(t, url, dir, "default", 2, 4000)
-	long, _ := json.Marshal(map[string]any{"ms": 6000, "file": file})
-	if r := apptest.Run(t, dir, apptest.DBEnv(url), "dispatch", "--name", "test.sleep", "--count", "2", "--timeout", "2s", "--tries", "1",
-		"--payload", string(long)); r.Code != 0 {
-		t.Fatalf("dispatch the long jobs: %+v", r)
+	// long ones are dispatched and started, however loaded the machine.
+	// Each job notes its start in started.txt: a job claimed but not
+	// started when the SIGTERM comes is given back unrun, rightly, and
+	// this test is about jobs that run.
+	file, started := filepath.Join(dir, "runs.txt"), filepath.Join(dir, "started.txt")
+	for _, j := range []struct {
+		ms    int
+		flags []string
+	}{{4000, nil}, {6000, []string{"--timeout", "2s", "--tries", "1"}}} {
+		payload, _ := json.Marshal(map[string]any{"ms": j.ms, "file": file, "started": started})
+		if r := apptest.Run(t, dir, apptest.DBEnv(url), append([]string{"dispatch", "--name", "test.sleep", "--count", "2",
+			"--payload", string(payload)}, j.flags...)...); r.Code != 0 {
+			t.Fatalf("dispatch the jobs of %d ms: %+v", j.ms, r)
+		}
 	}
 	apptest.Eventually(t, 20*time.Second, "a running all four jobs", func() bool {
-		return d.count(`SELECT count(*) FROM queue_jobs WHERE reserved_master = $1`, am.Instance) == 4
+		return len(apptest.ReadRuns(t, started)) == 4 &&
+			d.count(`SELECT count(*) FROM queue_jobs WHERE reserved_master = $1`, am.Instance) == 4
 	})
 	if err := a.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)

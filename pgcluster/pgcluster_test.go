@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleet-go/fleet/internal/testwait"
 	"github.com/jackc/pgx/v5"
 	"go.uber.org/goleak"
 
@@ -354,8 +355,14 @@ func TestStandbyPromoteCrash(t *testing.T) {
 	if got := query(t, standby.URL("postgres"), "select pg_is_in_recovery()::text"); got != "true" {
 		t.Fatalf("standby in recovery = %s", got)
 	}
-	if got := query(t, primary.URL("postgres"), "select string_agg(application_name || ' ' || state, ',') from pg_stat_replication"); got != "replica streaming" {
-		t.Fatalf("pg_stat_replication of the primary: %q", got)
+	// The standby's WAL receiver connects once the standby is up: on a
+	// busy machine a moment after it accepts sessions.
+	var got string
+	if !testwait.Within(testwait.Slack*10*time.Second, func() bool {
+		got = query(t, primary.URL("postgres"), "select coalesce(string_agg(application_name || ' ' || state, ','), '') from pg_stat_replication")
+		return got == "replica streaming"
+	}) {
+		t.Fatalf("pg_stat_replication of the primary: %q, want the standby streaming", got)
 	}
 	url := pgcluster.MultiHostURL("postgres", "read-write", primary, standby)
 	want := "127.0.0.1:" + strconv.Itoa(primary.Port()) + ",127.0.0.1:" + strconv.Itoa(standby.Port())

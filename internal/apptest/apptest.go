@@ -95,7 +95,8 @@ func Main(m *testing.M) {
 //   - demo.noop does nothing.
 //   - test.echo fails with its payload in the error, as careless handlers do.
 //   - test.sleep sleeps {"ms": N}, then appends its id to {"file": F}: a line
-//     per completed run, so a test can tell a job that ran twice.
+//     per completed run, so a test can tell a job that ran twice. With
+//     {"started": S} it also appends its id to S as it starts.
 //   - test.exit ends its whole process with exit status 3, every time: a
 //     poison job.
 //   - demo.crash does what the example app's demo.crash does: it writes
@@ -123,11 +124,17 @@ func Jobs() *queue.Registry {
 	jobs.Handle("test.echo", func(_ context.Context, j *queue.Job) error { return fmt.Errorf("bad input %s", j.Payload) })
 	jobs.Handle("test.sleep", func(ctx context.Context, j *queue.Job) error {
 		var p struct {
-			MS   int    `json:"ms"`
-			File string `json:"file"`
+			MS      int    `json:"ms"`
+			File    string `json:"file"`
+			Started string `json:"started"`
 		}
 		if err := j.Decode(&p); err != nil {
 			return err
+		}
+		if p.Started != "" {
+			if err := AppendRun(p.Started, j.ID); err != nil {
+				return err
+			}
 		}
 		select {
 		case <-time.After(time.Duration(p.MS) * time.Millisecond):
