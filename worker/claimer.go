@@ -244,6 +244,10 @@ type loopState struct {
 	// seen: the loop and await both watch them, so that a stop is heard
 	// while a statement hangs.
 	ctxDone, stopC <-chan struct{}
+	// watchdog is the loop's watchdog ticker, which await watches too:
+	// a handler's timeout is enforced while a statement of the loop is in
+	// flight, however long the database takes to answer it.
+	watchdog <-chan time.Time
 	// stuck is set once the worker gave up on a job that ignored its
 	// timeout or cancel (see giveUp): the error Run returns. grace fires
 	// TimeoutGrace after the first such give-up; the jobs still running
@@ -324,7 +328,7 @@ func (c *claimer) loop(ctx, jobBase context.Context) (Result, error) {
 		defer t.Stop()
 		maxTime = t.C
 	}
-	s.ctxDone, s.stopC = ctx.Done(), c.stop
+	s.ctxDone, s.stopC, s.watchdog = ctx.Done(), c.stop, watchdog.C
 	needClaim, probe := true, false
 	for {
 		c.startBuffered(jobBase, s)
@@ -403,9 +407,7 @@ func (c *claimer) loop(ctx, jobBase context.Context) (Result, error) {
 				c.reconcile(c.cut, s)
 			}
 		case <-watchdogC:
-			for r := c.overdue(s, c.now()); r != nil; r = c.overdue(s, c.now()) {
-				c.giveUp(s, r)
-			}
+			c.giveUpOverdue(s)
 		case <-s.graceC():
 			c.interrupt(s)
 		case <-holdC:
@@ -625,7 +627,9 @@ func (c *claimer) claimTimedOut(n int) bool {
 // thus never holds up the outcomes of jobs that ran. A job finished here
 // sets s.freed, for the claim that follows, and its slot takes a
 // prefetched job at once: the prefetch keeps the slots busy while the next
-// claim is on its way, which is what it is for.
+// claim is on its way, which is what it is for. The watchdog ticks here
+// too: a job that ignores its timeout is given up on at its time, not once
+// a slow statement returns.
 func (c *claimer) await(s *loopState, fn func()) {
 	done := make(chan struct{})
 	go func() {
@@ -642,6 +646,8 @@ func (c *claimer) await(s *loopState, fn func()) {
 			c.startBuffered(c.base, s)
 		case n := <-c.cancels:
 			c.cancelHeld(s, n)
+		case <-s.watchdog:
+			c.giveUpOverdue(s)
 		case <-s.ctxDone:
 			c.stopSignal(s, true)
 		case <-s.stopC:
@@ -1056,6 +1062,14 @@ func (c *claimer) overdue(s *loopState, now time.Time) *running {
 		}
 	}
 	return nil
+}
+
+// giveUpOverdue gives up on every running job past its timeout (or
+// cancel) and the grace (see giveUp).
+func (c *claimer) giveUpOverdue(s *loopState) {
+	for r := c.overdue(s, c.now()); r != nil; r = c.overdue(s, c.now()) {
+		c.giveUp(s, r)
+	}
 }
 
 // giveUp gives up on a job that ignores its cancellation (its timeout, or

@@ -321,3 +321,67 @@ func TestJobsBesideAJobIgnoringItsCancelAreInterrupted(t *testing.T) {
 		t.Errorf("the line on the interrupted jobs: %v", l)
 	}
 }
+
+// A job that ignores its timeout is given up on at its time while a
+// statement of the worker's loop is held up: here its look for work,
+// blocked by a lock on queue_jobs taken after the job started.
+func TestStuckJobIsGivenUpOnWhileAStatementHangs(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	unblock := make(chan struct{})
+	t.Cleanup(func() { close(unblock) })
+	started := make(chan struct{})
+	b.jobs.Handle("stuck", func(context.Context, *queue.Job) error {
+		close(started)
+		<-unblock // ignores its context
+		return nil
+	})
+	stuck := b.dispatch(t, queue.NewJob("stuck", nil).Timeout(50*time.Millisecond).Tries(1))[0]
+	logs := new(syncbuf.Buffer)
+	w := b.worker(t, worker.Config{Concurrency: 2, TimeoutGrace: 100 * time.Millisecond, PollInterval: 10 * time.Millisecond,
+		CancelPollInterval: time.Hour, Logger: slog.New(slog.NewJSONHandler(logs, nil))})
+	done := make(chan error, 1)
+	go func() {
+		_, err := w.Run(context.Background())
+		done <- err
+	}()
+	select {
+	case <-started:
+	case <-time.After(testwait.Hang):
+		t.Fatal("the stuck job never started")
+	}
+	ctx := context.Background()
+	tx, err := b.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback(context.Background()) }) // before unblock: a failure below leaves it held
+	if _, err := tx.Exec(ctx, `LOCK TABLE queue_jobs IN ACCESS EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	testwait.Eventually(t, testwait.Slack*5*time.Second, "a statement of the worker waiting for the lock", func() bool {
+		var n int
+		if err := b.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%queue_jobs%'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n > 0
+	})
+	testwait.Eventually(t, testwait.Slack*5*time.Second, "the stuck job given up on while the statement waits", func() bool {
+		return strings.Contains(logs.String(), "job ignored its timeout or cancel; giving up on it")
+	})
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if !errors.Is(err, worker.ErrJobTimedOut) {
+			t.Fatalf("run: %v, want ErrJobTimedOut", err)
+		}
+	case <-time.After(testwait.Hang):
+		t.Fatal("the worker did not exit once the lock went")
+	}
+	if got := b.history(t, stuck); !slices.Equal(got, []string{"timed_out 1"}) {
+		t.Errorf("the stuck job's history %v, want timed_out 1", got)
+	}
+}
