@@ -314,7 +314,10 @@ func TestMasterSparesWorkerThatReportsItWaits(t *testing.T) {
 	fake.SkipReady(false)
 	clock.Advance(startTimeout)
 	poll(t, "the silent worker to be killed", func() bool { return fake.Killed(0) })
-	clock.Advance(time.Second) // past the crash backoff
+	// The restart is planned on the clock once the master has seen the
+	// exit: only then is moving past the crash backoff moving past it.
+	poll(t, "the restart planned", func() bool { return strings.Contains(b.logs.String(), "restarting after backoff") })
+	clock.Advance(10 * time.Second) // past the crash backoff
 	wait(t, fake.WaitSpawned(waitCtx(t), 2))
 	b.stop(t)
 }
